@@ -1,0 +1,28 @@
+"""pytest set-up: Hypothesis profiles (gate/profiles.py), the gpu marker, the Triton backend.
+
+Profile: $GLMGATE_PROFILE, else `ci` when $CI is set, else `dev`.
+"""
+import os
+
+import torch
+
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    # must happen before anything imports triton
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+from gate.profiles import default_profile, register  # noqa: E402
+
+register()
+settings.load_profile(default_profile())
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device: run `pytest -m gpu` on the GPU machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

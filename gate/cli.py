@@ -1,0 +1,329 @@
+"""`glmgate`: the command line (ARCHITECTURE.md "CLI"). Thin: it calls the runner and renders.
+
+Subcommands: run (the matrix), repro (one shrunk case), contracts (the declared table), zoo (every
+planted mutant must be caught), bench (correctness-gated GPU benchmarks).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EPILOG = """examples:
+  glmgate run                              tiny geometry, Triton kernels in the CPU interpreter
+  glmgate run --device cuda --examples 50  the same on a GPU (bf16)
+  glmgate run --impl torch --check kda.chunked
+  glmgate zoo                              every planted mutant must be caught
+  glmgate repro '<json printed by a failure>'
+  glmgate contracts
+  glmgate bench --mechanism kda            on a GPU: our kernels vs flash-linear-attention
+
+reading a failure: the table names the broken check; below it, the contract line says which quantity
+(output / final_state / boundary_states / conv_state) broke, by how much against its limit (k x the
+baseline's error + floor), and the worst element; the shrunk scenario is the smallest case Hypothesis
+found, and the `glmgate repro` line re-runs exactly that case.
+"""
+
+
+def _setup_device(device: str) -> None:
+    """Pick the Triton backend before anything imports triton (the interpreter flag is read at import)."""
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif device.startswith("cuda"):
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        raise SystemExit(f"--device: expected cpu or cuda[:N], got {device!r}")
+
+
+def _target(impl_name: str, device: str, dtype: str):
+    import torch
+
+    from impl import registry
+    from invariants.target import DTYPES, Target
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is visible to torch on this machine")
+    if dtype not in DTYPES:
+        raise SystemExit(f"--dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    try:
+        impl = registry.get(impl_name)
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"--impl: {e}")
+    return Target(impl, device, DTYPES[dtype]), Target(registry.get("torch"), device, DTYPES[dtype])
+
+
+def _geometry(args):
+    from oracle.config import ConfigError, Geometry
+
+    try:
+        if args.config:
+            return Geometry.from_pretrained(args.config)
+        return Geometry.preset(args.geometry)
+    except (ConfigError, OSError) as e:
+        raise SystemExit(f"geometry: {e}")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu (Triton interpreter, float32) or cuda (bf16)")
+    p.add_argument("--dtype", default=None, help="working dtype (default float32 on cpu, bfloat16 on cuda)")
+    p.add_argument("--geometry", default="tiny", help="preset name: tiny (default) or full")
+    p.add_argument("--config", default=None, help="a HF config.json (or its directory) instead of a preset")
+    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly, gpu")
+    p.add_argument("--examples", type=int, default=None, help="examples per check (overrides the profile)")
+    p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
+
+
+def _rich():
+    import shutil
+
+    from rich.console import Console
+    # pipes and CI logs report 80 columns: give the tables room instead of folding every word
+    width = None if sys.stdout.isatty() else max(shutil.get_terminal_size((160, 40)).columns, 160)
+    return Console(stderr=False, highlight=False, width=width)
+
+
+def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gate.profiles import EXAMPLES
+    from gate.runner import run_check
+
+    results = []
+    per = examples or EXAMPLES[profile]
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as prog:
+        task = prog.add_task(title, total=per * len(checks))
+        for chk in checks:
+            prog.update(task, description=f"{title}: {chk.name}")
+            r = run_check(chk, geometry, cand, base, profile, examples, seed=seed,
+                          on_example=lambda: prog.advance(task))
+            results.append(r)
+            if not console.is_terminal:
+                console.print(f"  {chk.name}: {r.status} ({r.examples} examples, {r.seconds:.1f}s)")
+    return results
+
+
+def _table(results, title):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("mechanism", "check", "examples", "worst error / bound", "status"):
+        t.add_column(col)
+    for r in results:
+        ratio = "-" if r.worst_ratio < 0 else f"{r.worst_ratio:.3g}"
+        status = "[green]pass[/]" if r.status == "pass" else "[bold red]FAIL[/]"
+        t.add_row(r.mechanism, r.check, str(r.examples), ratio, status)
+    return t
+
+
+def cmd_run(args) -> int:
+    _setup_device(args.device)
+    from gate.profiles import default_profile, register
+    from gate.runner import results_json
+    from invariants.matrix import BY_NAME, checks_for
+
+    register()
+    profile = args.profile or default_profile()
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    cand, base = _target(args.impl, args.device, dtype)
+    geometry = _geometry(args)
+    try:
+        checks = checks_for([m.strip() for m in args.mechanism.split(",")]) if args.mechanism else \
+            checks_for(sorted({c.mechanism for c in BY_NAME.values()}))
+    except ValueError as e:
+        raise SystemExit(f"--mechanism: {e}")
+    if args.check:
+        unknown = [c for c in args.check if c not in BY_NAME]
+        if unknown:
+            raise SystemExit(f"--check: unknown {unknown}; known: {sorted(BY_NAME)}")
+        checks = [c for c in checks if c.name in args.check]
+    console = _rich()
+    console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
+                  f"geometry={args.config or args.geometry} profile={profile}")
+    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run")
+    console.print(_table(results, "glmgate: contracts"))
+    for r in results:
+        console.print(f"  {r.check}: worst seen {r.worst_line or '-'}", style="dim")
+    failed = [r for r in results if r.status != "pass"]
+    for r in failed:
+        console.print(f"\n[bold red]{r.check} broke a contract[/]\n  {r.message}")
+        console.print(f"  shrunk scenario: {json.dumps(r.shrunk_case)}")
+        console.print(f"  worst case seen: {json.dumps(r.worst_case)}")
+        console.print(f"  {r.repro}", soft_wrap=True, markup=False)
+    if args.json:
+        meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile}
+        text = results_json(results, meta)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(text)
+    return 1 if failed else 0
+
+
+def cmd_repro(args) -> int:
+    try:
+        payload = json.loads(args.scenario)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"repro: the argument is not JSON ({e}); pass the quoted text after `glmgate repro`")
+    for field in ("check", "case"):
+        if field not in payload:
+            raise SystemExit(f"repro: the JSON has no {field!r} field")
+    device = args.device or payload.get("device", "cpu")
+    _setup_device(device)
+    from gate.runner import CheckCrashed, run_one
+    from invariants.matrix import BY_NAME
+    from invariants.report import ContractBroken, describe
+    from strategies.cases import case_from_json
+
+    if payload["check"] not in BY_NAME:
+        raise SystemExit(f"repro: unknown check {payload['check']!r}; known: {sorted(BY_NAME)}")
+    check = BY_NAME[payload["check"]]
+    try:
+        case = case_from_json(payload["case"])
+    except (ValueError, TypeError) as e:
+        raise SystemExit(f"repro: bad case: {e}")
+    cand, base = _target(args.impl or payload.get("impl", "triton"), device,
+                         args.dtype or payload.get("dtype", "float32"))
+    print(f"repro {check.name} impl={cand.impl.name} device={device} dtype={cand.dtype_name}\ncase: {case!r}")
+    try:
+        verdicts = run_one(check, case, cand, base)
+    except ContractBroken as e:
+        for v in e.verdicts:
+            print(("  FAIL " if not v.ok else "  ok   ") + describe(v))
+        return 1
+    except CheckCrashed as e:
+        import traceback
+        traceback.print_exception(e.exc)
+        return 1
+    for v in verdicts:
+        print("  ok   " + describe(v))
+    return 0
+
+
+def cmd_contracts(args) -> int:
+    from rich.table import Table
+
+    from invariants.contracts import CONTRACTS_FILE, load
+
+    t = Table(title=f"declared contracts ({CONTRACTS_FILE})")
+    for col in ("mechanism", "path", "quantity", "kind", "metric", "bound", "reason"):
+        t.add_column(col, overflow="fold")
+    for c in load().values():
+        if c.kind == "kernel_replacement":
+            bound = f"{c.k:g} x baseline + " + ", ".join(f"{k} {v:g}" for k, v in c.floor.items())
+        elif c.kind == "exact":
+            bound = "bitwise"
+        else:
+            bound = ", ".join(f"{k} {v:g}" for k, v in c.bound.items())
+        t.add_row(c.mechanism, c.path, c.quantity, c.kind, c.metric, bound, c.reason)
+    _rich().print(t)
+    return 0
+
+
+def cmd_zoo(args) -> int:
+    _setup_device(args.device)
+    from impl import mutants
+    from gate.profiles import register
+    from invariants.matrix import checks_for
+
+    register()
+    names = args.mutant or sorted(mutants.MUTANTS)
+    if args.list:
+        for n in sorted(mutants.MUTANTS):
+            m = mutants.MUTANTS[n]
+            print(f"{n:40s} {m.mechanism:6s} {m.description}")
+        return 0
+    unknown = [n for n in names if n not in mutants.MUTANTS]
+    if unknown:
+        raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    geometry = _geometry(args)
+    console = _rich()
+    escaped = []
+    from rich.table import Table
+    table = Table(title="glmgate zoo: planted mutants")
+    for col in ("mutant", "status", "caught by", "shrunk scenario"):
+        table.add_column(col, overflow="fold")
+    for n in names:
+        m = mutants.MUTANTS[n]
+        cand, base = _target(f"mutant:{n}", args.device, dtype)
+        checks = checks_for([m.mechanism])
+        # the check named by the mutant's property first: it is the one designed to catch it
+        checks.sort(key=lambda c: not m.caught_by.startswith(c.name))
+        caught = None
+        for chk in checks:
+            r = _run_checks([chk], geometry, cand, base, args.profile or "dev", args.examples,
+                            args.seed, console, n)[0]
+            if r.status == "fail":
+                caught = r
+                break
+        if caught:
+            table.add_row(n, "[green]caught[/]", caught.check, json.dumps(caught.shrunk_case))
+            console.print(f"{n}: caught by {caught.check}: {caught.message[:300]}", markup=False)
+        else:
+            escaped.append(n)
+            table.add_row(n, "[bold red]ESCAPED[/]", "-", "-")
+            console.print(f"{n}: ESCAPED every {m.mechanism} check", markup=False)
+    console.print(table)
+    return 1 if escaped else 0
+
+
+def cmd_bench(args, rest) -> int:
+    mech = args.mechanism or "kda"
+    if mech != "kda":
+        raise SystemExit(f"bench --mechanism: only 'kda' has a benchmark so far, got {mech!r}")
+    from gate import bench_kda
+    return bench_kda.main(rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    r = sub.add_parser("run", help="run the correctness matrix (exit 1 on a broken contract)")
+    _common(r)
+    r.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all: kda)")
+    r.add_argument("--check", action="append", help="run only this check (repeatable), e.g. kda.chunked")
+    r.add_argument("--impl", default="triton", help="triton (default), torch, mutant:<name>, pkg.mod:obj")
+    r.add_argument("--json", default=None, help="write results as JSON to this path ('-' = stdout)")
+    r.set_defaults(fn=cmd_run)
+
+    rp = sub.add_parser("repro", help="re-run one shrunk failure from its JSON")
+    rp.add_argument("scenario", help="the JSON printed after `glmgate repro` by a failure")
+    rp.add_argument("--impl", default=None)
+    rp.add_argument("--device", default=None)
+    rp.add_argument("--dtype", default=None)
+    rp.set_defaults(fn=cmd_repro)
+
+    c = sub.add_parser("contracts", help="print the declared contract table")
+    c.set_defaults(fn=cmd_contracts)
+
+    z = sub.add_parser("zoo", help="run every planted mutant; exit 1 if any escapes")
+    _common(z)
+    z.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
+    z.add_argument("--list", action="store_true", help="list the mutants and exit")
+    z.set_defaults(fn=cmd_zoo)
+
+    b = sub.add_parser("bench", help="GPU benchmarks against peers (extra args go to the benchmark)")
+    b.add_argument("--mechanism", default="kda")
+    b.set_defaults(fn=None)
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.cmd == "bench":
+        return cmd_bench(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

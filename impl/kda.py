@@ -1,0 +1,407 @@
+"""KDA on torch + Triton, mirroring oracle/kda.py by name and argument order (torch tensors in/out).
+
+Letters: B batch, S/T tokens, N sequences (cu_seqlens), H heads, K key dim, V value dim, D hidden size,
+C conv channels (3·H·K), W conv width, L chunk length (64), P boundary states.
+
+Working dtype: the dtype of q (bf16 on GPU); float32 in the Triton interpreter, whose tl.dot on bf16
+operands is wrong. States are float32 always.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import interpreted
+from impl.kernels.kda import (
+    kda_combine_chunked_fwd_kernel,
+    kda_decode_fused_fwd_kernel,
+    kda_intra_chunked_fwd_kernel,
+    kda_recurrent_fused_fwd_kernel,
+    kda_state_chunked_fwd_kernel,
+)
+from oracle.types import KDAState, KDAWeights
+
+L2_EPS = 1e-6
+CHUNK = 64
+SUB_CHUNK = 16
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
+    """Shapes, dtypes, devices and cu_seqlens (oracle.kda.check_core_inputs plus torch's dtype/device)."""
+    if q.ndim != 4:
+        raise ValueError(f"q: expected [B, T, H, K], got shape {tuple(q.shape)}")
+    B, T, H, K = q.shape
+    if v.ndim != 4:
+        raise ValueError(f"v: expected [B, T, H, V], got shape {tuple(v.shape)}")
+    V = v.shape[-1]
+    for name, a, want in (("k", k, (B, T, H, K)), ("v", v, (B, T, H, V)),
+                          ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
+        if tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    if q.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"q: expected dtype in {_FLOAT_DTYPES}, got {q.dtype}")
+    for name, a in (("k", k), ("v", v)):
+        if a.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (that of q), got {a.dtype}")
+    for name, a in (("g", g), ("beta", beta)):
+        if not a.dtype.is_floating_point:
+            raise ValueError(f"{name}: expected a floating dtype, got {a.dtype}")
+    for name, a in (("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)):
+        if a is not None and a.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (that of q), got {a.device}")
+    if K > 256 or V > 256:
+        raise ValueError(f"q, v: head dims K={K}, V={V}; the kernels hold a [K, V] tile, expected <= 256")
+    n = B
+    lens = None
+    if cu_seqlens is not None:
+        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"cu_seqlens: expected an int32/int64 tensor [N+1], got "
+                             f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens))}")
+        if B != 1:
+            raise ValueError(f"cu_seqlens given: expected batch 1 (packed), got q batch {B}")
+        if cu_seqlens.ndim != 1 or cu_seqlens.shape[0] < 2:
+            raise ValueError(f"cu_seqlens: expected 1-D [N+1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
+        cu = [int(c) for c in cu_seqlens.tolist()]
+        if cu[0] != 0 or cu[-1] != T:
+            raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu}")
+        if any(b < a for a, b in zip(cu, cu[1:])):
+            raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {cu}")
+        n = len(cu) - 1
+        lens = [b - a for a, b in zip(cu, cu[1:])]
+    if state is not None:
+        if tuple(state.shape) != (n, H, K, V):
+            raise ValueError(f"state: expected shape {(n, H, K, V)}, got {tuple(state.shape)}")
+        if state.dtype != torch.float32:
+            raise ValueError(f"state: expected dtype torch.float32, got {state.dtype}")
+    return B, T, H, K, V, n, lens
+
+
+def _work(a: torch.Tensor) -> torch.Tensor:
+    """Contiguous, in float32 under the interpreter (its bf16 tl.dot is wrong)."""
+    if interpreted() and a.dtype != torch.float32:
+        a = a.float()
+    return a.contiguous()
+
+
+def _num_sms(device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# ----------------------------------------------------------------------------- core: chunked
+
+
+def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+    """Chunked (WY/UT) prefill; must match oracle.kda.chunked.
+
+    Args:
+        q, k: [B, T, H, K] L2-normalised (q scaled);  v: [B, T, H, V];  g: [B, T, H, K] log-decay;
+        beta: [B, T, H];  state: [B or N, H, K, V] float32 or None (zeros);  chunk: 64 only;
+        cu_seqlens: [N+1] int32/int64 (B == 1);  boundary_states: False skips computing them.
+    Returns:
+        o: [B, T, H, V] in q's dtype;  state: [B or N, H, K, V] float32;
+        boundary_states: [B, T // 64, H, K, V] (or [sum floor(len/64), H, K, V] with cu_seqlens) float32,
+        or None when boundary_states is False.
+    """
+    return _chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+def _state_config(device, H, N, NT, K, V, varlen):
+    """(BV, NSEG, num_warps) for the state pass: enough programs to fill the SMs."""
+    BV = 64 if V >= 64 else triton.next_power_of_2(max(V, 16))
+    sms = _num_sms(device)
+    nseg = 1
+    if not varlen:
+        progs = triton.cdiv(V, BV) * H * N
+        if progs < sms:
+            BV = max(16, min(BV, 32))
+            progs = triton.cdiv(V, BV) * H * N
+        if progs < sms and NT >= 16:
+            nseg = min(triton.cdiv(2 * sms, progs), NT // 8)
+    return BV, max(nseg, 1), 4
+
+
+def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
+             bv=None, nseg=None, num_warps=None, intra_warps=None):
+    """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
+        raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
+    B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
+    device, out_dtype = q.device, q.dtype
+    q, k, v, g, beta = (_work(a) for a in (q, k, v, g, beta))
+    varlen = cu_seqlens is not None
+    # float32 inputs ask for float32 results: tf32 would round every operand to 10 bits; the
+    # intra-chunk float32 dots of the bf16 path are tf32 (their operands came from bf16 already)
+    precision = "ieee" if k.dtype == torch.float32 else "tf32"
+    BT, BK = CHUNK, triton.next_power_of_2(max(K, 16))
+    if varlen:
+        lens_t = torch.tensor(lens, dtype=torch.int64)
+        n_chunks = (lens_t + BT - 1) // BT
+        chunk_offsets = torch.cat([lens_t.new_zeros(1), n_chunks.cumsum(0)])
+        boundary_offsets = torch.cat([lens_t.new_zeros(1), (lens_t // BT).cumsum(0)])
+        seq_of_chunk = torch.repeat_interleave(torch.arange(N), n_chunks)
+        local = torch.arange(int(chunk_offsets[-1])) - chunk_offsets[:-1][seq_of_chunk]
+        chunk_indices = torch.stack([seq_of_chunk, local], 1).to(device=device, dtype=torch.int32)
+        chunk_offsets = chunk_offsets.to(device)
+        boundary_offsets = boundary_offsets.to(device)
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
+        NC_total, NB_total = int(n_chunks.sum()), int((lens_t // BT).sum())
+        intra_grid = (NC_total, H, 1)
+    else:
+        chunk_indices = chunk_offsets = boundary_offsets = cu = None
+        NT = triton.cdiv(T, BT)
+        NC_total, NB_total = B * NT, B * (T // BT)
+        intra_grid = (NT, H, B)
+
+    qg, kg, w = (torch.empty_like(k) for _ in range(3))
+    u = torch.empty_like(v)
+    aqk = torch.empty(B, T, H, BT, device=device, dtype=k.dtype)
+    gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
+    flags = torch.zeros(2, device=device, dtype=torch.int32)
+    if NC_total:
+        kda_intra_chunked_fwd_kernel[intra_grid](
+            q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=min(BK, 64), BV=min(triton.next_power_of_2(V), 64),
+            IS_VARLEN=varlen, PRECISION=precision, num_warps=intra_warps or 4,
+        )
+
+    o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
+    final = torch.empty(N, H, K, V, device=device, dtype=torch.float32)
+    hb = torch.empty(B, T // BT, H, K, V, device=device, dtype=torch.float32) if not varlen else \
+        torch.empty(NB_total, H, K, V, device=device, dtype=torch.float32)
+    NTmax = max(lens) if varlen else T
+    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, N, triton.cdiv(NTmax, BT), K, V, varlen)
+    BV = bv or cfg_bv
+    NSEG = 1 if varlen else (nseg or cfg_nseg)
+    NSEG = max(1, min(NSEG, triton.cdiv(T, BT)))
+    CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
+    NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
+    warps = num_warps or cfg_warps
+    h0 = state.contiguous() if state is not None else None
+    if NSEG > 1:
+        VS = V + K
+        hl = torch.empty(N, NSEG, H, K, VS, device=device, dtype=torch.float32)
+        kda_state_chunked_fwd_kernel[(triton.cdiv(VS, BV), H, N * NSEG)](
+            qg, kg, w, u, aqk, gl, o, None, hl, None, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=VS, USE_INITIAL_STATE=False, STORE_BOUNDARY=False,
+            STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, num_warps=warps,
+        )
+        hs = torch.empty(N, NSEG, H, K, V, device=device, dtype=torch.float32)
+        kda_combine_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N)](
+            h0, hl, hs, NSEG, H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, num_warps=4,
+        )
+        h0 = hs
+    kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * NSEG)](
+        qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+        H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
+        STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
+        PRECISION=precision, num_warps=warps,
+    )
+    # a host read of two ints: it syncs, but a pass of isnan over g would read all of g again
+    nan_g, nan_beta = flags.tolist()
+    if nan_g:
+        raise ValueError("g: contains NaN (expected finite log-decay values)")
+    if nan_beta:
+        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
+    return o.to(out_dtype), final, (hb if boundary_states else None)
+
+
+# ----------------------------------------------------------------------------- core: recurrent
+
+
+def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
+    """Token-by-token recurrence (fla's fused_recurrent shape); must match oracle.kda.recurrent.
+
+    Returns:
+        o: [B, T, H, V] in q's dtype;  state: [B or N, H, K, V] float32.
+    """
+    B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
+    # the token loop is not the fast path: a full isnan pass is cheap next to it
+    if torch.isnan(g).any():
+        raise ValueError("g: contains NaN (expected finite log-decay values)")
+    if torch.isnan(beta).any():
+        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
+    out_dtype = q.dtype
+    q, k, v, g, beta = (_work(a) for a in (q, k, v, g, beta))
+    o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
+    final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32)
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int64).contiguous() if cu_seqlens is not None else None
+    BK = triton.next_power_of_2(max(K, 16))
+    BV = min(32, triton.next_power_of_2(max(V, 16)))
+    kda_recurrent_fused_fwd_kernel[(triton.cdiv(V, BV), N * H)](
+        q, k, v, g, beta, o, state.contiguous() if state is not None else None, final, cu, T,
+        H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=state is not None, IS_VARLEN=cu is not None,
+        num_warps=4,
+    )
+    return o.to(out_dtype), final
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False):
+    """One token per sequence in ONE kernel; must match oracle.kda.decode.
+
+    Args:
+        z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
+        state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
+        inplace: update state's buffers instead of returning new ones (CUDA-graph serving).
+    Returns:
+        o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
+    """
+    H, K, W = w.num_heads, w.head_dim, w.conv_width
+    C = 3 * H * K
+    if z.ndim != 2 or z.shape[1] != C:
+        raise ValueError(f"z: expected [B, {C}] (C = 3·H·K), got shape {tuple(z.shape)}")
+    B = z.shape[0]
+    for name, a, want in (("f", f, (B, H * K)), ("b", b, (B, H)),
+                          ("state.recurrent", state.recurrent, (B, H, K, K)),
+                          ("state.conv", state.conv, (B, C, W)),
+                          ("w.conv1d", w.conv1d, (C, W)), ("w.A_log", w.A_log, (H,))):
+        if tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want}, got {tuple(a.shape)}")
+        if a.device != z.device:
+            raise ValueError(f"{name}: expected device {z.device} (that of z), got {a.device}")
+    if state.recurrent.dtype != torch.float32:
+        raise ValueError(f"state.recurrent: expected dtype torch.float32, got {state.recurrent.dtype}")
+    if K > 256:
+        raise ValueError(f"w.head_dim: {K}, expected <= 256")
+    if inplace and not (state.recurrent.is_contiguous() and state.conv.is_contiguous()):
+        raise ValueError("state: in-place decode needs contiguous state buffers")
+    h_in, c_in = state.recurrent.contiguous(), state.conv.contiguous()
+    h_out = h_in if inplace else torch.empty_like(h_in)
+    c_out = c_in if inplace else torch.empty_like(c_in)
+    o = torch.empty(B, H, K, device=z.device, dtype=z.dtype)
+    lb = w.lower_bound
+    kda_decode_fused_fwd_kernel[(H, B)](
+        z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
+        c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
+        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BW=triton.next_power_of_2(W),
+        USE_LOWER_BOUND=lb is not None, num_warps=8 if K >= 128 else 4,
+    )
+    return o, KDAState(h_out, c_out)
+
+
+# ----------------------------------------------------------------------------- sublayer pieces (torch)
+
+
+def l2norm(x):
+    """x / sqrt(Σ x² + 1e-6) over the last axis, in float32 (oracle.kda.l2norm)."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2_EPS)
+
+
+def gate(f, A_log, lower_bound):
+    """Log-decay g [.., H, K] float32 from f [.., H, K] (oracle.kda.gate)."""
+    a = torch.exp(A_log.float())[:, None]
+    f = f.float()
+    if lower_bound is None:
+        return -a * F.softplus(f, threshold=20.0)
+    return lower_bound * torch.sigmoid(a * f)
+
+
+def conv(z, weight, conv_state=None, cu_seqlens=None):
+    """Depthwise causal conv over q|k|v channels, no activation (oracle.kda.conv); float32 math.
+
+    Args:
+        z: [B, S, C];  weight: [C, W];  conv_state: [B or N, C, W] or None (zeros)
+    Returns:
+        c: [B, S, C] in z's dtype;  conv_state: [B or N, C, W] in z's dtype
+    """
+    B, S, C = z.shape
+    W = weight.shape[-1]
+    wt = weight.float()[:, None, :]                                          # [C, 1, W]
+    if cu_seqlens is None:
+        prev = conv_state.float() if conv_state is not None else z.new_zeros(B, C, W, dtype=torch.float32)
+        zz = torch.cat([prev, z.float().transpose(1, 2)], dim=2)             # [B, C, W + S]
+        c = F.conv1d(zz[:, :, 1:], wt, groups=C).transpose(1, 2)            # [B, S, C]
+        return c.to(z.dtype), zz[:, :, -W:].to(z.dtype).contiguous()
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    c = torch.empty(B, S, C, device=z.device, dtype=torch.float32)
+    states = []
+    for i, (s, e) in enumerate(zip(cu, cu[1:])):
+        prev = conv_state[i].float() if conv_state is not None else z.new_zeros(C, W, dtype=torch.float32)
+        zz = torch.cat([prev, z[0, s:e].float().T], dim=1)                  # [C, W + len]
+        if e > s:
+            c[0, s:e] = F.conv1d(zz[None, :, 1:], wt, groups=C)[0].T
+        states.append(zz[:, -W:])
+    return c.to(z.dtype), torch.stack(states).to(z.dtype)
+
+
+def gated_rmsnorm(o, zg, weight, eps):
+    """w · o · (mean(o²)+eps)^-1/2 · sigmoid(zg) over the last axis, float32, cast to o's dtype."""
+    u = o.float()
+    y = weight.float() * u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps) * torch.sigmoid(zg.float())
+    return y.to(o.dtype)
+
+
+def project(w: KDAWeights, x):
+    """Padding-zeroed x [B,S,D] -> (z [B,S,C], f [B,S,H·K] f32, b [B,S,H], zg [B,S,H·K]) (oracle.kda.project)."""
+    z = torch.cat([x @ w.q_proj.T, x @ w.k_proj.T, x @ w.v_proj.T], dim=-1)
+    f = ((x @ w.f_a_proj.T) @ w.f_b_proj.T).float() + w.dt_bias.float()
+    b = x @ w.b_proj.T
+    zg = (x @ w.g_a_proj.T) @ w.g_b_proj.T
+    return z, f, b, zg
+
+
+def core_inputs(w: KDAWeights, c, f, b):
+    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g float32, beta float32 (oracle.kda.core_inputs)."""
+    H, K = w.num_heads, w.head_dim
+    shape = c.shape[:-1]
+    c = F.silu(c.float())
+    q, k, v = (c[..., i * H * K:(i + 1) * H * K].reshape(*shape, H, K) for i in range(3))
+    q = l2norm(q) * K ** -0.5
+    k = l2norm(k)
+    g = gate(f.reshape(*shape, H, K), w.A_log, w.lower_bound)
+    beta = torch.sigmoid(b.float())
+    return q, k, v, g, beta
+
+
+def zero_state(w: KDAWeights, batch: int, device=None, dtype=torch.float32) -> KDAState:
+    """Zero KDAState: recurrent float32, conv in `dtype` (the model dtype)."""
+    H, K = w.num_heads, w.head_dim
+    device = device if device is not None else w.A_log.device
+    return KDAState(torch.zeros(batch, H, K, K, device=device, dtype=torch.float32),
+                    torch.zeros(batch, 3 * H * K, w.conv_width, device=device, dtype=dtype))
+
+
+def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None):
+    """The KDA sublayer from the post-norm input to o_proj; must match oracle.kda.sublayer.
+
+    Args:
+        x: [B, S, D];  mask: [B, S] 1 = real, 0 = pad;  state: KDAState or None;
+        cu_seqlens: [N+1] (B == 1, state rows are documents)
+    Returns:
+        y: [B, S, D] in x's dtype;  state: KDAState(recurrent float32, conv in x's dtype)
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x: expected [B, S, D], got shape {tuple(x.shape)}")
+    if mask is not None:
+        x = x * mask.to(x.dtype)[..., None]
+    B, S, _ = x.shape
+    H, K = w.num_heads, w.head_dim
+    z, f, b, zg = project(w, x)
+    if S == 1 and state is not None and cu_seqlens is None:
+        o, new = decode(w, z[:, 0], f[:, 0], b[:, 0], KDAState(state.recurrent, state.conv.to(x.dtype)))
+        o = o[:, None]                                                       # [B, 1, H, V]
+    else:
+        c, conv_state = conv(z, w.conv1d, None if state is None else state.conv, cu_seqlens)
+        q, k, v, g, beta = core_inputs(w, c, f, b)
+        work = x.dtype if x.dtype in _FLOAT_DTYPES else torch.float32
+        M0 = None if state is None else state.recurrent.float()
+        o, M, _ = chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
+                          boundary_states=False)
+        new = KDAState(M, conv_state)
+    o = gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
+    y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T
+    return y, new

@@ -1,0 +1,336 @@
+"""Triton kernels of KDA (oracle/kda.py). Host wrappers live in impl/kda.py.
+
+Letters: B batch, T tokens, N sequences, H heads, K key dim, V value dim, C conv channels, W conv width,
+BT chunk (64), BC sub-chunk (16), NC = BT // BC, BK/BV tiles, NSEG segments of a sequence's chunks.
+
+Chunked prefill is three launches (four with segments):
+  intra   per (chunk, head): Γ, the kk and qk matrices, (I + A)^-1, W, U, q⊙e^Γ, k⊙e^(Γ_last-Γ), e^Γ_last
+  state   per (head, V-block, sequence segment): the chunk recurrence, emitting outputs and boundary states
+  combine per (head, V-block, sequence): M_s = P_s M_(s-1) + B_s across segments (two-level scan)
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kda_intra_chunked_fwd_kernel(
+    q, k, v, g, beta,
+    qg, kg, w, u, aqk, gl, flags,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
+):
+    i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    if IS_VARLEN:
+        i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
+        i_t = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int64)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        i_c = tl.load(chunk_offsets + i_n).to(tl.int64) + i_t
+    else:
+        bos = i_b * T
+        eos = bos + T
+        i_c = i_b * tl.cdiv(T, BT) + i_t
+    NC: tl.constexpr = BT // BC
+    t0 = bos + i_t * BT
+    o_t = tl.arange(0, BT)
+    mask_t = (i_t * BT + o_t) < (eos - bos)
+    o_row = (t0 + o_t).to(tl.int64) * H + i_h                                   # [BT] row of [T, H]
+
+    b_beta = tl.load(beta + o_row, mask=mask_t, other=0.).to(tl.float32)
+    n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
+    n_nan_g = n_nan_beta * 0
+
+    # the exp(Γ) factorisation overflows over 64 tokens (e^320 for g = -5), so every 16-column block
+    # gets its own reference inside it: both factors stay within e^±40 and no row block sees more
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_tk = mask_t[:, None] & (o_k < K)[None, :]
+        p_tk = o_row[:, None] * K + o_k[None, :]
+        b_k = tl.load(k + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(g + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+        b_gc = tl.cumsum(b_g, axis=0)
+        for i_s in tl.static_range(NC):
+            b_ref = tl.sum(tl.where((o_t == i_s * BC + BC // 2 - 1)[:, None], b_gc, 0.), 0)
+            b_d = b_gc - b_ref[None, :]
+            mask_r = (o_t >= i_s * BC)[:, None]
+            mask_c = ((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None]
+            b_er = tl.exp(tl.where(mask_r, b_d, float("-inf")))
+            b_kc = b_k * tl.exp(tl.where(mask_c, -b_d, float("-inf")))
+            b_A += tl.dot(b_k * b_er, tl.trans(b_kc), input_precision=PRECISION)
+            b_Aqk += tl.dot(b_q * b_er, tl.trans(b_kc), input_precision=PRECISION)
+
+    b_A = tl.where(o_t[:, None] > o_t[None, :], b_A * b_beta[:, None], 0.)
+    b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
+    p_aqk = aqk + o_row[:, None] * BT + o_t[None, :]
+    tl.store(p_aqk, b_Aqk.to(aqk.dtype.element_ty), mask=mask_t[:, None])
+
+    # (I + A)^-1: forward substitution inside the 16x16 diagonal blocks (all four at once),
+    # then the block-lower rest as (I + E)^-1 = (I - E)(I + E^2), E = Xd L, nilpotent of order NC = 4
+    o_s = tl.arange(0, NC)
+    o_i = tl.arange(0, BC)
+    mask_d4 = (o_s[:, None, None, None] == o_s[None, None, :, None])
+    b_D = tl.sum(tl.where(mask_d4, tl.reshape(b_A, [NC, BC, NC, BC]), 0.), 2)   # [NC, BC, BC]
+    b_N = tl.zeros([NC, BC, BC], dtype=tl.float32)
+    for i in tl.static_range(1, BC):
+        mask_i = (o_i == i)[None, :, None]
+        b_a = -tl.sum(tl.where(mask_i, b_D, 0.), 1)                              # [NC, BC]
+        b_a = b_a + tl.sum(b_a[:, :, None] * b_N, 1)
+        b_N = tl.where(mask_i, b_a[:, None, :], b_N)
+    b_N += (o_i[:, None] == o_i[None, :]).to(tl.float32)[None, :, :]
+    b_Xd = tl.reshape(tl.where(mask_d4, b_N[:, :, None, :], 0.), [BT, BT])
+    b_L = tl.where((o_t[:, None] // BC) > (o_t[None, :] // BC), b_A, 0.)
+    b_E = tl.dot(b_Xd, b_L, input_precision=PRECISION)
+    b_E2 = tl.dot(b_E, b_E, input_precision=PRECISION)
+    b_P = tl.where(o_t[:, None] == o_t[None, :], 1., 0.) - b_E + b_E2 - tl.dot(b_E, b_E2, input_precision=PRECISION)
+    b_X = tl.dot(b_P, b_Xd, input_precision=PRECISION)
+
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        mask_tk = mask_t[:, None] & mask_k[None, :]
+        p_tk = o_row[:, None] * K + o_k[None, :]
+        b_k = tl.load(k + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(g + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_gc = tl.cumsum(b_g, axis=0)
+        b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
+        b_eg = tl.exp(b_gc)
+        tl.store(qg + p_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
+        tl.store(kg + p_tk, (b_k * tl.exp(b_gl[None, :] - b_gc)).to(kg.dtype.element_ty), mask=mask_tk)
+        b_w = tl.dot(b_X, b_k * (b_beta[:, None] * b_eg), input_precision=PRECISION)
+        tl.store(w + p_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        mask_tv = mask_t[:, None] & (o_v < V)[None, :]
+        p_tv = o_row[:, None] * V + o_v[None, :]
+        b_v = tl.load(v + p_tv, mask=mask_tv, other=0.).to(tl.float32)
+        b_u = tl.dot(b_X, b_v * b_beta[:, None], input_precision=PRECISION)
+        tl.store(u + p_tv, b_u.to(u.dtype.element_ty), mask=mask_tv)
+
+    # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
+    tl.store(flags, 1, mask=n_nan_g > 0)
+    tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+
+
+@triton.jit
+def kda_state_chunked_fwd_kernel(
+    qg, kg, w, u, aqk, gl, o, h0, ht, hb,
+    cu_seqlens, chunk_offsets, boundary_offsets,
+    T, NSEG, CPS,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, VS: tl.constexpr,
+    USE_INITIAL_STATE: tl.constexpr, STORE_BOUNDARY: tl.constexpr, STORE_FINAL: tl.constexpr,
+    IS_VARLEN: tl.constexpr, IS_LOCAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One (V-block, head, sequence segment) walks its chunks: Vn = U - W M, o = (q e^Γ) M + Aqk Vn,
+    M <- e^Γ_last M + (k e^(Γ_last-Γ))^T Vn.
+
+    IS_LOCAL (the first pass of the two-level scan): start from zero, or from identity columns for the
+    V-blocks past V (they carry the transition P with U = 0), write no outputs, store the segment's end
+    state to ht ([N, NSEG, H, K, VS], VS = V + K).
+    """
+    i_v, i_h, i_z = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    if IS_VARLEN:
+        i_n = i_z
+        i_s = i_z * 0
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        c_off = tl.load(chunk_offsets + i_n).to(tl.int64)
+        b_off = tl.load(boundary_offsets + i_n).to(tl.int64)
+    else:
+        i_n = i_z // NSEG
+        i_s = i_z % NSEG
+        bos = i_n * T
+        eos = bos + T
+        c_off = i_n * tl.cdiv(T, BT)
+        b_off = i_n * (T // BT)
+    L = eos - bos
+    NT = tl.cdiv(L, BT)
+    c_begin = i_s * CPS
+    c_end = tl.minimum(c_begin + CPS, NT)
+
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    mask_k = o_k < K
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_v = o_v < V
+    if IS_LOCAL:
+        b_h = tl.where(o_k[:, None] == (o_v - V)[None, :], 1., 0.)
+        mask_h = mask_k[:, None] & (o_v < VS)[None, :]
+    else:
+        mask_h = mask_k[:, None] & mask_v[None, :]
+        b_h = tl.zeros([BK, BV], dtype=tl.float32)
+        if USE_INITIAL_STATE:
+            p_h0 = h0 + ((i_n * NSEG + i_s) * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+            b_h = tl.load(p_h0, mask=mask_h, other=0.).to(tl.float32)
+
+    for i_c in range(c_begin, c_end):
+        t0 = bos + i_c * BT
+        mask_t = (i_c * BT + o_t) < L
+        o_row = (t0 + o_t).to(tl.int64) * H + i_h
+        mask_tk = mask_t[:, None] & mask_k[None, :]
+        p_tk = o_row[:, None] * K + o_k[None, :]
+        b_w = tl.load(w + p_tk, mask=mask_tk, other=0.)
+        b_u = tl.load(u + o_row[:, None] * V + o_v[None, :], mask=mask_t[:, None] & mask_v[None, :], other=0.)
+        b_hd = b_h.to(b_w.dtype)
+        b_vn = b_u.to(tl.float32) - tl.dot(b_w, b_hd, input_precision=PRECISION)
+        b_vnd = b_vn.to(b_w.dtype)
+        if not IS_LOCAL:
+            b_qg = tl.load(qg + p_tk, mask=mask_tk, other=0.)
+            b_a = tl.load(aqk + o_row[:, None] * BT + o_t[None, :], mask=mask_t[:, None], other=0.)
+            b_o = tl.dot(b_qg, b_hd, input_precision=PRECISION) + tl.dot(b_a, b_vnd, input_precision=PRECISION)
+            tl.store(o + o_row[:, None] * V + o_v[None, :], b_o.to(o.dtype.element_ty),
+                     mask=mask_t[:, None] & mask_v[None, :])
+        b_kg = tl.load(kg + p_tk, mask=mask_tk, other=0.)
+        b_gl = tl.load(gl + ((c_off + i_c) * H + i_h) * K + o_k, mask=mask_k, other=0.)
+        b_h = b_h * b_gl[:, None] + tl.dot(tl.trans(b_kg), b_vnd, input_precision=PRECISION)
+        if STORE_BOUNDARY:
+            if (i_c + 1) * BT <= L:
+                p_hb = hb + ((b_off + i_c) * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+                tl.store(p_hb, b_h, mask=mask_h)
+
+    if IS_LOCAL:
+        p_ht = ht + ((i_n * NSEG + i_s) * H + i_h) * K * VS + o_k[:, None] * VS + o_v[None, :]
+        tl.store(p_ht, b_h, mask=mask_h)
+    elif STORE_FINAL:
+        if i_s == NSEG - 1:
+            p_ht = ht + (i_n * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+            tl.store(p_ht, b_h, mask=mask_h)
+
+
+@triton.jit
+def kda_combine_chunked_fwd_kernel(
+    h0, hl, hs, NSEG,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
+    USE_INITIAL_STATE: tl.constexpr,
+):
+    """Segment start states: hs[n, s] = P_(s-1) hs[n, s-1] + B_(s-1), hs[n, 0] = h0[n].
+
+    hl holds each segment's local end state B (columns < V) and transition P (columns >= V).
+    """
+    i_v, i_h, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    VS: tl.constexpr = V + K
+    o_k = tl.arange(0, BK)
+    mask_k = o_k < K
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_h = mask_k[:, None] & (o_v < V)[None, :]
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_INITIAL_STATE:
+        b_h = tl.load(h0 + (i_n * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=mask_h, other=0.)
+    for i_s in range(NSEG):
+        p_hs = hs + ((i_n * NSEG + i_s) * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+        tl.store(p_hs, b_h, mask=mask_h)
+        p_l = hl + ((i_n * NSEG + i_s) * H + i_h) * K * VS + o_k[:, None] * VS
+        b_p = tl.load(p_l + V + o_k[None, :], mask=mask_k[:, None] & mask_k[None, :], other=0.)
+        b_b = tl.load(p_l + o_v[None, :], mask=mask_h, other=0.)
+        # tf32 would round the carried state to 10 bits once per segment; the dot is tiny, keep it exact
+        b_h = tl.dot(b_p, b_h, input_precision="ieee") + b_b
+
+
+@triton.jit
+def kda_recurrent_fused_fwd_kernel(
+    q, k, v, g, beta, o, h0, ht, cu_seqlens,
+    T,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr,
+    USE_INITIAL_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
+):
+    """Token loop per (V-block, sequence x head): decay rows, predict, delta, update, read."""
+    i_v, i_nh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_n, i_h = i_nh // H, i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n * T
+        eos = bos + T
+    o_k = tl.arange(0, BK)
+    mask_k = o_k < K
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_v = o_v < V
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    p_h = (i_n * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_INITIAL_STATE:
+        b_h = tl.load(h0 + p_h, mask=mask_h, other=0.).to(tl.float32)
+    for t in range(bos, eos):
+        o_row = t * H + i_h
+        b_q = tl.load(q + o_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+        b_k = tl.load(k + o_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+        b_g = tl.load(g + o_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+        b_v = tl.load(v + o_row * V + o_v, mask=mask_v, other=0.).to(tl.float32)
+        b_beta = tl.load(beta + o_row).to(tl.float32)
+        b_h = b_h * tl.exp(b_g)[:, None]
+        b_d = b_beta * (b_v - tl.sum(b_h * b_k[:, None], 0))
+        b_h += b_k[:, None] * b_d[None, :]
+        b_o = tl.sum(b_h * b_q[:, None], 0)
+        tl.store(o + o_row * V + o_v, b_o.to(o.dtype.element_ty), mask=mask_v)
+    tl.store(ht + p_h, b_h, mask=mask_h)
+
+
+@triton.jit
+def _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, ch, mask_ch, C, W: tl.constexpr, BW: tl.constexpr):
+    """New window = last W of concat(old window, z); returns silu(Σ_j w[ch, j] window[j]) in f32."""
+    o_w = tl.arange(0, BW)
+    mask_w = mask_ch[:, None] & (o_w < W)[None, :]
+    p_old = conv_in + (i_b * C + ch[:, None]) * W + (o_w[None, :] + 1)
+    b_win = tl.load(p_old, mask=mask_ch[:, None] & (o_w + 1 < W)[None, :], other=0.).to(tl.float32)
+    b_z = tl.load(z + i_b * C + ch, mask=mask_ch, other=0.).to(tl.float32)
+    b_win = tl.where((o_w == W - 1)[None, :], b_z[:, None], b_win)
+    b_cw = tl.load(conv_w + ch[:, None] * W + o_w[None, :], mask=mask_w, other=0.).to(tl.float32)
+    b_c = tl.sum(b_win * b_cw, 1)
+    # in place, a thread may overwrite a column another thread of this program has not read yet
+    tl.debug_barrier()
+    tl.store(conv_out + (i_b * C + ch[:, None]) * W + o_w[None, :], b_win.to(conv_out.dtype.element_ty),
+             mask=mask_w)
+    return b_c * tl.sigmoid(b_c)
+
+
+@triton.jit
+def kda_decode_fused_fwd_kernel(
+    z, f, b, conv_w, A_log, conv_in, conv_out, h_in, h_out, o,
+    lower_bound, scale,
+    H: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
+    BK: tl.constexpr, BW: tl.constexpr,
+    USE_LOWER_BOUND: tl.constexpr,
+):
+    """One token per (head, sequence): conv window step, SiLU, L2 (q scaled), gate, beta, delta step.
+
+    One program owns a whole head (all V columns): the q and k conv windows of a head are read by every
+    column, so splitting V across programs would race on the in-place window update.
+    """
+    i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    C = 3 * H * K
+    o_k = tl.arange(0, BK)
+    mask_k = o_k < K
+    ch = i_h * K + o_k
+    b_q = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, ch, mask_k, C, W, BW)
+    b_k = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, H * K + ch, mask_k, C, W, BW)
+    b_v = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, 2 * H * K + ch, mask_k, C, W, BW)
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 0) + 1e-6) * scale
+    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 0) + 1e-6)
+    b_f = tl.load(f + i_b * H * K + ch, mask=mask_k, other=0.).to(tl.float32)
+    b_a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+    if USE_LOWER_BOUND:
+        b_g = lower_bound * tl.sigmoid(b_a * b_f)
+    else:
+        b_g = -b_a * tl.where(b_f > 20., b_f, tl.log(1. + tl.exp(tl.minimum(b_f, 20.))))
+    b_beta = tl.sigmoid(tl.load(b + i_b * H + i_h).to(tl.float32))
+
+    mask_h = mask_k[:, None] & mask_k[None, :]
+    p_h = (i_b * H + i_h) * K * K + o_k[:, None] * K + o_k[None, :]
+    b_h = tl.load(h_in + p_h, mask=mask_h, other=0.) * tl.exp(b_g)[:, None]
+    b_d = b_beta * (b_v - tl.sum(b_h * b_k[:, None], 0))
+    b_h += b_k[:, None] * b_d[None, :]
+    tl.store(h_out + p_h, b_h, mask=mask_h)
+    b_o = tl.sum(b_h * b_q[:, None], 0)
+    tl.store(o + (i_b * H + i_h) * K + o_k, b_o.to(o.dtype.element_ty), mask=mask_k)

@@ -1,0 +1,140 @@
+"""Declared numerical contracts (contracts.toml) and their evaluation.
+
+A comparison with no declared contract is refused (UndeclaredContract): nothing is measured against a
+bound nobody wrote down.
+"""
+from __future__ import annotations
+
+import functools
+import pathlib
+from typing import NamedTuple, Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # python 3.10
+    import tomli as tomllib
+
+from invariants.compare import Metrics, bitwise_equal, metrics
+
+CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
+KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate")
+
+
+class UndeclaredContract(LookupError):
+    """A comparison was asked for that contracts.toml does not declare."""
+
+
+class Contract(NamedTuple):
+    mechanism: str
+    path: str
+    quantity: str
+    kind: str
+    metric: str
+    k: float
+    floor: dict
+    bound: dict
+    reason: str
+
+    def limit(self, dtype: str, baseline_err: Optional[float] = None) -> float:
+        """The bound for this dtype (kernel_replacement: k · baseline error + floor)."""
+        table = self.floor if self.kind == "kernel_replacement" else self.bound
+        if dtype not in table:
+            raise UndeclaredContract(
+                f"contract {self.key}: no {'floor' if self.kind == 'kernel_replacement' else 'bound'} "
+                f"declared for dtype {dtype!r} (declared: {sorted(table)}) in {CONTRACTS_FILE.name}")
+        if self.kind == "kernel_replacement":
+            if baseline_err is None:
+                raise ValueError(f"contract {self.key}: kernel_replacement needs the baseline's error")
+            return self.k * baseline_err + table[dtype]
+        return table[dtype]
+
+    @property
+    def key(self) -> str:
+        return f"{self.mechanism}.{self.path}.{self.quantity}[{self.kind}]"
+
+
+def _as_list(v):
+    return v if isinstance(v, list) else [v]
+
+
+@functools.lru_cache(maxsize=None)
+def load(path: Optional[str] = None) -> dict:
+    """{(mechanism, path, quantity, kind): Contract} from contracts.toml, validated."""
+    file = pathlib.Path(path) if path else CONTRACTS_FILE
+    with open(file, "rb") as fh:
+        data = tomllib.load(fh)
+    default_metric = data.get("defaults", {}).get("metric", "rel_l2")
+    table = {}
+    for i, e in enumerate(data.get("contract", [])):
+        for field in ("mechanism", "path", "quantity", "kind", "reason"):
+            if field not in e:
+                raise ValueError(f"{file.name}: contract #{i} has no {field!r}")
+        if e["kind"] not in KINDS:
+            raise ValueError(f"{file.name}: contract #{i}: kind {e['kind']!r} not in {KINDS}")
+        if e["kind"] == "kernel_replacement" and ("k" not in e or "floor" not in e):
+            raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
+        if e["kind"] in ("self_consistency", "bench_gate") and "bound" not in e:
+            raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
+        for p in _as_list(e["path"]):
+            for q in _as_list(e["quantity"]):
+                key = (e["mechanism"], p, q, e["kind"])
+                if key in table:
+                    raise ValueError(f"{file.name}: contract {key} declared twice")
+                table[key] = Contract(e["mechanism"], p, q, e["kind"], e.get("metric", default_metric),
+                                      float(e.get("k", 0.0)), dict(e.get("floor", {})),
+                                      dict(e.get("bound", {})), e["reason"])
+    return table
+
+
+def lookup(mechanism: str, path: str, quantity: str, kind: str = "kernel_replacement") -> Contract:
+    table = load()
+    key = (mechanism, path, quantity, kind)
+    if key not in table:
+        near = sorted(f"{m}.{p}.{q}[{k}]" for (m, p, q, k) in table if m == mechanism)
+        raise UndeclaredContract(
+            f"no contract declared for {mechanism}.{path}.{quantity}[{kind}] in "
+            f"{CONTRACTS_FILE.name}; declared for {mechanism!r}: {', '.join(near) or 'nothing'}")
+    return table[key]
+
+
+def bench_bound(mechanism: str, path: str, quantity: str, dtype: str) -> float:
+    """The rel-L2 bound a benchmark must meet before it may time a kernel."""
+    return lookup(mechanism, path, quantity, "bench_gate").limit(dtype)
+
+
+class Verdict(NamedTuple):
+    contract: Contract
+    dtype: str
+    value: float              # the gated metric (inf on a non-finite mismatch)
+    limit: float
+    metrics: Optional[Metrics]
+    baseline_err: Optional[float]
+
+    @property
+    def ok(self) -> bool:
+        return self.value <= self.limit
+
+    @property
+    def ratio(self) -> float:
+        """value / limit: > 1 is a broken contract (Hypothesis targets this)."""
+        if self.limit <= 0:
+            return 0.0 if self.value <= 0 else float("inf")
+        return self.value / self.limit
+
+
+def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -> Verdict:
+    """Evaluate one comparison under its contract (see the kinds in contracts.toml)."""
+    if contract.kind == "exact":
+        same = bitwise_equal(candidate, reference)
+        return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None)
+    m = metrics(candidate, reference)
+    base = None
+    if contract.kind == "kernel_replacement":
+        if baseline is None:
+            raise ValueError(f"{contract.key}: a kernel_replacement comparison needs a baseline")
+        bm = metrics(baseline, reference)
+        base = bm.get(contract.metric)
+        if base == float("inf"):
+            raise ValueError(f"{contract.key}: the baseline itself has a non-finite mismatch "
+                             f"at {bm.worst_index}: the baseline is broken, not the candidate")
+    return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base)

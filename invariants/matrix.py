@@ -1,0 +1,59 @@
+"""The correctness matrix as one table of small records (STYLE 2): name, cases, run.
+
+`evaluate` turns a record's comparisons into contract verdicts; the runner (gate/runner.py) and the
+tests (tests/test_kda.py) both go through it, so the CLI and pytest assert the same thing.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from invariants import kda_checks as kc
+from invariants import paths
+from invariants.contracts import Verdict, judge, lookup
+from invariants.target import Target
+from strategies import cases as sc
+
+
+class Check(NamedTuple):
+    name: str                 # "<mechanism>.<what>": also the pytest test name's stem
+    mechanism: str
+    cases: Callable           # geometry -> SearchStrategy of one case type
+    run: Callable             # (case, cand Target, base Target) -> list[Comparison]
+    doc: str
+
+
+CHECKS = (
+    Check("kda.recurrent", "kda", sc.core_cases, kc.run_recurrent,
+          "token loop vs oracle: output and final state (varlen, initial state)"),
+    Check("kda.chunked", "kda", sc.core_cases, kc.run_chunked,
+          "chunk-64 kernel vs oracle: output, final state, EVERY boundary state"),
+    Check("kda.decode", "kda", sc.decode_cases, kc.run_decode,
+          "fused decode step: conv window, SiLU, L2, gate, delta step, output"),
+    Check("kda.sublayer", "kda", sc.sublayer_cases, kc.run_sublayer,
+          "projections..o_proj with left padding and an incoming state"),
+    Check("kda.paths", "kda", sc.sublayer_cases, paths.run_paths,
+          "prefix/chunk/continuation invariant: split prefill, token decode, serialize+restore"),
+    Check("kda.packed", "kda", sc.packed_cases, paths.run_packed,
+          "cu_seqlens packing == each document alone; a NaN stays in its document"),
+    Check("kda.rerun", "kda", lambda g: sc.sublayer_cases(g, padded=False), kc.run_rerun,
+          "run-twice determinism of prefill and decode"),
+)
+
+BY_NAME = {c.name: c for c in CHECKS}
+
+
+def checks_for(mechanisms) -> list[Check]:
+    known = sorted({c.mechanism for c in CHECKS})
+    bad = [m for m in mechanisms if m not in known]
+    if bad:
+        raise ValueError(f"unknown mechanism(s) {bad}: this build checks {known}")
+    return [c for c in CHECKS if c.mechanism in mechanisms]
+
+
+def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
+    """Run one case and judge every comparison under its declared contract."""
+    out = []
+    for cmp in check.run(case, cand, base):
+        contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
+        out.append(judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline))
+    return out

@@ -1,0 +1,65 @@
+"""Where a candidate runs: an implementation, a device and a working dtype.
+
+The harness draws inputs once in float64 NumPy; `Target` hands each implementation its own dtype and
+device (states and gates in float32, SPEC §2) and `compare.to_numpy` brings outputs back.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from impl.registry import Implementation
+from oracle.types import KDAState, KDAWeights
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+# kept in float32 when a checkpoint is loaded in bf16 (SPEC §11)
+F32_WEIGHTS = ("conv1d", "dt_bias", "A_log")
+
+
+class Target(NamedTuple):
+    impl: Implementation
+    device: str
+    dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+    def tensor(self, a, *, f32: bool = False) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32 if f32 else self.dtype,
+                               device=self.device)
+
+    def index(self, a) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a), dtype=torch.int32, device=self.device)
+
+    def weights(self, w: KDAWeights) -> KDAWeights:
+        out = {n: self.tensor(getattr(w, n), f32=n in F32_WEIGHTS) for n in F32_WEIGHTS}
+        moved = w.map(self.tensor)
+        return KDAWeights(**{**moved.__dict__, **out})
+
+    def state(self, s: KDAState) -> KDAState:
+        return KDAState(self.tensor(s.recurrent, f32=True), self.tensor(s.conv))
+
+
+@contextlib.contextmanager
+def poisoned_memory():
+    """Fill every torch.empty with NaN while a candidate runs (TESTING.md: poison outputs).
+
+    torch does this for uninitialised memory when deterministic algorithms are on; any element a
+    kernel forgets to write then stays NaN and breaks the non-finite pattern of its contract.
+    """
+    import torch.utils.deterministic as det
+
+    prev_det, prev_warn = torch.are_deterministic_algorithms_enabled(), \
+        torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = det.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
+        det.fill_uninitialized_memory = prev_fill

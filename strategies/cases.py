@@ -1,0 +1,130 @@
+"""Drawn cases of the KDA checks: small NamedTuples of structure + seed, JSON-serialisable for repro."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from hypothesis import strategies as st
+
+from strategies.geometry import KDAGeometry, kda_geometries
+from strategies.sequences import chunk_splits, packed_lengths, sequence_lengths
+from strategies.tensors import FAMILIES
+
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+class CoreCase(NamedTuple):
+    """The KDA core on [batch, length] rows, or (docs set) one packed row of documents."""
+
+    heads: int
+    head_dim: int
+    batch: int
+    length: int
+    docs: Optional[tuple[int, ...]]
+    initial_state: bool
+    family: str
+    seed: int
+
+
+class SublayerCase(NamedTuple):
+    """One token stream through the KDA sublayer, cut into calls by `splits`."""
+
+    geometry: KDAGeometry
+    batch: int
+    length: int
+    left_pad: tuple[int, ...]
+    splits: tuple[int, ...]
+    initial_state: bool
+    family: str
+    seed: int
+
+
+class PackedCase(NamedTuple):
+    """Documents run packed (cu_seqlens) vs alone; `poison` (doc index or None) gets a NaN state."""
+
+    geometry: KDAGeometry
+    docs: tuple[int, ...]
+    poison: Optional[int]
+    family: str
+    seed: int
+
+
+class DecodeCase(NamedTuple):
+    """`steps` consecutive one-token decode calls per sequence from a non-zero state."""
+
+    geometry: KDAGeometry
+    batch: int
+    steps: int
+    family: str
+    seed: int
+
+
+def families() -> st.SearchStrategy[str]:
+    return st.sampled_from(FAMILIES)
+
+
+@st.composite
+def core_cases(draw, base, *, max_len: int = 160, packed: Optional[bool] = None) -> CoreCase:
+    g = draw(kda_geometries(base))
+    use_docs = draw(st.booleans()) if packed is None else packed
+    if use_docs:
+        docs = draw(packed_lengths(max_len=max_len))
+        batch, length = 1, sum(docs)
+    else:
+        docs, batch, length = None, draw(st.integers(1, 2)), draw(sequence_lengths(max_len=max_len))
+    return CoreCase(g.heads, g.head_dim, batch, length, docs, draw(st.booleans()),
+                    draw(families()), draw(SEEDS))
+
+
+@st.composite
+def sublayer_cases(draw, base, *, max_len: int = 140, padded: bool = True) -> SublayerCase:
+    g = draw(kda_geometries(base))
+    length = draw(sequence_lengths(max_len=max_len))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) if padded else 0 for _ in range(batch))
+    splits = draw(chunk_splits(length))
+    return SublayerCase(g, batch, length, pad, splits, draw(st.booleans()), draw(families()),
+                        draw(SEEDS))
+
+
+@st.composite
+def packed_cases(draw, base, *, max_len: int = 140) -> PackedCase:
+    g = draw(kda_geometries(base))
+    docs = draw(packed_lengths(max_len=max_len))
+    poison = draw(st.one_of(st.none(), st.integers(0, len(docs) - 1)))
+    return PackedCase(g, docs, poison, draw(families()), draw(SEEDS))
+
+
+@st.composite
+def decode_cases(draw, base, *, max_steps: int = 6) -> DecodeCase:
+    g = draw(kda_geometries(base))
+    return DecodeCase(g, draw(st.integers(1, 3)), draw(st.integers(1, max_steps)), draw(families()),
+                      draw(SEEDS))
+
+
+CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase)}
+
+
+def case_to_json(case) -> dict:
+    d = {"type": type(case).__name__}
+    for k, v in case._asdict().items():
+        d[k] = v._asdict() if hasattr(v, "_asdict") else (list(v) if isinstance(v, tuple) else v)
+    return d
+
+
+def case_from_json(d: dict):
+    """Inverse of case_to_json, with a clear error on an unknown type or field."""
+    d = dict(d)
+    name = d.pop("type", None)
+    if name not in CASE_TYPES:
+        raise ValueError(f"case type: expected one of {sorted(CASE_TYPES)}, got {name!r}")
+    cls = CASE_TYPES[name]
+    missing = set(cls._fields) - set(d)
+    extra = set(d) - set(cls._fields)
+    if missing or extra:
+        raise ValueError(f"{name}: missing fields {sorted(missing)}, unexpected {sorted(extra)}")
+    if "geometry" in d:
+        d["geometry"] = KDAGeometry(**d["geometry"])
+    for k, v in d.items():
+        if isinstance(v, list):
+            d[k] = tuple(v)
+    return cls(**d)

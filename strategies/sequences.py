@@ -1,0 +1,67 @@
+"""Sequence structure: lengths, chunk splits, packed documents (STYLE 10-11).
+
+Everything here draws STRUCTURE (integers and tuples), never tensor elements, so a failure shrinks to
+e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn boolean the shrinker can
+drop, and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+# lengths around every boundary the kernels care about: tiny, kpool=4 pools, the 16-token
+# sub-chunk, the 64-token chunk and two chunks
+BOUNDARY_LENGTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 128, 129)
+
+
+def _check_range(min_len, max_len):
+    for name, v in (("min_len", min_len), ("max_len", max_len)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name}: expected a non-negative int, got {v!r}")
+    if min_len > max_len:
+        raise ValueError(f"min_len={min_len} > max_len={max_len}")
+
+
+def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrategy[int]:
+    """Lengths in [min_len, max_len], half the time one of BOUNDARY_LENGTHS."""
+    _check_range(min_len, max_len)
+    boundary = [n for n in BOUNDARY_LENGTHS if min_len <= n <= max_len]
+    uniform = st.integers(min_len, max_len)
+    if not boundary:
+        return uniform
+    return st.booleans().flatmap(lambda pick: st.sampled_from(boundary) if pick else uniform)
+
+
+@st.composite
+def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
+    """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls."""
+    if not isinstance(total, int) or total < 1:
+        raise ValueError(f"total: expected a positive int, got {total!r}")
+    parts, left = [], total
+    while left > 0:
+        if len(parts) == max_parts - 1:
+            parts.append(left)
+            break
+        n = draw(sequence_lengths(min_len=1, max_len=left))
+        parts.append(n)
+        left -= n
+    return tuple(parts)
+
+
+@st.composite
+def packed_lengths(draw, *, max_docs: int = 4, max_len: int = 140) -> tuple[int, ...]:
+    """Document lengths of one varlen batch: zero-length and 1-token rows included on purpose."""
+    if max_docs < 1:
+        raise ValueError(f"max_docs: expected >= 1, got {max_docs}")
+    n = draw(st.integers(1, max_docs))
+    docs = tuple(draw(st.one_of(sequence_lengths(min_len=1, max_len=max_len), st.just(0)))
+                 for _ in range(n))
+    if sum(docs) == 0:
+        docs = docs[:-1] + (1,)
+    return docs
+
+
+def cu_seqlens(lengths) -> list[int]:
+    out = [0]
+    for n in lengths:
+        out.append(out[-1] + n)
+    return out

@@ -1,0 +1,79 @@
+"""Tensors from seeds: every array is built from np.random.default_rng(seed) in float64.
+
+Distribution families put the data where bugs live: `normal`; `gate_low` (g near the -5 bound);
+`gate_high` (g near 0: almost no decay, long memory); `beta_extreme` (beta near 0 and 1);
+`tiny_qk` (pre-norm q, k of norm ~1e-3, where the L2 eps placement matters); `large` (x30 inputs).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from oracle import kda as okda
+from oracle.types import KDAState, KDAWeights
+
+FAMILIES = ("normal", "gate_low", "gate_high", "beta_extreme", "tiny_qk", "large")
+
+
+def check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+
+
+def _gate_logits(rng, shape, family):
+    """f and A_log such that the bounded gate lands where the family wants it."""
+    if family == "gate_low":
+        return 6.0 + rng.standard_normal(shape), 1.0       # sigmoid(e·f) ~ 1 -> g ~ -5
+    if family == "gate_high":
+        return -8.0 + rng.standard_normal(shape), 0.5      # sigmoid(...) ~ 0 -> g ~ 0
+    return rng.standard_normal(shape), 0.0
+
+
+def core_tensors(rng, heads, head_dim, batch, length, family, lower_bound=-5.0):
+    """q, k (normalised, q scaled), v, g, beta for the KDA core: [B,T,H,K] / [B,T,H]."""
+    check_family(family)
+    B, T, H, K = batch, length, heads, head_dim
+    scale = 1e-3 if family == "tiny_qk" else 1.0
+    q = okda.l2norm(scale * rng.standard_normal((B, T, H, K))) * K ** -0.5
+    k = okda.l2norm(scale * rng.standard_normal((B, T, H, K)))
+    v = rng.standard_normal((B, T, H, K)) * (30.0 if family == "large" else 1.0)
+    f, a = _gate_logits(rng, (B, T, H, K), family)
+    g = okda.gate(f, np.full(H, a), lower_bound)
+    b = rng.standard_normal((B, T, H)) * (12.0 if family == "beta_extreme" else 1.0)
+    beta = 1.0 / (1.0 + np.exp(-b))
+    return dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+def initial_state(rng, rows, heads, head_dim):
+    return 0.5 * rng.standard_normal((rows, heads, head_dim, head_dim))
+
+
+def kda_weights(rng, heads, head_dim, hidden, conv_width, family="normal", lower_bound=-5.0,
+                eps=1e-5) -> KDAWeights:
+    """Non-trivial KDA parameters (SPEC §13: randomise what init leaves inert, e.g. A_log, norms)."""
+    H, K, D, W = heads, head_dim, hidden, conv_width
+    s = D ** -0.5
+    n = rng.standard_normal
+    f_shift, a_log = {"gate_low": (6.0, 1.0), "gate_high": (-8.0, 0.5)}.get(family, (0.0, 0.0))
+    return KDAWeights(
+        q_proj=s * n((H * K, D)), k_proj=s * n((H * K, D)), v_proj=s * n((H * K, D)),
+        conv1d=0.5 * n((3 * H * K, W)),
+        f_a_proj=s * n((K, D)), f_b_proj=K ** -0.5 * n((H * K, K)),
+        dt_bias=f_shift + 0.5 * n(H * K), A_log=a_log + 0.5 * n(H),
+        b_proj=(12.0 if family == "beta_extreme" else 1.0) * s * n((H, D)),
+        g_a_proj=s * n((K, D)), g_b_proj=K ** -0.5 * n((H * K, K)),
+        o_norm=1.0 + 0.1 * n(K), o_proj=(H * K) ** -0.5 * n((D, H * K)),
+        lower_bound=lower_bound, eps=eps,
+    )
+
+
+def hidden_states(rng, batch, length, hidden, family):
+    """Sublayer input a [B,S,D]; `tiny_qk` shrinks it so projected q, k have norm ~1e-3."""
+    check_family(family)
+    scale = {"tiny_qk": 1e-3, "large": 30.0}.get(family, 1.0)
+    return scale * rng.standard_normal((batch, length, hidden))
+
+
+def kda_state(rng, rows, heads, head_dim, conv_width):
+    """A non-zero incoming KDAState (recurrent + conv window of pre-conv inputs)."""
+    return KDAState(0.5 * rng.standard_normal((rows, heads, head_dim, head_dim)),
+                    rng.standard_normal((rows, 3 * heads * head_dim, conv_width)))

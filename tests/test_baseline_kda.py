@@ -1,0 +1,399 @@
+"""The "torch" KDA baseline (impl/baseline/kda.py) against the float64 oracle, and the mutant zoo.
+
+float64 TorchKDA is the oracle's math to 1e-10; float32 to ~1e-5; bf16 keeps SPEC §2's dtypes.
+Every mutant in impl/mutants.py is caught by a hand-built probe on which the correct baseline agrees
+with the oracle (so the probe, not noise, is what tells them apart).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from impl.baseline import kda as tkda
+from impl.baseline.kda import TorchKDA, compute_dtype
+from impl.mutants import MUTANTS, Mutant, get
+from oracle import kda as okda
+from oracle.types import KDAState, KDAWeights
+
+H, K, D, W = 2, 8, 16, 4
+C = 3 * H * K
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def weights(rng, *, lower_bound=-5.0, f_shift=0.0) -> KDAWeights:
+    """Non-trivial float64 parameters (SPEC §13: A_log, norms, dt_bias randomised)."""
+    n, s = rng.standard_normal, D ** -0.5
+    return KDAWeights(
+        q_proj=s * n((H * K, D)), k_proj=s * n((H * K, D)), v_proj=s * n((H * K, D)),
+        conv1d=0.5 * n((C, W)), f_a_proj=s * n((K, D)), f_b_proj=K ** -0.5 * n((H * K, K)),
+        dt_bias=f_shift + 0.5 * n(H * K), A_log=0.5 * n(H), b_proj=s * n((H, D)),
+        g_a_proj=s * n((K, D)), g_b_proj=K ** -0.5 * n((H * K, K)),
+        o_norm=1.0 + 0.1 * n(K), o_proj=(H * K) ** -0.5 * n((D, H * K)), lower_bound=lower_bound)
+
+
+def core(rng, B, T, *, gate_shift=0.0) -> dict:
+    """q, k (normalised, q scaled), v, g, beta in float64 for the core."""
+    q = okda.l2norm(rng.standard_normal((B, T, H, K))) * K ** -0.5
+    k = okda.l2norm(rng.standard_normal((B, T, H, K)))
+    v = rng.standard_normal((B, T, H, K))
+    g = okda.gate(gate_shift + rng.standard_normal((B, T, H, K)), 0.5 * rng.standard_normal(H), -5.0)
+    beta = 1.0 / (1.0 + np.exp(-rng.standard_normal((B, T, H))))
+    return dict(q=q, k=k, v=v, g=g, beta=beta)
+
+
+def recurrent_state(rng, rows):
+    return 0.5 * rng.standard_normal((rows, H, K, K))
+
+
+def kda_state(rng, rows) -> KDAState:
+    return KDAState(recurrent_state(rng, rows), rng.standard_normal((rows, C, W)))
+
+
+class AsNumpy:
+    """A TorchKDA-like object called with float64 NumPy (as the oracle is): tensors of `dtype` in,
+    float64 NumPy out. States go in as the contract has them (recurrent float32, conv in `dtype`)."""
+
+    def __init__(self, impl, dtype=torch.float64):
+        self.impl, self.dtype = impl, dtype
+
+    def __getattr__(self, name):
+        fn = getattr(self.impl, name)
+        return lambda *a, **kw: self._out(fn(*map(self._in, a), **{k: self._in(v) for k, v in kw.items()}))
+
+    def _in(self, a):
+        if isinstance(a, KDAWeights):
+            return a.map(self._in)
+        if isinstance(a, KDAState):
+            return KDAState(torch.from_numpy(a.recurrent).to(compute_dtype(self.dtype)), self._in(a.conv))
+        if isinstance(a, np.ndarray):
+            return torch.from_numpy(a).to(self.dtype)
+        return a
+
+    def _out(self, r):
+        if isinstance(r, torch.Tensor):
+            return r.detach().to(torch.float64).numpy()
+        if isinstance(r, tuple):
+            return type(r)(*map(self._out, r)) if isinstance(r, KDAState) else tuple(map(self._out, r))
+        return r
+
+
+def rel(got, want) -> float:
+    """max |got - want| / max |want| (the probe and tolerance metric of this file)."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, f"shape {got.shape}, oracle {want.shape}"
+    scale = np.max(np.abs(want), initial=0.0)
+    return float(np.max(np.abs(got - want), initial=0.0) / (scale if scale > 0 else 1.0))
+
+
+def assert_matches(path, got, want, tol):
+    """Every array of `got` (tuples / KDAState flattened) within `tol` of the oracle's."""
+    flat = lambda r: [x for y in r for x in flat(y)] if isinstance(r, tuple) else [r]
+    for i, (a, b) in enumerate(zip(flat(got), flat(want), strict=True)):
+        err = rel(a, b)
+        assert err <= tol, f"kda.{path} result {i}: rel err {err:.3g} > {tol:g}"
+
+
+BASE64 = AsNumpy(TorchKDA())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny tensors: OpenMP thread hand-offs cost 100x the math on a busy CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- float64: same math
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["zero_state", "initial_state"])
+def test_recurrent(with_state):
+    rng = np.random.default_rng(1)
+    x = core(rng, 2, 13)
+    s = recurrent_state(rng, 2) if with_state else None
+    assert_matches("recurrent", BASE64.recurrent(**x, state=s), okda.recurrent(**x, state=s), 1e-10)
+
+
+# chunk 1 divides every length, so one length is enough for it
+@pytest.mark.parametrize("chunk, T", [(1, 67), (7, 64), (7, 67), (16, 64), (16, 67), (64, 64), (64, 67),
+                                      (64, 130)], ids=lambda v: str(v))
+def test_chunked(chunk, T):
+    rng = np.random.default_rng(2)
+    x = core(rng, 2, T)
+    s = recurrent_state(rng, 2)
+    got = BASE64.chunked(**x, state=s, chunk=chunk)
+    assert got[2].shape == (2, T // chunk, H, K, K)
+    assert_matches("chunked", got, okda.chunked(**x, state=s, chunk=chunk), 1e-10)
+
+
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_chunked_varlen(chunk):
+    rng = np.random.default_rng(3)
+    cu = [0, 5, 5, 70, 77]                                                  # an empty document
+    x = core(rng, 1, 77)
+    s = recurrent_state(rng, 4)
+    got = BASE64.chunked(**x, state=s, chunk=chunk, cu_seqlens=cu)
+    assert got[2].shape == (65 // chunk, H, K, K)
+    assert_matches("chunked", got, okda.chunked(**x, state=s, chunk=chunk, cu_seqlens=cu), 1e-10)
+    assert_matches("recurrent", BASE64.recurrent(**x, state=s, cu_seqlens=cu),
+                   okda.recurrent(**x, state=s, cu_seqlens=cu), 1e-10)
+
+
+def test_chunked_without_boundary_states():
+    rng = np.random.default_rng(4)
+    x = core(rng, 1, 40)
+    o, s, b = BASE64.chunked(**x, chunk=16, boundary_states=False)
+    assert b is None
+    assert_matches("chunked", (o, s), okda.chunked(**x, chunk=16)[:2], 1e-10)
+
+
+def test_chunked_strong_decay():
+    """g near -5 over a 64-chunk: Γ reaches -300, beyond exp's range (the difference form)."""
+    rng = np.random.default_rng(5)
+    x = core(rng, 1, 130, gate_shift=8.0)
+    want = okda.chunked(**x, chunk=64)
+    assert_matches("chunked", BASE64.chunked(**x, chunk=64), want, 1e-10)
+    assert_matches("chunked", AsNumpy(TorchKDA(), torch.float32).chunked(**x, chunk=64), want, 2e-5)
+
+
+def test_decode():
+    rng = np.random.default_rng(6)
+    w = weights(rng)
+    z, f, b, _ = okda.project(w, rng.standard_normal((3, 4, D)))
+    s_o = s_t = kda_state(rng, 3)
+    for i in range(4):
+        o_o, s_o = okda.decode(w, z[:, i], f[:, i], b[:, i], s_o)
+        o_t, s_t = BASE64.decode(w, z[:, i], f[:, i], b[:, i], s_t)
+        assert_matches("decode", (o_t, s_t), (o_o, s_o), 1e-10)
+
+
+@pytest.mark.parametrize("lower_bound", [-5.0, None], ids=["bounded_gate", "softplus_gate"])
+def test_sublayer(lower_bound):
+    rng = np.random.default_rng(7)
+    w = weights(rng, lower_bound=lower_bound)
+    x = rng.standard_normal((2, 70, D))
+    mask = np.ones((2, 70))
+    mask[1, :9] = 0.0                                                       # left padding
+    s = kda_state(rng, 2)
+    assert_matches("sublayer", BASE64.sublayer(w, x, s, mask), okda.sublayer(w, x, s, mask), 1e-10)
+    assert_matches("sublayer", BASE64.sublayer(w, x), okda.sublayer(w, x), 1e-10)
+
+
+def test_sublayer_varlen():
+    rng = np.random.default_rng(8)
+    w = weights(rng)
+    cu = [0, 5, 5, 70]
+    x = rng.standard_normal((1, 70, D))
+    s = kda_state(rng, 3)
+    assert_matches("sublayer", BASE64.sublayer(w, x, s, cu_seqlens=cu),
+                   okda.sublayer(w, x, s, cu_seqlens=cu), 1e-10)
+
+
+def test_pieces():
+    rng = np.random.default_rng(9)
+    w = weights(rng)
+    x = rng.standard_normal((2, 5, D))
+    assert_matches("project", BASE64.project(w, x), okda.project(w, x), 1e-12)
+    z, f, b, zg = okda.project(w, x)
+    cs = rng.standard_normal((2, C, W))
+    assert_matches("conv", BASE64.conv(z, w.conv1d, cs), okda.conv(z, w.conv1d, cs), 1e-12)
+    c, _ = okda.conv(z, w.conv1d, cs)
+    assert_matches("core_inputs", BASE64.core_inputs(w, c, f, b), okda.core_inputs(w, c, f, b), 1e-12)
+    o = rng.standard_normal((2, 5, H, K))
+    zg = zg.reshape(o.shape)
+    assert_matches("gated_rmsnorm", BASE64.gated_rmsnorm(o, zg, w.o_norm, 1e-5),
+                   okda.gated_rmsnorm(o, zg, w.o_norm, 1e-5), 1e-12)
+    tiny = 1e-3 * rng.standard_normal((4, K))
+    assert_matches("l2norm", BASE64.l2norm(tiny), okda.l2norm(tiny), 1e-12)
+    zs = tkda.zero_state(w.map(torch.from_numpy), 3, dtype=torch.bfloat16)
+    assert (zs.recurrent.shape, zs.recurrent.dtype) == ((3, H, K, K), torch.float32)
+    assert (zs.conv.shape, zs.conv.dtype) == ((3, C, W), torch.bfloat16)
+
+
+# ----------------------------------------------------------------------------- low precision
+
+
+def test_float32():
+    rng = np.random.default_rng(10)
+    f32 = AsNumpy(TorchKDA(), torch.float32)
+    x = core(rng, 2, 67)
+    s = recurrent_state(rng, 2)
+    assert_matches("recurrent", f32.recurrent(**x, state=s), okda.recurrent(**x, state=s), 2e-5)
+    assert_matches("chunked", f32.chunked(**x, state=s, chunk=16), okda.chunked(**x, state=s, chunk=16), 2e-5)
+    w = weights(rng)
+    xs = rng.standard_normal((2, 70, D))
+    ks = kda_state(rng, 2)
+    assert_matches("sublayer", f32.sublayer(w, xs, ks), okda.sublayer(w, xs, ks), 2e-5)
+    z, f, b, _ = okda.project(w, xs[:, :1])
+    assert_matches("decode", f32.decode(w, z[:, 0], f[:, 0], b[:, 0], ks),
+                   okda.decode(w, z[:, 0], f[:, 0], b[:, 0], ks), 2e-5)
+
+
+def test_bfloat16_keeps_the_spec_dtypes():
+    """Outputs in bf16, recurrent state in f32, conv window in bf16; error at bf16 level."""
+    rng = np.random.default_rng(11)
+    w = weights(rng)
+    x = rng.standard_normal((2, 70, D))
+    wt = w.map(lambda a: torch.from_numpy(a).to(torch.bfloat16))
+    wt = KDAWeights(**{**wt.__dict__, "conv1d": torch.from_numpy(w.conv1d).float(),
+                       "dt_bias": torch.from_numpy(w.dt_bias).float(), "A_log": torch.from_numpy(w.A_log).float()})
+    y, s = tkda.sublayer(wt, torch.from_numpy(x).to(torch.bfloat16))
+    assert (y.dtype, s.recurrent.dtype, s.conv.dtype) == (torch.bfloat16, torch.float32, torch.bfloat16)
+    y_o, _ = okda.sublayer(w, x)
+    # rel-L2, not max: the gated norm rescales heads whose core output is tiny, and there the
+    # absolute bf16 error of the core becomes a large relative one (the reference does the same)
+    err = np.linalg.norm(y.double().numpy() - y_o) / np.linalg.norm(y_o)
+    assert err < 3e-2
+    xc = core(rng, 1, 67)
+    q, k, v, beta = (torch.from_numpy(xc[n]).to(torch.bfloat16) for n in ("q", "k", "v", "beta"))
+    o, M, bnd = tkda.chunked(q, k, v, torch.from_numpy(xc["g"]).float(), beta, chunk=16)
+    assert (o.dtype, M.dtype, bnd.dtype) == (torch.bfloat16, torch.float32, torch.float32)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _core_t(B=1, T=6):
+    x = core(np.random.default_rng(0), B, T)
+    return [torch.from_numpy(x[n]) for n in ("q", "k", "v", "g", "beta")]
+
+
+BAD_CALLS = {
+    "chunked(chunk=0)": (lambda: tkda.chunked(*_core_t(), chunk=0), "chunk: expected a positive integer"),
+    "chunked(chunk=1.5)": (lambda: tkda.chunked(*_core_t(), chunk=1.5), "chunk: expected a positive integer"),
+    "chunked(chunk=True)": (lambda: tkda.chunked(*_core_t(), chunk=True), "chunk: expected a positive integer"),
+    "recurrent(cu_seqlens=[1, 6])": (lambda: tkda.recurrent(*_core_t(), cu_seqlens=[1, 6]),
+                                     "cu_seqlens: expected to start at 0 and end at T=6"),
+    "recurrent(cu_seqlens=[0, 5])": (lambda: tkda.recurrent(*_core_t(), cu_seqlens=[0, 5]),
+                                     "cu_seqlens: expected to start at 0 and end at T=6"),
+    "chunked(cu_seqlens=[0, 4, 2, 6])": (lambda: tkda.chunked(*_core_t(), cu_seqlens=torch.tensor([0, 4, 2, 6])),
+                                         "cu_seqlens: expected non-decreasing offsets"),
+    "chunked(cu_seqlens=[0])": (lambda: tkda.chunked(*_core_t(), cu_seqlens=[0]), "cu_seqlens: expected 1-D"),
+    "recurrent(B=2, cu_seqlens)": (lambda: tkda.recurrent(*_core_t(B=2), cu_seqlens=[0, 6]),
+                                   "cu_seqlens given: expected batch 1"),
+    "recurrent(k wrong shape)": (lambda: tkda.recurrent(*[a[..., :4] if i == 1 else a
+                                                          for i, a in enumerate(_core_t())]), "k: expected shape"),
+    "recurrent(state wrong rows)": (lambda: tkda.recurrent(*_core_t(), torch.zeros(2, H, K, K),
+                                                           cu_seqlens=[0, 6]), "state: expected shape (1, "),
+    "sublayer(x 2-D)": (lambda: tkda.sublayer(weights(np.random.default_rng(0)).map(torch.from_numpy),
+                                              torch.zeros(5, D, dtype=torch.float64)), "x: expected [B, S, D]"),
+}
+
+
+@pytest.mark.parametrize("call", BAD_CALLS, ids=list(BAD_CALLS))
+def test_bad_calls_raise(call):
+    fn, message = BAD_CALLS[call]
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        fn()
+
+
+# ----------------------------------------------------------------------------- mutants
+
+
+def _sublayer_default(m, *, scale=1.0, f_shift=0.0):
+    rng = np.random.default_rng(20)
+    w = weights(rng, f_shift=f_shift)
+    x = scale * rng.standard_normal((2, 70, D))
+    return {"output": m.sublayer(w, x)[0]}
+
+
+def _recurrent_probe(m):
+    rng = np.random.default_rng(21)
+    x = core(rng, 2, 20)
+    o, s = m.recurrent(**x, state=recurrent_state(rng, 2))
+    return {"output": o, "final_state": s}
+
+
+def _chunked_probe(T, chunk, cu=None, gate_shift=0.0):
+    def probe(m):
+        rng = np.random.default_rng(22)
+        x = core(rng, 1, T, gate_shift=gate_shift)
+        o, s, b = m.chunked(**x, chunk=chunk, cu_seqlens=cu)
+        return {"output": o, "final_state": s, "boundary_states": b}
+    return probe
+
+
+def _two_calls_probe(m):
+    """Prefill 5 tokens, continue with 3, then one decode step: every call after the first."""
+    rng = np.random.default_rng(23)
+    w = weights(rng)
+    x = rng.standard_normal((2, 9, D))
+    _, s = m.sublayer(w, x[:, :5])
+    y, s = m.sublayer(w, x[:, 5:8], s)
+    z, f, b, _ = okda.project(w, x[:, 8])
+    return {"output": y, "decode": m.decode(w, z, f, b, s)[0]}
+
+
+def _packed_sublayer_probe(m):
+    rng = np.random.default_rng(24)
+    w = weights(rng)
+    return {"output": m.sublayer(w, rng.standard_normal((1, 70, D)), cu_seqlens=[0, 5, 70])[0]}
+
+
+PROBES = {
+    "kda_decay_after_correction": _recurrent_probe,
+    "kda_output_before_update": _recurrent_probe,
+    "kda_tail_chunk_dropped": _chunked_probe(65, 64),
+    "kda_padded_steps_update_state": _chunked_probe(70, 64),
+    "kda_conv_state_not_carried": _two_calls_probe,
+    # weak decay (g near 0): what leaks from the first document is still there in the second
+    "kda_state_leak_across_cu_seqlens": _chunked_probe(70, 64, cu=[0, 5, 70], gate_shift=-4.0),
+    "kda_conv_slides_across_documents": _packed_sublayer_probe,
+    # f around 3: the bounded gate saturates near -5, softplus keeps growing
+    "kda_softplus_gate": lambda m: _sublayer_default(m, f_shift=3.0),
+    # x ~7e-4 gives pre-norm q, k of norm ~1e-3, where sqrt(Σx² + eps) and max(‖x‖, sqrt(eps)) part
+    "kda_l2_eps_outside_sqrt": lambda m: _sublayer_default(m, scale=7e-4),
+    # weak decay and many boundaries: the bf16 roundings accumulate instead of decaying away
+    "kda_state_bf16_across_chunks": _chunked_probe(96, 1, gate_shift=-4.0),
+    "kda_q_not_scaled": _sublayer_default,
+    "kda_silu_gate_norm": _sublayer_default,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_caught(name):
+    probe = PROBES[name]
+    want = probe(okda)
+    good, bad = probe(BASE64), probe(AsNumpy(get(name).factory()))
+    errs = {q: rel(bad[q], want[q]) for q in want}
+    assert max(rel(good[q], want[q]) for q in want) < 1e-9, "the probe itself disagrees with the oracle"
+    quantity = get(name).caught_by.rsplit(".", 1)[1]
+    assert errs.get(quantity, max(errs.values())) > 1e-3, f"mutant {name} escapes its probe: {errs}"
+
+
+def test_every_mutant_has_a_probe():
+    assert sorted(PROBES) == sorted(MUTANTS)
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_overrides_one_method(name):
+    m = MUTANTS[name]
+    assert isinstance(m, Mutant) and m.name == name and m.mechanism == "kda"
+    assert m.description and "\n" not in m.description
+    assert m.caught_by.startswith("kda.") and m.caught_by.count(".") == 2
+    a, b = m.factory(), m.factory()
+    assert a is not b and isinstance(a, TorchKDA)
+    own = [n for n, v in vars(type(a)).items() if inspect.isfunction(v)]
+    assert len(own) == 1 and hasattr(TorchKDA, own[0]), own
+
+
+def test_get_unknown_mutant_lists_the_names():
+    with pytest.raises(KeyError, match="kda_tail_chunk_dropped"):
+        get("kda_no_such_bug")
+
+
+@pytest.mark.parametrize("name", ["kda_state_leak_across_cu_seqlens", "kda_conv_slides_across_documents"])
+def test_packing_mutants_leave_batch_rows_alone(name):
+    """The bug is across cu_seqlens documents only: unpacked batch rows stay independent."""
+    rng = np.random.default_rng(25)
+    w = weights(rng)
+    x = rng.standard_normal((2, 20, D))
+    s = kda_state(rng, 2)
+    assert_matches("sublayer", AsNumpy(get(name).factory()).sublayer(w, x, s), okda.sublayer(w, x, s), 1e-10)

@@ -1,0 +1,53 @@
+"""The CLI end to end, in process: run, a failure's report and its repro line, contracts, errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gate import cli
+
+
+def test_run_passes_on_the_baseline_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = cli.main(["run", "--impl", "torch", "--examples", "2", "--check", "kda.chunked",
+                   "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["results"][0]["check"] == "kda.chunked" and data["results"][0]["status"] == "pass"
+    assert "worst error / bound" in capsys.readouterr().out
+
+
+def test_a_broken_contract_exits_1_and_prints_a_repro_line_that_reproduces_it(capsys):
+    rc = cli.main(["run", "--impl", "mutant:kda_tail_chunk_dropped", "--examples", "10",
+                   "--check", "kda.chunked", "--profile", "ci"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "shrunk scenario" in out and "broke a contract" in out
+    line = next(l for l in out.splitlines() if l.strip().startswith("glmgate repro '"))
+    payload = line.strip()[len("glmgate repro '"):-1]
+    assert json.loads(payload)["check"] == "kda.chunked"
+    assert cli.main(["repro", payload]) == 1
+    assert "FAIL kda.chunked.output" in capsys.readouterr().out
+    assert cli.main(["repro", payload, "--impl", "torch"]) == 0
+
+
+def test_contracts_prints_the_table(capsys):
+    assert cli.main(["contracts"]) == 0
+    assert "kernel_replacement" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["run", "--mechanism", "nope"], "unknown mechanism"),
+    (["run", "--impl", "nope"], "unknown implementation"),
+    (["run", "--check", "kda.nope"], "unknown"),
+    (["run", "--geometry", "huge"], "huge"),
+    (["run", "--device", "tpu"], "cpu or cuda"),
+    (["repro", "{not json"], "not JSON"),
+    (["repro", '{"check": "kda.nope", "case": {}}'], "unknown check"),
+    (["zoo", "--mutant", "nope"], "unknown mutant"),
+], ids=["run --mechanism nope", "run --impl nope", "run --check kda.nope", "run --geometry huge",
+        "run --device tpu", "repro (not JSON)", "repro (unknown check)", "zoo --mutant nope"])
+def test_bad_arguments_exit_with_a_message_naming_the_problem(argv, match):
+    with pytest.raises(SystemExit, match=match):
+        cli.main(argv)

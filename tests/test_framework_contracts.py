@@ -1,0 +1,83 @@
+"""The contracts layer itself: undeclared comparisons are refused, verdicts mean what they say."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from invariants import contracts as ct
+from invariants.compare import metrics
+
+
+def test_an_undeclared_comparison_is_refused_with_the_declared_alternatives():
+    with pytest.raises(ct.UndeclaredContract, match=r"kda\.chunked\.logits.*declared for 'kda'"):
+        ct.lookup("kda", "chunked", "logits")
+
+
+def test_an_undeclared_dtype_is_refused():
+    c = ct.lookup("kda", "chunked", "output")
+    with pytest.raises(ct.UndeclaredContract, match="float16"):
+        c.limit("float16", 1e-7)
+
+
+def test_kernel_replacement_bound_is_k_times_baseline_plus_floor():
+    c = ct.lookup("kda", "chunked", "output")
+    ref = np.linspace(1, 2, 100)
+    base = ref * (1 + 1e-6)
+    v = ct.judge(c, "float32", ref * (1 + 2e-6), ref, base)
+    assert v.limit == pytest.approx(c.k * 1e-6 + c.floor["float32"], rel=1e-6)
+    assert v.ok
+    assert not ct.judge(c, "float32", ref * 1.01, ref, base).ok
+
+
+def test_a_nan_where_the_oracle_is_finite_breaks_every_contract():
+    c = ct.lookup("kda", "chunked", "output")
+    ref = np.ones(8)
+    cand = ref.copy()
+    cand[3] = np.nan
+    v = ct.judge(c, "float32", cand, ref, ref)
+    assert not v.ok and v.value == float("inf") and v.metrics.worst_index == (3,)
+
+
+def test_a_nan_the_oracle_also_has_is_not_an_error():
+    c = ct.lookup("kda", "packed", "output")
+    ref = np.array([1.0, np.nan, 2.0])
+    assert ct.judge(c, "float32", ref.copy(), ref, ref).ok
+
+
+def test_a_broken_baseline_is_reported_as_such_not_blamed_on_the_candidate():
+    c = ct.lookup("kda", "chunked", "output")
+    with pytest.raises(ValueError, match="baseline itself"):
+        ct.judge(c, "float32", np.ones(3), np.ones(3), np.array([1.0, np.nan, 1.0]))
+
+
+def test_exact_contract_is_bitwise():
+    c = ct.lookup("kda", "chunked", "rerun", "exact")
+    a = np.array([1.0, 2.0])
+    assert ct.judge(c, "float32", a, a.copy()).ok
+    assert not ct.judge(c, "float32", a, a + np.array([0.0, 4.4e-16])).ok
+
+
+def test_bench_bound_comes_from_the_table():
+    assert ct.bench_bound("kda", "chunked", "output", "bfloat16") > 0
+    with pytest.raises(ct.UndeclaredContract):
+        ct.bench_bound("kda", "sublayer", "output", "bfloat16")
+
+
+def test_metrics_report_the_worst_element():
+    m = metrics(np.array([[1.0, 2.0], [3.0, 4.5]]), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    assert m.worst_index == (1, 1) and m.worst_candidate == 4.5 and m.worst_reference == 4.0
+    assert m.rel_l2 == pytest.approx(0.5 / np.sqrt(30))
+
+
+@pytest.mark.parametrize("text, match", [
+    ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="nope"\nreason="r"', "kind"),
+    ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="kernel_replacement"\nreason="r"', "k and floor"),
+    ('[[contract]]\nmechanism="kda"\npath="x"\nkind="exact"\nreason="r"', "quantity"),
+    ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="exact"\nreason="r"\n'
+     '[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="exact"\nreason="r"', "twice"),
+], ids=["unknown kind", "kernel_replacement without k", "missing quantity", "declared twice"])
+def test_a_malformed_contracts_file_is_refused(tmp_path, text, match):
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        ct.load(str(f))

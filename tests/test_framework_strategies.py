@@ -1,0 +1,58 @@
+"""Strategies reach the boundary cases and shrink to simple ones (STYLE 12)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import find, settings
+
+from oracle.config import Geometry
+from strategies import cases as sc
+from strategies.sequences import chunk_splits, packed_lengths, sequence_lengths
+
+FIND = settings(max_examples=2000, database=None)
+
+
+@pytest.mark.parametrize("n", [1, 4, 5, 63, 64, 65, 128, 129])
+def test_sequence_lengths_reach_every_boundary(n):
+    assert find(sequence_lengths(), lambda x: x == n, settings=FIND) == n
+
+
+def test_sequence_lengths_shrink_to_the_smallest_failing_length():
+    assert find(sequence_lengths(), lambda x: x > 64, settings=FIND) == 65
+
+
+def test_chunk_splits_sum_to_the_total_and_shrink_to_two_parts():
+    parts = find(chunk_splits(130), lambda p: len(p) >= 2, settings=FIND)
+    assert sum(parts) == 130 and len(parts) == 2
+
+
+def test_chunk_splits_reach_a_cut_off_the_chunk_grid():
+    parts = find(chunk_splits(129), lambda p: len(p) >= 2 and p[0] == 63, settings=FIND)
+    assert parts[0] == 63
+
+
+def test_packed_lengths_reach_zero_length_and_one_token_documents():
+    docs = find(packed_lengths(), lambda d: 0 in d and 1 in d, settings=FIND)
+    assert 0 in docs and 1 in docs and sum(docs) > 0
+
+
+def test_cases_round_trip_through_json():
+    tiny = Geometry.preset("tiny")
+    for strat in (sc.core_cases(tiny), sc.sublayer_cases(tiny), sc.packed_cases(tiny), sc.decode_cases(tiny)):
+        case = find(strat, lambda c: True, settings=FIND)
+        assert sc.case_from_json(sc.case_to_json(case)) == case
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: sequence_lengths(min_len=5, max_len=2), "min_len=5 > max_len=2"),
+    (lambda: sequence_lengths(min_len=-1), "min_len"),
+    (lambda: sequence_lengths(max_len=1.5), "max_len"),
+    (lambda: find(chunk_splits(0), bool), "total"),
+    (lambda: find(packed_lengths(max_docs=0), bool), "max_docs"),
+    (lambda: sc.case_from_json({"type": "Nope"}), "case type"),
+    (lambda: sc.case_from_json({"type": "CoreCase", "heads": 1}), "missing fields"),
+], ids=["sequence_lengths(min_len=5, max_len=2)", "sequence_lengths(min_len=-1)",
+        "sequence_lengths(max_len=1.5)", "chunk_splits(0)", "packed_lengths(max_docs=0)",
+        "case_from_json(unknown type)", "case_from_json(missing fields)"])
+def test_bad_strategy_arguments_are_refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

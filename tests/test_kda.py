@@ -1,0 +1,220 @@
+"""The KDA row of the correctness matrix (TESTING.md), on the Triton implementation.
+
+On CPU the kernels run in the Triton interpreter in float32; on a GPU (`-m gpu` file
+tests/test_kda_gpu.py) in bf16. Properties go through the same records as `glmgate run`
+(invariants/matrix.py), so a failure here and a failure in the CLI are the same failure.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gate.runner import run_one
+from impl import registry
+from invariants.matrix import BY_NAME
+from invariants.target import Target
+from oracle import kda as okda
+from oracle.config import Geometry
+from strategies import cases as sc
+from strategies import tensors as tz
+from strategies.geometry import KDAGeometry
+
+TINY = Geometry.preset("tiny")
+G0 = KDAGeometry.from_geometry(TINY)
+
+
+@functools.lru_cache(maxsize=None)
+def _targets():
+    return (Target(registry.get("triton"), "cpu", torch.float32),
+            Target(registry.get("torch"), "cpu", torch.float32))
+
+
+def _check(name, case):
+    run_one(BY_NAME[name], case, *_targets())
+
+
+# ----------------------------------------------------------------------------- oracle ladder
+
+
+@given(sc.core_cases(TINY), st.sampled_from([1, 5, 16, 63, 64, 100]))
+@example(sc.CoreCase(2, 8, 1, 130, None, True, "gate_low", 0), 64)
+@example(sc.CoreCase(2, 8, 1, 129, (65, 0, 1, 63), True, "normal", 1), 16)
+def test_oracle_chunked_equals_recurrent(case, chunk):
+    """Output, final state and EVERY boundary state, chunk sizes that do and do not divide."""
+    x = tz.core_tensors(np.random.default_rng(case.seed), case.heads, case.head_dim, case.batch,
+                        case.length, case.family)
+    rows = len(case.docs) if case.docs else case.batch
+    state = tz.initial_state(np.random.default_rng(case.seed + 1), rows, case.heads, case.head_dim) \
+        if case.initial_state else None
+    cu = np.cumsum((0,) + case.docs) if case.docs else None
+    o1, s1 = okda.recurrent(**x, state=state, cu_seqlens=cu)
+    o2, s2, bnd = okda.chunked(**x, state=state, chunk=chunk, cu_seqlens=cu)
+    scale = max(1.0, np.abs(o1).max())
+    assert np.abs(o1 - o2).max() <= 1e-10 * scale
+    assert np.abs(s1 - s2).max() <= 1e-10 * max(1.0, np.abs(s1).max())
+    traj = okda.recurrent_trajectory(**x, state=state, cu_seqlens=cu)
+    lengths = case.docs if case.docs else (case.length,) * case.batch
+    starts = np.cumsum((0,) + tuple(lengths))[:-1] if case.docs else [0] * case.batch
+    want = [traj[0 if case.docs else d, starts[d] + n - 1] for d, n in okda.boundary_positions(lengths, chunk)]
+    got = bnd.reshape(-1, *bnd.shape[-3:])
+    assert got.shape[0] == len(want)
+    for a, b in zip(got, want):
+        assert np.abs(a - b).max() <= 1e-10 * max(1.0, np.abs(b).max())
+
+
+def test_oracle_operator_order_decay_then_correct():
+    """M_t = (I - b k k^T) D M + b k v^T, not D (I - b k k^T) M; the output reads M_t (after)."""
+    rng = np.random.default_rng(3)
+    K = 4
+    M0 = rng.standard_normal((1, 1, K, K))
+    q, k = okda.l2norm(rng.standard_normal((2, 1, 1, 1, K)))
+    v = rng.standard_normal((1, 1, 1, K))
+    g = -rng.random((1, 1, 1, K))
+    b = np.array([[[0.7]]])
+    o, M = okda.recurrent(q, k, v, g, b, M0)
+    D = np.diag(np.exp(g[0, 0, 0]))
+    kk = k[0, 0, 0][:, None]
+    want = (np.eye(K) - 0.7 * kk @ kk.T) @ D @ M0[0, 0] + 0.7 * kk @ v[0, 0, 0][None]
+    wrong = D @ (np.eye(K) - 0.7 * kk @ kk.T) @ M0[0, 0] + 0.7 * kk @ v[0, 0, 0][None]
+    np.testing.assert_allclose(M[0, 0], want, atol=1e-14)
+    assert np.abs(M[0, 0] - wrong).max() > 1e-3
+    np.testing.assert_allclose(o[0, 0, 0], want.T @ q[0, 0, 0], atol=1e-14)
+
+
+def test_oracle_l2_eps_inside_sqrt_and_bounded_gate():
+    x = np.full((1, 4), 5e-4)                         # sum x^2 = 1e-6 = eps
+    np.testing.assert_allclose(okda.l2norm(x), x / np.sqrt(2e-6), rtol=1e-14)
+    f, a = np.array([[0.3, -2.0]]), np.array([0.5])
+    np.testing.assert_allclose(okda.gate(f, a, -5.0), -5.0 / (1 + np.exp(-np.exp(0.5) * f)), rtol=1e-14)
+    np.testing.assert_allclose(okda.gate(f, a, None), -np.exp(0.5) * np.log1p(np.exp(f)), rtol=1e-14)
+
+
+def test_oracle_conv_window_carried_across_calls():
+    rng = np.random.default_rng(5)
+    z, w = rng.standard_normal((2, 11, 6)), rng.standard_normal((6, 4))
+    c_all, s_all = okda.conv(z, w)
+    c1, s1 = okda.conv(z[:, :3], w)
+    c2, s2 = okda.conv(z[:, 3:], w, s1)
+    np.testing.assert_allclose(np.concatenate([c1, c2], 1), c_all, atol=1e-14)
+    np.testing.assert_allclose(s2, s_all, atol=0)
+    np.testing.assert_array_equal(s_all, np.swapaxes(z[:, -4:], 1, 2))
+
+
+def test_oracle_packed_equals_alone():
+    rng = np.random.default_rng(9)
+    w = tz.kda_weights(rng, 2, 8, 32, 4)
+    docs = (5, 0, 70, 1)
+    x = rng.standard_normal((1, sum(docs), 32))
+    st0 = tz.kda_state(rng, len(docs), 2, 8, 4)
+    y, s = okda.sublayer(w, x, st0, cu_seqlens=np.cumsum((0,) + docs))
+    a = 0
+    for i, n in enumerate(docs):
+        yi, si = okda.sublayer(w, x[:, a:a + n], type(st0)(st0.recurrent[i:i + 1], st0.conv[i:i + 1]))
+        np.testing.assert_allclose(y[:, a:a + n], yi, atol=1e-12)
+        np.testing.assert_allclose(s.recurrent[i], si.recurrent[0], atol=1e-12)
+        np.testing.assert_allclose(s.conv[i], si.conv[0], atol=0)
+        a += n
+
+
+# ----------------------------------------------------------------------------- implementation vs oracle
+
+CORE = sc.core_cases(TINY, max_len=140)
+
+
+@given(CORE)
+@example(sc.CoreCase(2, 8, 1, 65, None, True, "normal", 0))
+@example(sc.CoreCase(2, 8, 1, 68, (64, 1, 0, 3), True, "gate_low", 1))
+def test_recurrent(case):
+    _check("kda.recurrent", case)
+
+
+@given(CORE)
+@example(sc.CoreCase(2, 8, 1, 64, None, False, "normal", 0))
+@example(sc.CoreCase(2, 8, 2, 129, None, True, "gate_high", 2))
+@example(sc.CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3))
+def test_chunked(case):
+    _check("kda.chunked", case)
+
+
+@given(sc.decode_cases(TINY))
+@example(sc.DecodeCase(G0, 2, 5, "tiny_qk", 0))
+def test_decode(case):
+    _check("kda.decode", case)
+
+
+@given(sc.sublayer_cases(TINY))
+@example(sc.SublayerCase(G0, 2, 65, (0, 3), (65,), True, "normal", 0))
+def test_sublayer(case):
+    _check("kda.sublayer", case)
+
+
+@given(sc.sublayer_cases(TINY))
+@example(sc.SublayerCase(G0, 1, 70, (0,), (64, 1, 5), True, "normal", 0))
+@example(sc.SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1))
+def test_paths(case):
+    """The prefix/chunk/continuation invariant: split prefill, token decode, serialize+restore."""
+    _check("kda.paths", case)
+
+
+@given(sc.packed_cases(TINY))
+@example(sc.PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0))
+def test_packed(case):
+    """No leakage across cu_seqlens (recurrent AND conv); a poisoned document keeps its NaN."""
+    _check("kda.packed", case)
+
+
+@settings(max_examples=3)
+@given(sc.sublayer_cases(TINY, padded=False))
+def test_rerun(case):
+    _check("kda.rerun", case)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _core(T=5, H=2, K=8):
+    rng = np.random.default_rng(0)
+    x = tz.core_tensors(rng, H, K, 1, T, "normal")
+    return {n: torch.tensor(a, dtype=torch.float32) for n, a in x.items()}
+
+
+def _bad_calls():
+    x = _core()
+    q, k, v, g, b = x["q"], x["k"], x["v"], x["g"], x["beta"]
+    nan_g = g.clone()
+    nan_g[0, 1, 0, 0] = float("nan")
+    return [
+        pytest.param(lambda m: m.chunked(q, k, v, g, b, None, 0), "chunk", id="chunked(chunk=0)"),
+        pytest.param(lambda m: m.chunked(q, k[:, :4], v, g, b), "k", id="chunked(k shorter than q)"),
+        pytest.param(lambda m: m.chunked(q, k, v, g, b[..., :1]), "beta", id="chunked(beta wrong heads)"),
+        pytest.param(lambda m: m.chunked(q, k, v, g, b, cu_seqlens=torch.tensor([0, 3, 2, 5])),
+                     "cu_seqlens", id="chunked(cu_seqlens not increasing)"),
+        pytest.param(lambda m: m.chunked(q, k, v, g, b, cu_seqlens=torch.tensor([0, 3])),
+                     "cu_seqlens", id="chunked(cu_seqlens not ending at T)"),
+        pytest.param(lambda m: m.recurrent(q, k, v, g, b, torch.zeros(1, 2, 8, 9)), "state",
+                     id="recurrent(state wrong shape)"),
+        pytest.param(lambda m: m.chunked(q, k, v, nan_g, b), "g", id="chunked(NaN in g)"),
+    ]
+
+
+@pytest.mark.parametrize("call, names", _bad_calls())
+@pytest.mark.parametrize("side", ["triton", "torch"])
+def test_bad_input_is_refused_naming_the_argument(side, call, names):
+    ns = registry.get(side).kda
+    with pytest.raises(ValueError, match=names):
+        call(ns)
+
+
+@pytest.mark.parametrize("call, names", _bad_calls())
+def test_oracle_refuses_bad_input_naming_the_argument(call, names):
+    class Np:
+        def __getattr__(self, n):
+            f = getattr(okda, n)
+            return lambda *a, **kw: f(*[x.numpy() if hasattr(x, "numpy") else x for x in a],
+                                      **{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in kw.items()})
+    with pytest.raises(ValueError, match=names):
+        call(Np())
