@@ -10,6 +10,9 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     # must happen before anything imports triton
     os.environ["TRITON_INTERPRET"] = "1"
 
+# tiny shapes: with 2 threads per op, torch spends ~100x the work in thread hand-offs on 2 cores
+torch.set_num_threads(1)
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

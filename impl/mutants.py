@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from impl.baseline.kda import TorchKDA, compute_dtype
+from oracle.types import KDAState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +143,30 @@ class SiluGateNorm(TorchKDA):
         return F.silu(zg)
 
 
+class DecodeWindowNotShifted(TorchKDA):
+    """decode returns the incoming conv window unchanged: the new token never enters the window."""
+
+    def decode(self, w, z, f, b, state):
+        o, new = super().decode(w, z, f, b, state)
+        return o, KDAState(new.recurrent, state.conv)
+
+
+class MaskIgnored(TorchKDA):
+    """sublayer does not zero padded inputs, so left-padding tokens move the state (SPEC §6.1)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        return super().sublayer(w, x, state, None, cu_seqlens)
+
+
+class NondeterministicOutput(TorchKDA):
+    """sublayer output carries run-to-run noise of ~2^-22 relative (an unordered atomic reduction)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        y, s = super().sublayer(w, x, state, mask, cu_seqlens)
+        noise = torch.rand(y.shape, device=y.device, dtype=torch.float32) - 0.5
+        return (y.float() * (1 + 2.0 ** -22 * noise)).to(y.dtype), s
+
+
 def _row(cls, name: str, caught_by: str) -> tuple[str, Mutant]:
     return name, Mutant(name, "kda", cls.__doc__.strip(), caught_by, cls)
 
@@ -151,14 +176,17 @@ MUTANTS: dict[str, Mutant] = dict((
     _row(OutputBeforeUpdate, "kda_output_before_update", "kda.recurrent.output"),
     _row(TailChunkDropped, "kda_tail_chunk_dropped", "kda.chunked.output"),
     _row(PaddedStepsUpdateState, "kda_padded_steps_update_state", "kda.chunked.final_state"),
-    _row(ConvStateNotCarried, "kda_conv_state_not_carried", "kda.sublayer.output"),
+    _row(ConvStateNotCarried, "kda_conv_state_not_carried", "kda.paths.output"),
     _row(StateLeakAcrossCuSeqlens, "kda_state_leak_across_cu_seqlens", "kda.chunked.output"),
-    _row(ConvSlidesAcrossDocuments, "kda_conv_slides_across_documents", "kda.sublayer.output"),
+    _row(ConvSlidesAcrossDocuments, "kda_conv_slides_across_documents", "kda.packed.output"),
     _row(SoftplusGate, "kda_softplus_gate", "kda.sublayer.output"),
     _row(L2EpsOutsideSqrt, "kda_l2_eps_outside_sqrt", "kda.sublayer.output"),
     _row(StateBf16AcrossChunks, "kda_state_bf16_across_chunks", "kda.chunked.final_state"),
     _row(QNotScaled, "kda_q_not_scaled", "kda.sublayer.output"),
     _row(SiluGateNorm, "kda_silu_gate_norm", "kda.sublayer.output"),
+    _row(DecodeWindowNotShifted, "kda_decode_window_not_shifted", "kda.decode.conv_state"),
+    _row(MaskIgnored, "kda_mask_ignored", "kda.sublayer.output"),
+    _row(NondeterministicOutput, "kda_nondeterministic_output", "kda.rerun.output"),
 ))
 
 

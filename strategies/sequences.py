@@ -33,18 +33,23 @@ def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrate
 
 @st.composite
 def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
-    """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls."""
-    if not isinstance(total, int) or total < 1:
+    """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls.
+
+    Drawn as a list of leading parts (the last part is what remains), so the shrinker simplifies by
+    dropping parts (towards one call) and by shortening them.
+    """
+    if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         raise ValueError(f"total: expected a positive int, got {total!r}")
+    if max_parts < 1:
+        raise ValueError(f"max_parts: expected >= 1, got {max_parts}")
+    lead = draw(st.lists(sequence_lengths(min_len=1, max_len=total), max_size=max_parts - 1))
     parts, left = [], total
-    while left > 0:
-        if len(parts) == max_parts - 1:
-            parts.append(left)
+    for n in lead:
+        if n >= left:
             break
-        n = draw(sequence_lengths(min_len=1, max_len=left))
         parts.append(n)
         left -= n
-    return tuple(parts)
+    return tuple(parts) + (left,)
 
 
 @st.composite

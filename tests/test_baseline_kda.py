@@ -337,7 +337,42 @@ def _packed_sublayer_probe(m):
     return {"output": m.sublayer(w, rng.standard_normal((1, 70, D)), cu_seqlens=[0, 5, 70])[0]}
 
 
+def _decode_twice_probe(m):
+    """Two chained decode steps: the second reads the window the first one wrote."""
+    rng = np.random.default_rng(25)
+    w = weights(rng)
+    s = KDAState(recurrent_state(rng, 2), rng.standard_normal((2, 3 * H * K, w.conv_width)))
+    x = rng.standard_normal((2, 2, D))
+    outs = []
+    for i in range(2):
+        z, f, b, _ = okda.project(w, x[:, i])
+        o, s = m.decode(w, z, f, b, s)
+        outs.append(o)
+    return {"output": outs[1], "conv_state": s.conv}
+
+
+def _left_padded_probe(m):
+    rng = np.random.default_rng(26)
+    w = weights(rng)
+    x = rng.standard_normal((2, 12, D))
+    mask = np.ones((2, 12))
+    mask[0, :5] = 0
+    return {"output": m.sublayer(w, x, None, mask)[0]}
+
+
+def _rerun_probe(m):
+    """Any run-to-run difference, amplified 1e6x onto the output (the oracle's is exactly zero)."""
+    rng = np.random.default_rng(27)
+    w = weights(rng)
+    x = rng.standard_normal((1, 9, D))
+    y1, y2 = (np.asarray(m.sublayer(w, x)[0]) for _ in range(2))
+    return {"output": y1 + 1e6 * (y2 - y1)}
+
+
 PROBES = {
+    "kda_decode_window_not_shifted": _decode_twice_probe,
+    "kda_mask_ignored": _left_padded_probe,
+    "kda_nondeterministic_output": _rerun_probe,
     "kda_decay_after_correction": _recurrent_probe,
     "kda_output_before_update": _recurrent_probe,
     "kda_tail_chunk_dropped": _chunked_probe(65, 64),

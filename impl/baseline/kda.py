@@ -71,6 +71,10 @@ def check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
                           ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
         if tuple(a.shape) != want:
             raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    # as the oracle: a NaN gate is refused; NaN in q/k/v/state propagates inside its document
+    for name, a in (("g", g), ("beta", beta)):
+        if torch.isnan(a).any():
+            raise ValueError(f"{name}: contains NaN (a gate must be finite; NaN may only poison q/k/v/state)")
     cu = check_cu_seqlens(cu_seqlens, B, T)
     n = B if cu is None else len(cu) - 1
     if state is not None and tuple(state.shape) != (n, H, K, V):
