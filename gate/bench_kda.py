@@ -193,32 +193,26 @@ def main(argv=None) -> int:
                 fla_ms = do_bench(run_fla)
                 row["fla_ms"] = fla_ms
                 row["speedup"] = fla_ms / ms
-            if args.sweep:
+            if args.sweep and T == 16384:
                 row["sweep"] = []
-                for bv in (16, 32, 64):
-                    for nseg in (1, 4, 8, 16):
-                        for warps in (4, 8):
-                            if nseg > 1 and H * (V // bv) * nseg > 8 * 132:
-                                continue
-                            try:
-                                t = do_bench(lambda: impl_kda._chunked(
-                                    q, k, v, g, beta, None, 64, None, False, bv=bv, nseg=nseg, num_warps=warps))
-                            except Exception as e:  # a tile that does not fit is a sweep result, not a failure
-                                t = float("nan")
-                                print(f"  sweep bv={bv} nseg={nseg} warps={warps}: {type(e).__name__}")
-                            row["sweep"].append({"bv": bv, "nseg": nseg, "warps": warps, "ms": t})
-                for iw in (4, 8):
-                    t = do_bench(lambda: impl_kda._chunked(q, k, v, g, beta, None, 64, None, False,
-                                                           intra_warps=iw))
-                    row["sweep"].append({"intra_warps": iw, "ms": t})
+                variants = [dict(inv_merge=False), dict(intra_bk=64, intra_warps=4), dict(intra_warps=4)]
+                if H >= 32:
+                    variants += [dict(bv=32), dict(stages=1), dict(bv=64, num_warps=8)]
+                else:
+                    variants += [dict(bv=bv, nseg=ns) for bv, ns in ((16, 1), (16, 4), (16, 8), (32, 1), (32, 4))]
+                for var in variants:
+                    try:
+                        t = do_bench(lambda: impl_kda._chunked(q, k, v, g, beta, None, 64, None, False, **var))
+                    except Exception as e:  # a tile that does not fit is a sweep result, not a failure
+                        t = float("nan")
+                        print(f"  sweep {var}: {type(e).__name__}: {str(e)[:200]}")
+                    row["sweep"].append({**var, "ms": t})
                 best = min((s for s in row["sweep"] if s["ms"] == s["ms"]), key=lambda s: s["ms"])
                 row["sweep_best"] = best
                 print(f"  sweep: {' '.join(f'{s}' for s in row['sweep'])}")
                 row["kernels"] = _kernel_times(lambda: impl_kda.chunked(q, k, v, g, beta, None, 64, None,
                                                                         boundary_states=False))
-                if fla is not None:
-                    row["fla_kernels"] = _kernel_times(run_fla)
-                print(f"  kernels (us/call): ours {row['kernels']}\n  fla {row.get('fla_kernels')}")
+                print(f"  kernels (us/call): ours {row['kernels']}")
             results["prefill"].append(row)
             print(f"{H:>3} {T:>6} {ms:>9.3f} {fla_ms if fla_ms else float('nan'):>9.3f} "
                   f"{(fla_ms / ms) if fla_ms else float('nan'):>8.2f} {T / ms / 1e3:>8.2f} "
@@ -247,15 +241,18 @@ def main(argv=None) -> int:
                 print(f"REFUSED decode B={B}: rel-L2 vs oracle output {err_o:.3e} (bound {bound_o:g}), "
                       f"state {err_m:.3e} (bound {bound_m:g}); not timing")
                 return 1
-            replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True))
-            us = do_bench(replay) * 1e3
+            sweep = {}
+            for nw in ((4, 8, 16) if args.sweep else (None,)):
+                replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True, num_warps=nw))
+                sweep[nw] = do_bench(replay) * 1e3
+            us = min(sweep.values())
             state_bytes = 2 * B * H * K * V * 4
             io_bytes = state_bytes + 2 * state.conv.numel() * 2 + z.numel() * 2 + f.numel() * 4 + b.numel() * 2 \
                 + B * H * V * 2
             row = {"B": B, "H": H, "ours_us": us, "tokens_per_s": B / (us * 1e-6), "err_output": err_o,
                    "err_state": err_m, "state_bytes": state_bytes, "io_bytes": io_bytes,
                    "state_pct_copy": 100 * state_bytes / (us * 1e-6) / copy_bw,
-                   "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw}
+                   "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw, "warps_us": sweep}
             fla_us = None
             if fla is not None:
                 fused_recurrent_kda = fla[1]

@@ -117,22 +117,25 @@ def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_st
 
 
 def _state_config(device, H, N, NT, K, V, varlen):
-    """(BV, NSEG, num_warps) for the state pass: enough programs to fill the SMs."""
+    """(BV, NSEG, num_warps) for the state pass: enough programs to fill the SMs.
+
+    The state recurrence is independent per value column, so a few heads split into narrow V-blocks;
+    below one program per SM a long sequence is also cut into segments (two-level scan).
+    """
     BV = 64 if V >= 64 else triton.next_power_of_2(max(V, 16))
     sms = _num_sms(device)
-    nseg = 1
-    if not varlen:
+    progs = triton.cdiv(V, BV) * H * N
+    if progs < sms // 2:
+        BV = 16
         progs = triton.cdiv(V, BV) * H * N
-        if progs < sms:
-            BV = max(16, min(BV, 32))
-            progs = triton.cdiv(V, BV) * H * N
-        if progs < sms and NT >= 16:
-            nseg = min(triton.cdiv(2 * sms, progs), NT // 8)
+    nseg = 1
+    if not varlen and progs < sms // 2 + 2 and NT >= 32:
+        nseg = min(triton.cdiv(sms, progs), NT // 16)
     return BV, max(nseg, 1), 4
 
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
-             bv=None, nseg=None, num_warps=None, intra_warps=None):
+             bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=64):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
@@ -171,8 +174,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     if NC_total:
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=min(BK, 64), BV=min(triton.next_power_of_2(V), 64),
-            IS_VARLEN=varlen, PRECISION=precision, num_warps=intra_warps or 4,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=min(BK, intra_bk), BV=min(triton.next_power_of_2(V), 64),
+            IS_VARLEN=varlen, PRECISION=precision, INV_MERGE=inv_merge, num_warps=intra_warps or 4,
         )
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
@@ -205,7 +208,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
         H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
         STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
-        PRECISION=precision, num_warps=warps,
+        PRECISION=precision, num_warps=warps, **({"num_stages": stages} if stages else {}),
     )
     # a host read of two ints: it syncs, but a pass of isnan over g would read all of g again
     nan_g, nan_beta = flags.tolist()
@@ -249,13 +252,14 @@ def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
 # ----------------------------------------------------------------------------- decode
 
 
-def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False):
+def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None):
     """One token per sequence in ONE kernel; must match oracle.kda.decode.
 
     Args:
         z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
         state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
-        inplace: update state's buffers instead of returning new ones (CUDA-graph serving).
+        inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
+        num_warps: launch override (the bench sweeps it).
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -287,7 +291,7 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False):
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
         c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
         H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BW=triton.next_power_of_2(W),
-        USE_LOWER_BOUND=lb is not None, num_warps=8 if K >= 128 else 4,
+        USE_LOWER_BOUND=lb is not None, num_warps=num_warps or (8 if K >= 128 else 4),
     )
     return o, KDAState(h_out, c_out)
 
@@ -355,7 +359,7 @@ def project(w: KDAWeights, x):
 
 
 def core_inputs(w: KDAWeights, c, f, b):
-    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g float32, beta float32 (oracle.kda.core_inputs)."""
+    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g, beta float32 (oracle.kda.core_inputs)."""
     H, K = w.num_heads, w.head_dim
     shape = c.shape[:-1]
     c = F.silu(c.float())

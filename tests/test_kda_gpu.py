@@ -29,8 +29,9 @@ smoke = pytest.mark.skipif(
     reason="interpreter smoke tests: float32 bounds of the CPU interpreter; on a GPU the gpu tests cover it")
 
 # a bf16 kernel rounds more than its inputs (W, U, q e^Γ, k e^(Γ_last-Γ), Aqk and the state operand of
-# the chunk dots are bf16 too): on the GPU it measured 1.1-2.6x the inputs-only baseline; 4x is the
-# contracts' k (invariants/contracts.toml)
+# the chunk dots are bf16 too). Measured: the inputs-only baseline is 1.7e-3..2.9e-3 (output) and
+# 0.5e-3..2.4e-3 (states) on these draws (T = 1, 65, 1000); the kernel alone (oracle fed the same bf16
+# inputs) is 3.3e-3 (output) / 2.1e-3 (state) at the benchmark shapes on an H200. 4x is the contracts' k.
 K_MULT = 4.0
 SMOKE_BOUND = 2e-5
 
@@ -127,7 +128,9 @@ def test_chunked_varlen():
     o, M, hb = (_f64(a) for a in (o, M, hb))
     for name, a, r in (("output", o, ref[0]), ("final_state", M, ref[1]), ("boundary_states", hb, ref[2])):
         assert np.array_equal(np.isnan(a), np.isnan(r)), f"chunked varlen {name}: NaN pattern differs"
-    assert np.isnan(o[0, cu[nan_doc]:cu[nan_doc + 1]]).all() and not np.isnan(np.delete(o[0], np.s_[cu[nan_doc]:cu[nan_doc + 1]], 0)).any()
+    # the NaN sits in one state entry (head 0, value column 2): that column of that document goes NaN
+    assert np.isnan(o[0, cu[nan_doc]:cu[nan_doc + 1]]).any(), "chunked varlen: the poisoned document stayed finite"
+    assert not np.isnan(np.delete(o[0], np.s_[cu[nan_doc]:cu[nan_doc + 1]], 0)).any(), "chunked varlen: NaN leaked"
     keep_t = np.ones(cu[-1], bool)
     keep_t[cu[nan_doc]:cu[nan_doc + 1]] = False
     keep_n = np.arange(len(lens)) != nan_doc
@@ -187,7 +190,8 @@ def test_decode(lower_bound):
     z = torch.randn(B, 3 * H * K, generator=gen).bfloat16().cuda()
     f = torch.randn(B, H * K, generator=gen).cuda()
     b = torch.randn(B, H, generator=gen).bfloat16().cuda()
-    st = KDAState(torch.randn(B, H, K, K, generator=gen).cuda(), torch.randn(B, 3 * H * K, W, generator=gen).bfloat16().cuda())
+    st = KDAState(torch.randn(B, H, K, K, generator=gen).cuda(),
+                  torch.randn(B, 3 * H * K, W, generator=gen).bfloat16().cuda())
     o, new = ik.decode(w, z, f, b, st)
     wn = w.map(_f64)
     o_ref, st_ref = ok.decode(wn, _f64(z), _f64(f), _f64(b), st.map(_f64))
@@ -313,7 +317,8 @@ def test_interpreter_smoke_decode(lower_bound):
     H, K, W, B = 2, 16, 4, 3
     w = _weights(H, K, 24, W, seed=1, lower_bound=lower_bound)
     gen = torch.Generator().manual_seed(3)
-    z, f, b = torch.randn(B, 3 * H * K, generator=gen), torch.randn(B, H * K, generator=gen), torch.randn(B, H, generator=gen)
+    z = torch.randn(B, 3 * H * K, generator=gen)
+    f, b = torch.randn(B, H * K, generator=gen), torch.randn(B, H, generator=gen)
     st = KDAState(torch.randn(B, H, K, K, generator=gen), torch.randn(B, 3 * H * K, W, generator=gen))
     o_ref, st_ref = ok.decode(w.map(_f64), _f64(z), _f64(f), _f64(b), st.map(_f64))
     o, new = ik.decode(w, z, f, b, st)

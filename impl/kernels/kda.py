@@ -13,6 +13,26 @@ import triton.language as tl
 
 
 @triton.jit
+def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """Adds columns [i_s BC, i_s BC + BC) of the kk and qk products over one K-block to b_A, b_Aqk [BT, BT].
+
+    The exp(Γ) factorisation overflows over 64 tokens (e^320 for g = -5), so every column block takes a
+    reference at its middle row: the row factor e^(Γ_i - ref) (rows >= the block) and the column factor
+    e^(ref - Γ_j) (rows of the block) both stay within e^±40. Both come from the same difference, so the
+    diagonal products e^(Γ_i - Γ_i) stay exactly 1.
+    """
+    o_t = tl.arange(0, BT)
+    b_ref = tl.sum(tl.where((o_t == i_s * BC + BC // 2 - 1)[:, None], b_gc, 0.), 0)
+    b_d = b_gc - b_ref[None, :]
+    b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
+    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, float("-inf")))
+    b_A = tl.dot(b_k * b_er, tl.trans(b_kc), b_A, input_precision=PRECISION)
+    b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk, input_precision=PRECISION)
+    return b_A, b_Aqk
+
+
+@triton.jit
 def kda_intra_chunked_fwd_kernel(
     q, k, v, g, beta,
     qg, kg, w, u, aqk, gl, flags,
@@ -20,7 +40,7 @@ def kda_intra_chunked_fwd_kernel(
     T,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr,
 ):
     i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     if IS_VARLEN:
@@ -36,84 +56,92 @@ def kda_intra_chunked_fwd_kernel(
     NC: tl.constexpr = BT // BC
     t0 = bos + i_t * BT
     o_t = tl.arange(0, BT)
-    mask_t = (i_t * BT + o_t) < (eos - bos)
+    n_valid = eos - bos - i_t * BT
+    mask_t = o_t < n_valid
     o_row = (t0 + o_t).to(tl.int64) * H + i_h                                   # [BT] row of [T, H]
+    # int64 only in the scalar chunk base: [BT, BK] tiles of 64-bit offsets cost a register per element
+    s_row = t0 * H + i_h
+    o_tr = o_t[:, None] * (H * K)
 
     b_beta = tl.load(beta + o_row, mask=mask_t, other=0.).to(tl.float32)
     n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
     n_nan_g = n_nan_beta * 0
 
-    # the exp(Γ) factorisation overflows over 64 tokens (e^320 for g = -5), so every 16-column block
-    # gets its own reference inside it: both factors stay within e^±40 and no row block sees more
     b_A = tl.zeros([BT, BT], dtype=tl.float32)
     b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
-        mask_tk = mask_t[:, None] & (o_k < K)[None, :]
-        p_tk = o_row[:, None] * K + o_k[None, :]
-        b_k = tl.load(k + p_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_q = tl.load(q + p_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_g = tl.load(g + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        mask_k = o_k < K
+        mask_tk = mask_t[:, None] & mask_k[None, :]
+        o_tk = o_tr + o_k[None, :]
+        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
         b_gc = tl.cumsum(b_g, axis=0)
-        for i_s in tl.static_range(NC):
-            b_ref = tl.sum(tl.where((o_t == i_s * BC + BC // 2 - 1)[:, None], b_gc, 0.), 0)
-            b_d = b_gc - b_ref[None, :]
-            mask_r = (o_t >= i_s * BC)[:, None]
-            mask_c = ((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None]
-            b_er = tl.exp(tl.where(mask_r, b_d, float("-inf")))
-            b_kc = b_k * tl.exp(tl.where(mask_c, -b_d, float("-inf")))
-            b_A += tl.dot(b_k * b_er, tl.trans(b_kc), input_precision=PRECISION)
-            b_Aqk += tl.dot(b_q * b_er, tl.trans(b_kc), input_precision=PRECISION)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION)
 
-    b_A = tl.where(o_t[:, None] > o_t[None, :], b_A * b_beta[:, None], 0.)
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
-    p_aqk = aqk + o_row[:, None] * BT + o_t[None, :]
-    tl.store(p_aqk, b_Aqk.to(aqk.dtype.element_ty), mask=mask_t[:, None])
+    tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),
+             mask=mask_t[:, None])
+    b_A = tl.where(o_t[:, None] > o_t[None, :], b_A * b_beta[:, None], 0.)
 
-    # (I + A)^-1: forward substitution inside the 16x16 diagonal blocks (all four at once),
-    # then the block-lower rest as (I + E)^-1 = (I - E)(I + E^2), E = Xd L, nilpotent of order NC = 4
-    o_s = tl.arange(0, NC)
-    o_i = tl.arange(0, BC)
-    mask_d4 = (o_s[:, None, None, None] == o_s[None, None, :, None])
-    b_D = tl.sum(tl.where(mask_d4, tl.reshape(b_A, [NC, BC, NC, BC]), 0.), 2)   # [NC, BC, BC]
-    b_N = tl.zeros([NC, BC, BC], dtype=tl.float32)
-    for i in tl.static_range(1, BC):
-        mask_i = (o_i == i)[None, :, None]
-        b_a = -tl.sum(tl.where(mask_i, b_D, 0.), 1)                              # [NC, BC]
-        b_a = b_a + tl.sum(b_a[:, :, None] * b_N, 1)
-        b_N = tl.where(mask_i, b_a[:, None, :], b_N)
-    b_N += (o_i[:, None] == o_i[None, :]).to(tl.float32)[None, :, :]
-    b_Xd = tl.reshape(tl.where(mask_d4, b_N[:, :, None, :], 0.), [BT, BT])
-    b_L = tl.where((o_t[:, None] // BC) > (o_t[None, :] // BC), b_A, 0.)
-    b_E = tl.dot(b_Xd, b_L, input_precision=PRECISION)
-    b_E2 = tl.dot(b_E, b_E, input_precision=PRECISION)
-    b_P = tl.where(o_t[:, None] == o_t[None, :], 1., 0.) - b_E + b_E2 - tl.dot(b_E, b_E2, input_precision=PRECISION)
-    b_X = tl.dot(b_P, b_Xd, input_precision=PRECISION)
+    if INV_MERGE:
+        # (I + A)^-1 by doubling: a block-diagonal inverse at block size S becomes one at 2S through
+        # X <- X - X L_S X (L_S: the lower-left S x S blocks inside each 2S diagonal block); all dots
+        b_X = tl.where(o_t[:, None] == o_t[None, :], 1., 0.)
+        for i_l in tl.static_range(6):
+            mask_l = ((o_t[:, None] >> (i_l + 1)) == (o_t[None, :] >> (i_l + 1))) & \
+                (((o_t[:, None] >> i_l) & 1) == 1) & (((o_t[None, :] >> i_l) & 1) == 0)
+            b_L = tl.where(mask_l, b_A, 0.)
+            b_X = b_X - tl.dot(b_X, tl.dot(b_L, b_X, input_precision=PRECISION), input_precision=PRECISION)
+    else:
+        # (I + A)^-1: forward substitution inside the 16x16 diagonal blocks (all four at once),
+        # then the block-lower rest as (I + E)^-1 = (I - E)(I + E^2), E = Xd L, nilpotent of order NC = 4
+        o_s = tl.arange(0, NC)
+        o_i = tl.arange(0, BC)
+        mask_d4 = (o_s[:, None, None, None] == o_s[None, None, :, None])
+        b_D = tl.sum(tl.where(mask_d4, tl.reshape(b_A, [NC, BC, NC, BC]), 0.), 2)   # [NC, BC, BC]
+        b_N = tl.zeros([NC, BC, BC], dtype=tl.float32)
+        for i in tl.static_range(1, BC):
+            mask_i = (o_i == i)[None, :, None]
+            b_a = -tl.sum(tl.where(mask_i, b_D, 0.), 1)                              # [NC, BC]
+            b_a = b_a + tl.sum(b_a[:, :, None] * b_N, 1)
+            b_N = tl.where(mask_i, b_a[:, None, :], b_N)
+        b_N += (o_i[:, None] == o_i[None, :]).to(tl.float32)[None, :, :]
+        b_Xd = tl.reshape(tl.where(mask_d4, b_N[:, :, None, :], 0.), [BT, BT])
+        b_L = tl.where((o_t[:, None] // BC) > (o_t[None, :] // BC), b_A, 0.)
+        b_E = tl.dot(b_Xd, b_L, input_precision=PRECISION)
+        b_E2 = tl.dot(b_E, b_E, input_precision=PRECISION)
+        b_P = tl.where(o_t[:, None] == o_t[None, :], 1., 0.) - b_E + b_E2 - tl.dot(b_E, b_E2, input_precision=PRECISION)
+        b_X = tl.dot(b_P, b_Xd, input_precision=PRECISION)
 
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         mask_tk = mask_t[:, None] & mask_k[None, :]
-        p_tk = o_row[:, None] * K + o_k[None, :]
-        b_k = tl.load(k + p_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_q = tl.load(q + p_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_g = tl.load(g + p_tk, mask=mask_tk, other=0.).to(tl.float32)
+        o_tk = o_tr + o_k[None, :]
+        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_gc = tl.cumsum(b_g, axis=0)
         b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
         b_eg = tl.exp(b_gc)
-        tl.store(qg + p_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
-        tl.store(kg + p_tk, (b_k * tl.exp(b_gl[None, :] - b_gc)).to(kg.dtype.element_ty), mask=mask_tk)
+        tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
+        tl.store(kg + s_row * K + o_tk, (b_k * tl.exp(b_gl[None, :] - b_gc)).to(kg.dtype.element_ty), mask=mask_tk)
         b_w = tl.dot(b_X, b_k * (b_beta[:, None] * b_eg), input_precision=PRECISION)
-        tl.store(w + p_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+        tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
         tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         mask_tv = mask_t[:, None] & (o_v < V)[None, :]
-        p_tv = o_row[:, None] * V + o_v[None, :]
-        b_v = tl.load(v + p_tv, mask=mask_tv, other=0.).to(tl.float32)
+        o_tv = o_t[:, None] * (H * V) + o_v[None, :]
+        b_v = tl.load(v + s_row * V + o_tv, mask=mask_tv, other=0.).to(tl.float32)
         b_u = tl.dot(b_X, b_v * b_beta[:, None], input_precision=PRECISION)
-        tl.store(u + p_tv, b_u.to(u.dtype.element_ty), mask=mask_tv)
+        tl.store(u + s_row * V + o_tv, b_u.to(u.dtype.element_ty), mask=mask_tv)
 
     # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
     tl.store(flags, 1, mask=n_nan_g > 0)
@@ -177,9 +205,10 @@ def kda_state_chunked_fwd_kernel(
         mask_t = (i_c * BT + o_t) < L
         o_row = (t0 + o_t).to(tl.int64) * H + i_h
         mask_tk = mask_t[:, None] & mask_k[None, :]
+        mask_tv = mask_t[:, None] & mask_v[None, :]
         p_tk = o_row[:, None] * K + o_k[None, :]
         b_w = tl.load(w + p_tk, mask=mask_tk, other=0.)
-        b_u = tl.load(u + o_row[:, None] * V + o_v[None, :], mask=mask_t[:, None] & mask_v[None, :], other=0.)
+        b_u = tl.load(u + o_row[:, None] * V + o_v[None, :], mask=mask_tv, other=0.)
         b_hd = b_h.to(b_w.dtype)
         b_vn = b_u.to(tl.float32) - tl.dot(b_w, b_hd, input_precision=PRECISION)
         b_vnd = b_vn.to(b_w.dtype)
@@ -187,8 +216,7 @@ def kda_state_chunked_fwd_kernel(
             b_qg = tl.load(qg + p_tk, mask=mask_tk, other=0.)
             b_a = tl.load(aqk + o_row[:, None] * BT + o_t[None, :], mask=mask_t[:, None], other=0.)
             b_o = tl.dot(b_qg, b_hd, input_precision=PRECISION) + tl.dot(b_a, b_vnd, input_precision=PRECISION)
-            tl.store(o + o_row[:, None] * V + o_v[None, :], b_o.to(o.dtype.element_ty),
-                     mask=mask_t[:, None] & mask_v[None, :])
+            tl.store(o + o_row[:, None] * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=mask_tv)
         b_kg = tl.load(kg + p_tk, mask=mask_tk, other=0.)
         b_gl = tl.load(gl + ((c_off + i_c) * H + i_h) * K + o_k, mask=mask_k, other=0.)
         b_h = b_h * b_gl[:, None] + tl.dot(tl.trans(b_kg), b_vnd, input_precision=PRECISION)
@@ -232,8 +260,9 @@ def kda_combine_chunked_fwd_kernel(
         p_l = hl + ((i_n * NSEG + i_s) * H + i_h) * K * VS + o_k[:, None] * VS
         b_p = tl.load(p_l + V + o_k[None, :], mask=mask_k[:, None] & mask_k[None, :], other=0.)
         b_b = tl.load(p_l + o_v[None, :], mask=mask_h, other=0.)
-        # tf32 would round the carried state to 10 bits once per segment; the dot is tiny, keep it exact
-        b_h = tl.dot(b_p, b_h, input_precision="ieee") + b_b
+        # tf32 would round the carried state to 10 bits once per segment; 3xtf32 keeps float32 accuracy
+        # on tensor cores (an "ieee" dot of a [K, K] tile falls back to slow FMA code)
+        b_h = tl.dot(b_p, b_h, input_precision="tf32x3") + b_b
 
 
 @triton.jit
@@ -278,21 +307,17 @@ def kda_recurrent_fused_fwd_kernel(
 
 
 @triton.jit
-def _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, ch, mask_ch, C, W: tl.constexpr, BW: tl.constexpr):
-    """New window = last W of concat(old window, z); returns silu(Σ_j w[ch, j] window[j]) in f32."""
+def _conv_window(z, conv_w, conv_in, i_b, ch, mask_ch, C, W: tl.constexpr, BW: tl.constexpr):
+    """(new window = last W of concat(old window, z) [BK, BW], silu(Σ_j w[ch, j] window[j]) [BK]) in f32."""
     o_w = tl.arange(0, BW)
-    mask_w = mask_ch[:, None] & (o_w < W)[None, :]
     p_old = conv_in + (i_b * C + ch[:, None]) * W + (o_w[None, :] + 1)
     b_win = tl.load(p_old, mask=mask_ch[:, None] & (o_w + 1 < W)[None, :], other=0.).to(tl.float32)
     b_z = tl.load(z + i_b * C + ch, mask=mask_ch, other=0.).to(tl.float32)
     b_win = tl.where((o_w == W - 1)[None, :], b_z[:, None], b_win)
-    b_cw = tl.load(conv_w + ch[:, None] * W + o_w[None, :], mask=mask_w, other=0.).to(tl.float32)
+    b_cw = tl.load(conv_w + ch[:, None] * W + o_w[None, :], mask=mask_ch[:, None] & (o_w < W)[None, :],
+                   other=0.).to(tl.float32)
     b_c = tl.sum(b_win * b_cw, 1)
-    # in place, a thread may overwrite a column another thread of this program has not read yet
-    tl.debug_barrier()
-    tl.store(conv_out + (i_b * C + ch[:, None]) * W + o_w[None, :], b_win.to(conv_out.dtype.element_ty),
-             mask=mask_w)
-    return b_c * tl.sigmoid(b_c)
+    return b_win, b_c * tl.sigmoid(b_c)
 
 
 @triton.jit
@@ -312,25 +337,46 @@ def kda_decode_fused_fwd_kernel(
     C = 3 * H * K
     o_k = tl.arange(0, BK)
     mask_k = o_k < K
+    mask_h = mask_k[:, None] & mask_k[None, :]
+    # the state is the bulk of the bytes: its load goes first so the small loads below hide under it
+    s_h = tl.multiple_of((i_b * H + i_h) * K * K, 16)
+    o_hh = o_k[:, None] * K + o_k[None, :]
+    if K == BK:
+        b_h = tl.load(h_in + s_h + o_hh)
+    else:
+        b_h = tl.load(h_in + s_h + o_hh, mask=mask_h, other=0.)
     ch = i_h * K + o_k
-    b_q = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, ch, mask_k, C, W, BW)
-    b_k = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, H * K + ch, mask_k, C, W, BW)
-    b_v = _conv_silu_step(z, conv_w, conv_in, conv_out, i_b, 2 * H * K + ch, mask_k, C, W, BW)
-    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 0) + 1e-6) * scale
-    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 0) + 1e-6)
+    w_q, b_q = _conv_window(z, conv_w, conv_in, i_b, ch, mask_k, C, W, BW)
+    w_k, b_k = _conv_window(z, conv_w, conv_in, i_b, H * K + ch, mask_k, C, W, BW)
+    w_v, b_v = _conv_window(z, conv_w, conv_in, i_b, 2 * H * K + ch, mask_k, C, W, BW)
     b_f = tl.load(f + i_b * H * K + ch, mask=mask_k, other=0.).to(tl.float32)
     b_a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+    b_beta = tl.sigmoid(tl.load(b + i_b * H + i_h).to(tl.float32))
+    # in place, a thread may overwrite a window column that another thread of this program has not read
+    tl.debug_barrier()
+    o_w = tl.arange(0, BW)
+    p_cw = conv_out + (i_b * C + ch[:, None]) * W + o_w[None, :]
+    mask_w = mask_k[:, None] & (o_w < W)[None, :]
+    tl.store(p_cw, w_q.to(conv_out.dtype.element_ty), mask=mask_w)
+    tl.store(p_cw + H * K * W, w_k.to(conv_out.dtype.element_ty), mask=mask_w)
+    tl.store(p_cw + 2 * H * K * W, w_v.to(conv_out.dtype.element_ty), mask=mask_w)
+
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 0) + 1e-6) * scale
+    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 0) + 1e-6)
     if USE_LOWER_BOUND:
         b_g = lower_bound * tl.sigmoid(b_a * b_f)
     else:
         b_g = -b_a * tl.where(b_f > 20., b_f, tl.log(1. + tl.exp(tl.minimum(b_f, 20.))))
-    b_beta = tl.sigmoid(tl.load(b + i_b * H + i_h).to(tl.float32))
-
-    mask_h = mask_k[:, None] & mask_k[None, :]
-    p_h = (i_b * H + i_h) * K * K + o_k[:, None] * K + o_k[None, :]
-    b_h = tl.load(h_in + p_h, mask=mask_h, other=0.) * tl.exp(b_g)[:, None]
-    b_d = b_beta * (b_v - tl.sum(b_h * b_k[:, None], 0))
-    b_h += b_k[:, None] * b_d[None, :]
-    tl.store(h_out + p_h, b_h, mask=mask_h)
-    b_o = tl.sum(b_h * b_q[:, None], 0)
+    # both reads go through the OLD state, so one [K, K] tile is live: r = M^T (e^g k),
+    # o = (e^g M + k d^T)^T q = M^T (e^g q) + (k . q) d
+    b_eg = tl.exp(b_g)
+    b_r = tl.sum(b_h * (b_eg * b_k)[:, None], 0)
+    b_oq = tl.sum(b_h * (b_eg * b_q)[:, None], 0)
+    b_d = b_beta * (b_v - b_r)
+    b_o = b_oq + tl.sum(b_k * b_q, 0) * b_d
+    b_h = b_h * b_eg[:, None] + b_k[:, None] * b_d[None, :]
+    if K == BK:
+        tl.store(h_out + s_h + o_hh, b_h)
+    else:
+        tl.store(h_out + s_h + o_hh, b_h, mask=mask_h)
     tl.store(o + (i_b * H + i_h) * K + o_k, b_o.to(o.dtype.element_ty), mask=mask_k)
