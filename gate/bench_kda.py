@@ -195,11 +195,11 @@ def main(argv=None) -> int:
                 row["speedup"] = fla_ms / ms
             if args.sweep and T == 16384:
                 row["sweep"] = []
-                variants = [dict(inv_merge=False), dict(intra_bk=64, intra_warps=4), dict(intra_warps=4)]
+                variants = [dict(intra_bk=32), dict(intra_warps=8), dict(inv_merge=False)]
                 if H >= 32:
-                    variants += [dict(bv=32), dict(stages=1), dict(bv=64, num_warps=8)]
+                    variants += [dict(bv=32), dict(bv=64, num_warps=8)]
                 else:
-                    variants += [dict(bv=bv, nseg=ns) for bv, ns in ((16, 1), (16, 4), (16, 8), (32, 1), (32, 4))]
+                    variants += [dict(bv=bv, nseg=ns) for bv, ns in ((16, 4), (16, 8), (32, 4))]
                 for var in variants:
                     try:
                         t = do_bench(lambda: impl_kda._chunked(q, k, v, g, beta, None, 64, None, False, **var))
@@ -242,17 +242,20 @@ def main(argv=None) -> int:
                       f"state {err_m:.3e} (bound {bound_m:g}); not timing")
                 return 1
             sweep = {}
-            for nw in ((4, 8, 16) if args.sweep else (None,)):
-                replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True, num_warps=nw))
-                sweep[nw] = do_bench(replay) * 1e3
-            us = min(sweep.values())
+            variants = [{}] + ([dict(num_stages=0), dict(num_stages=0, num_warps=8), dict(num_stages=0, bv=64),
+                                dict(bv=16), dict(bv=64), dict(num_warps=2), dict(num_stages=2)]
+                               if args.sweep else [])
+            for var in variants:
+                replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True, **var))
+                sweep[str(var)] = do_bench(replay) * 1e3
+            us = sweep["{}"]
             state_bytes = 2 * B * H * K * V * 4
             io_bytes = state_bytes + 2 * state.conv.numel() * 2 + z.numel() * 2 + f.numel() * 4 + b.numel() * 2 \
                 + B * H * V * 2
             row = {"B": B, "H": H, "ours_us": us, "tokens_per_s": B / (us * 1e-6), "err_output": err_o,
                    "err_state": err_m, "state_bytes": state_bytes, "io_bytes": io_bytes,
                    "state_pct_copy": 100 * state_bytes / (us * 1e-6) / copy_bw,
-                   "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw, "warps_us": sweep}
+                   "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw, "sweep_us": sweep}
             fla_us = None
             if fla is not None:
                 fused_recurrent_kda = fla[1]
@@ -271,6 +274,8 @@ def main(argv=None) -> int:
                 row["fla_us"] = fla_us
                 row["speedup"] = fla_us / us
                 row["fla_state_pct_copy"] = 100 * state_bytes / (fla_us * 1e-6) / copy_bw
+            if len(sweep) > 1:
+                print(f"  sweep (us): {sweep}")
             results["decode"].append(row)
             print(f"{B:>4} {us:>9.2f} {fla_us if fla_us else float('nan'):>9.2f} "
                   f"{(fla_us / us) if fla_us else float('nan'):>8.2f} {B / us:>8.2f} "

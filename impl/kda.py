@@ -126,16 +126,17 @@ def _state_config(device, H, N, NT, K, V, varlen):
     sms = _num_sms(device)
     progs = triton.cdiv(V, BV) * H * N
     if progs < sms // 2:
-        BV = 16
+        BV = min(32, BV)
         progs = triton.cdiv(V, BV) * H * N
     nseg = 1
+    # measured at H=8, T=16384 (NOTES.md): BV 32 with 4 segments beat BV 16 with 3-8 segments
     if not varlen and progs < sms // 2 + 2 and NT >= 32:
-        nseg = min(triton.cdiv(sms, progs), NT // 16)
+        nseg = min(max(sms // progs, 1), NT // 16)
     return BV, max(nseg, 1), 4
 
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
-             bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=64):
+             bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
@@ -252,14 +253,15 @@ def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
 # ----------------------------------------------------------------------------- decode
 
 
-def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None):
+def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None,
+           bv: Optional[int] = None, num_stages: int = 0):
     """One token per sequence in ONE kernel; must match oracle.kda.decode.
 
     Args:
         z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
         state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
         inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
-        num_warps: launch override (the bench sweeps it).
+        num_warps, bv, num_stages: launch overrides (the bench sweeps them).
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -290,8 +292,9 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     kda_decode_fused_fwd_kernel[(H, B)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
         c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
-        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BW=triton.next_power_of_2(W),
-        USE_LOWER_BOUND=lb is not None, num_warps=num_warps or (8 if K >= 128 else 4),
+        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=bv or min(64, triton.next_power_of_2(K)),
+        BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
+        USE_LOWER_BOUND=lb is not None, num_warps=num_warps or 4,
     )
     return o, KDAState(h_out, c_out)
 

@@ -321,30 +321,44 @@ def _conv_window(z, conv_w, conv_in, i_b, ch, mask_ch, C, W: tl.constexpr, BW: t
 
 
 @triton.jit
+def _decode_block(h_in, h_out, o, s_h, i_bh, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta, o_k, mask_k,
+                  K: tl.constexpr, BV: tl.constexpr):
+    """Value columns [i_v BV, i_v BV + BV) of one head's decode step: read, update, write the state."""
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_v = o_v < K
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    p_h = s_h + o_k[:, None] * K + o_v[None, :]
+    b_h = tl.load(h_in + p_h, mask=mask_h, other=0.)
+    # this block's values: a register vector cannot be sliced, select it instead ([BK, BV] work,
+    # the same order as the tile arithmetic below)
+    b_vb = tl.sum(tl.where(o_k[:, None] == o_v[None, :], b_v[:, None], 0.), 0)
+    b_d = b_beta * (b_vb - tl.sum(b_h * b_ke[:, None], 0))
+    b_o = tl.sum(b_h * b_qe[:, None], 0) + b_kq * b_d
+    b_h = b_h * b_eg[:, None] + b_k[:, None] * b_d[None, :]
+    tl.store(h_out + p_h, b_h, mask=mask_h)
+    tl.store(o + i_bh * K + o_v, b_o.to(o.dtype.element_ty), mask=mask_v)
+
+
+@triton.jit
 def kda_decode_fused_fwd_kernel(
     z, f, b, conv_w, A_log, conv_in, conv_out, h_in, h_out, o,
     lower_bound, scale,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
-    BK: tl.constexpr, BW: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, BW: tl.constexpr, NUM_STAGES: tl.constexpr,
     USE_LOWER_BOUND: tl.constexpr,
 ):
     """One token per (head, sequence): conv window step, SiLU, L2 (q scaled), gate, beta, delta step.
 
-    One program owns a whole head (all V columns): the q and k conv windows of a head are read by every
-    column, so splitting V across programs would race on the in-place window update.
+    One program owns a whole head: the q and k conv windows of a head are read for every value column,
+    so splitting V across programs would race on the in-place window update. The state streams through
+    in [K, BV] column blocks, so a program keeps small tiles live and several programs share an SM:
+    that is what keeps enough bytes in flight. NUM_STAGES = 0 unrolls the blocks; >= 1 is a tl.range
+    loop (1 = no software pipelining, which measured fastest: NOTES.md).
     """
     i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     C = 3 * H * K
     o_k = tl.arange(0, BK)
     mask_k = o_k < K
-    mask_h = mask_k[:, None] & mask_k[None, :]
-    # the state is the bulk of the bytes: its load goes first so the small loads below hide under it
-    s_h = tl.multiple_of((i_b * H + i_h) * K * K, 16)
-    o_hh = o_k[:, None] * K + o_k[None, :]
-    if K == BK:
-        b_h = tl.load(h_in + s_h + o_hh)
-    else:
-        b_h = tl.load(h_in + s_h + o_hh, mask=mask_h, other=0.)
     ch = i_h * K + o_k
     w_q, b_q = _conv_window(z, conv_w, conv_in, i_b, ch, mask_k, C, W, BW)
     w_k, b_k = _conv_window(z, conv_w, conv_in, i_b, H * K + ch, mask_k, C, W, BW)
@@ -367,16 +381,18 @@ def kda_decode_fused_fwd_kernel(
         b_g = lower_bound * tl.sigmoid(b_a * b_f)
     else:
         b_g = -b_a * tl.where(b_f > 20., b_f, tl.log(1. + tl.exp(tl.minimum(b_f, 20.))))
-    # both reads go through the OLD state, so one [K, K] tile is live: r = M^T (e^g k),
-    # o = (e^g M + k d^T)^T q = M^T (e^g q) + (k . q) d
+    # both reads go through the OLD state: r = M^T (e^g k), o = (e^g M + k d^T)^T q = M^T (e^g q) + (k.q) d
     b_eg = tl.exp(b_g)
-    b_r = tl.sum(b_h * (b_eg * b_k)[:, None], 0)
-    b_oq = tl.sum(b_h * (b_eg * b_q)[:, None], 0)
-    b_d = b_beta * (b_v - b_r)
-    b_o = b_oq + tl.sum(b_k * b_q, 0) * b_d
-    b_h = b_h * b_eg[:, None] + b_k[:, None] * b_d[None, :]
-    if K == BK:
-        tl.store(h_out + s_h + o_hh, b_h)
+    b_ke = b_eg * b_k
+    b_qe = b_eg * b_q
+    b_kq = tl.sum(b_k * b_q, 0)
+    s_h = (i_b * H + i_h) * K * K
+    if NUM_STAGES == 0:
+        # fully unrolled: the compiler can issue every block's state load up front
+        for i_v in tl.static_range(0, (K + BV - 1) // BV):
+            _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
+                          o_k, mask_k, K, BV)
     else:
-        tl.store(h_out + s_h + o_hh, b_h, mask=mask_h)
-    tl.store(o + (i_b * H + i_h) * K + o_k, b_o.to(o.dtype.element_ty), mask=mask_k)
+        for i_v in tl.range(0, tl.cdiv(K, BV), num_stages=NUM_STAGES):
+            _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
+                          o_k, mask_k, K, BV)
