@@ -24,7 +24,7 @@ from impl.kernels.kda import (
     kda_recurrent_fused_fwd_kernel,
     kda_state_chunked_fwd_kernel,
 )
-from oracle.types import KDAState, KDAWeights
+from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
 CHUNK = 64
@@ -36,17 +36,12 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
-    """Shapes, dtypes, devices and cu_seqlens (oracle.kda.check_core_inputs plus torch's dtype/device)."""
-    if q.ndim != 4:
-        raise ValueError(f"q: expected [B, T, H, K], got shape {tuple(q.shape)}")
-    B, T, H, K = q.shape
-    if v.ndim != 4:
-        raise ValueError(f"v: expected [B, T, H, V], got shape {tuple(v.shape)}")
-    V = v.shape[-1]
-    for name, a, want in (("k", k, (B, T, H, K)), ("v", v, (B, T, H, V)),
-                          ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
-        if tuple(a.shape) != want:
-            raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    """Shapes (oracle.types.core_shapes) plus what torch adds: dtypes, devices, the kernels' tile limit."""
+    if cu_seqlens is not None and (not isinstance(cu_seqlens, torch.Tensor)
+                                   or cu_seqlens.dtype not in (torch.int32, torch.int64)):
+        raise ValueError(f"cu_seqlens: expected an int32/int64 tensor [N+1], got "
+                         f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens))}")
+    B, T, H, K, V, n, cu = core_shapes(q, k, v, g, beta, state, cu_seqlens)
     if q.dtype not in _FLOAT_DTYPES:
         raise ValueError(f"q: expected dtype in {_FLOAT_DTYPES}, got {q.dtype}")
     for name, a in (("k", k), ("v", v)):
@@ -60,28 +55,9 @@ def _check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
             raise ValueError(f"{name}: expected device {q.device} (that of q), got {a.device}")
     if K > 256 or V > 256:
         raise ValueError(f"q, v: head dims K={K}, V={V}; the kernels hold a [K, V] tile, expected <= 256")
-    n = B
-    lens = None
-    if cu_seqlens is not None:
-        if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"cu_seqlens: expected an int32/int64 tensor [N+1], got "
-                             f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens))}")
-        if B != 1:
-            raise ValueError(f"cu_seqlens given: expected batch 1 (packed), got q batch {B}")
-        if cu_seqlens.ndim != 1 or cu_seqlens.shape[0] < 2:
-            raise ValueError(f"cu_seqlens: expected 1-D [N+1] with N >= 1, got shape {tuple(cu_seqlens.shape)}")
-        cu = [int(c) for c in cu_seqlens.tolist()]
-        if cu[0] != 0 or cu[-1] != T:
-            raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu}")
-        if any(b < a for a, b in zip(cu, cu[1:])):
-            raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {cu}")
-        n = len(cu) - 1
-        lens = [b - a for a, b in zip(cu, cu[1:])]
-    if state is not None:
-        if tuple(state.shape) != (n, H, K, V):
-            raise ValueError(f"state: expected shape {(n, H, K, V)}, got {tuple(state.shape)}")
-        if state.dtype != torch.float32:
-            raise ValueError(f"state: expected dtype torch.float32, got {state.dtype}")
+    if state is not None and state.dtype != torch.float32:
+        raise ValueError(f"state: expected dtype torch.float32, got {state.dtype}")
+    lens = None if cu is None else [b - a for a, b in zip(cu, cu[1:])]
     return B, T, H, K, V, n, lens
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
-from oracle.types import KDAState, KDAWeights
+from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
 # exp(+-700) is the edge of float64: beyond it the factorised decay of `_decay_products` overflows
@@ -37,34 +37,13 @@ def _f64(name: str, a) -> np.ndarray:
 
 
 def check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
-    """Shapes, NaN-free gates and cu_seqlens (a clear error naming the argument)."""
-    if q.ndim != 4:
-        raise ValueError(f"q: expected [B, T, H, K], got shape {tuple(q.shape)}")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    for name, a, want in (("k", k, (B, T, H, K)), ("v", v, (B, T, H, V)),
-                          ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
-        if tuple(a.shape) != want:
-            raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    """Shapes (oracle.types.core_shapes) and NaN-free gates; returns (B, T, H, K, V, n)."""
+    B, T, H, K, V, n, _ = core_shapes(q, k, v, g, beta, state, cu_seqlens)
     # a NaN gate is never data: refuse it. NaN in q, k, v or the state is allowed on purpose: it
     # must propagate inside its own document only (the poison tests rely on that)
     for name, a in (("g", g), ("beta", beta)):
         if np.isnan(np.asarray(a, dtype=np.float64)).any():
             raise ValueError(f"{name}: contains NaN (a gate must be finite; NaN may only poison q/k/v/state)")
-    n = B
-    if cu_seqlens is not None:
-        cu = np.asarray(cu_seqlens)
-        if B != 1:
-            raise ValueError(f"cu_seqlens given: expected batch 1 (packed), got q batch {B}")
-        if cu.ndim != 1 or cu.shape[0] < 2:
-            raise ValueError(f"cu_seqlens: expected 1-D [N+1] with N >= 1, got shape {tuple(cu.shape)}")
-        if int(cu[0]) != 0 or int(cu[-1]) != T:
-            raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu.tolist()}")
-        if np.any(np.diff(cu) < 0):
-            raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {cu.tolist()}")
-        n = cu.shape[0] - 1
-    if state is not None and tuple(state.shape) != (n, H, K, V):
-        raise ValueError(f"state: expected shape {(n, H, K, V)}, got {tuple(state.shape)}")
     return B, T, H, K, V, n
 
 

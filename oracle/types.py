@@ -81,6 +81,42 @@ class KDAWeights:
             raise ValueError(f"KDAWeights.lower_bound: {self.lower_bound}, expected < 0 or None")
 
 
+def core_shapes(q, k, v, g, beta, state, cu_seqlens):
+    """The KDA core's shape rules (oracle/kda.py docstring), shared by every side.
+
+    Works on anything with `.shape` (NumPy or torch); cu_seqlens may be a list, array or tensor.
+    Returns (B, T, H, K, V, n, cu) with n the number of sequences and cu the offsets as a list (or None);
+    raises ValueError naming the argument and the expected value.
+    """
+    if len(q.shape) != 4:
+        raise ValueError(f"q: expected [B, T, H, K], got shape {tuple(q.shape)}")
+    B, T, H, K = (int(d) for d in q.shape)
+    if len(v.shape) != 4:
+        raise ValueError(f"v: expected [B, T, H, V], got shape {tuple(v.shape)}")
+    V = int(v.shape[-1])
+    for name, a, want in (("k", k, (B, T, H, K)), ("v", v, (B, T, H, V)),
+                          ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
+        if tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    cu = None
+    n = B
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError(f"cu_seqlens given: expected batch 1 (packed), got q batch {B}")
+        if len(getattr(cu_seqlens, "shape", (len(cu_seqlens),))) != 1 or len(cu_seqlens) < 2:
+            raise ValueError(f"cu_seqlens: expected 1-D [N+1] with N >= 1, got "
+                             f"shape {tuple(getattr(cu_seqlens, 'shape', (len(cu_seqlens),)))}")
+        cu = [int(c) for c in (cu_seqlens.tolist() if hasattr(cu_seqlens, "tolist") else cu_seqlens)]
+        if cu[0] != 0 or cu[-1] != T:
+            raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu}")
+        if any(b < a for a, b in zip(cu, cu[1:])):
+            raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {cu}")
+        n = len(cu) - 1
+    if state is not None and tuple(state.shape) != (n, H, K, V):
+        raise ValueError(f"state: expected shape {(n, H, K, V)}, got {tuple(state.shape)}")
+    return B, T, H, K, V, n, cu
+
+
 class KDAState(NamedTuple):
     """Per-sequence KDA cache (SPEC §6.8, §10).
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from oracle.types import KDAState, KDAWeights
+from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
 # the factorised decay products e^Γ · e^-Γ stay finite while -Γ is below this (per compute dtype)
@@ -47,38 +47,13 @@ def offsets(cu_seqlens) -> list[int]:
     return [int(c) for c in cu]
 
 
-def check_cu_seqlens(cu_seqlens, B: int, T: int) -> Optional[list[int]]:
-    """None, or the validated offsets: batch 1, from 0 to T, non-decreasing (oracle's messages)."""
-    if cu_seqlens is None:
-        return None
-    if B != 1:
-        raise ValueError(f"cu_seqlens given: expected batch 1 (packed), got q batch {B}")
-    cu = offsets(cu_seqlens)
-    if cu[0] != 0 or cu[-1] != T:
-        raise ValueError(f"cu_seqlens: expected to start at 0 and end at T={T}, got {cu}")
-    if any(b < a for a, b in zip(cu, cu[1:])):
-        raise ValueError(f"cu_seqlens: expected non-decreasing offsets, got {cu}")
-    return cu
-
-
 def check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
-    """Shapes and cu_seqlens, as oracle.kda.check_core_inputs: returns (B, T, H, K, V, n)."""
-    if q.ndim != 4:
-        raise ValueError(f"q: expected [B, T, H, K], got shape {tuple(q.shape)}")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    for name, a, want in (("k", k, (B, T, H, K)), ("v", v, (B, T, H, V)),
-                          ("g", g, (B, T, H, K)), ("beta", beta, (B, T, H))):
-        if tuple(a.shape) != want:
-            raise ValueError(f"{name}: expected shape {want} (from q {tuple(q.shape)}), got {tuple(a.shape)}")
+    """Shapes (oracle.types.core_shapes) and NaN-free gates, as the oracle: returns (B, T, H, K, V, n)."""
+    B, T, H, K, V, n, _ = core_shapes(q, k, v, g, beta, state, cu_seqlens)
     # as the oracle: a NaN gate is refused; NaN in q/k/v/state propagates inside its document
     for name, a in (("g", g), ("beta", beta)):
         if torch.isnan(a).any():
             raise ValueError(f"{name}: contains NaN (a gate must be finite; NaN may only poison q/k/v/state)")
-    cu = check_cu_seqlens(cu_seqlens, B, T)
-    n = B if cu is None else len(cu) - 1
-    if state is not None and tuple(state.shape) != (n, H, K, V):
-        raise ValueError(f"state: expected shape {(n, H, K, V)}, got {tuple(state.shape)}")
     return B, T, H, K, V, n
 
 
