@@ -77,13 +77,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
 
 
-def _rich():
+def _rich(stderr: bool = False):
     import shutil
 
     from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
     # pipes and CI logs report 80 columns: give the tables room instead of folding every word
-    width = None if sys.stdout.isatty() else max(shutil.get_terminal_size((160, 40)).columns, 160)
-    return Console(stderr=False, highlight=False, width=width)
+    width = None if stream.isatty() else max(shutil.get_terminal_size((160, 40)).columns, 160)
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
 def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title):
@@ -142,7 +143,8 @@ def cmd_run(args) -> int:
         if unknown:
             raise SystemExit(f"--check: unknown {unknown}; known: {sorted(BY_NAME)}")
         checks = [c for c in checks if c.name in args.check]
-    console = _rich()
+    # with --json - the JSON owns stdout; the human report goes to stderr
+    console = _rich(stderr=args.json == "-")
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
     results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run")

@@ -63,3 +63,79 @@ def metrics(candidate, reference) -> Metrics:
 def bitwise_equal(a, b) -> bool:
     a, b = to_numpy(a), to_numpy(b)
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+class SelectionReport(NamedTuple):
+    ok: bool
+    rows: int                 # query rows compared
+    tie_rows: int             # rows where the oracle had a tie at the k-th place (any tied choice accepted)
+    first_bad: Optional[tuple]
+    reason: str
+
+
+def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: int, token_pool,
+                      eps: float) -> SelectionReport:
+    """Tie-aware comparison of a top-k pool selection (TESTING.md: selections are compared tie-aware).
+
+    Args:
+        candidate: [B, S, W] token indices from the implementation, -1 padded
+        ref_indices: [B, S, W] the oracle's (its tail tokens are the ones outside its picked pools)
+        ref_scores: [B, S, P] the oracle's scores of every kept pool (non-candidates anything)
+        ref_candidate: [B, S, P] which pools may be picked for each query
+        k_sel: picks per query before non-candidates are dropped
+        token_pool: [B, T] kept-pool id of every cached token, -1 for tokens in no kept pool
+        eps: scores within eps of the k-th oracle score are a tie: any choice among them is accepted
+    Each row must hold valid (0 <= t < T) and unique indices; the oracle's tail tokens; whole pools
+    only; every pool scoring above the k-th place by more than eps; nothing below it by more than
+    eps; and as many pools as the oracle picked.
+    """
+    cand, ref = to_int(candidate), to_int(ref_indices)
+    scores, cands, tpool = np.asarray(ref_scores, float), np.asarray(ref_candidate, bool), to_int(token_pool)
+    if cand.shape != ref.shape:
+        return SelectionReport(False, 0, 0, None, f"width/shape {cand.shape} != oracle {ref.shape}")
+    B, S, _ = cand.shape
+    T = tpool.shape[1]
+    ties = 0
+    for b in range(B):
+        for s in range(S):
+            c = cand[b, s][cand[b, s] >= 0]
+            r = ref[b, s][ref[b, s] >= 0]
+            where = (b, s)
+            if np.any(c >= T) or len(np.unique(c)) != len(c):
+                return SelectionReport(False, b * S + s, ties, where, f"indices out of range or duplicated: {sorted(c.tolist())}")
+            if np.any(cand[b, s][cand[b, s] < 0] != -1):
+                return SelectionReport(False, b * S + s, ties, where, "negative index other than the -1 padding")
+            rp = {int(tpool[b, t]) for t in r if tpool[b, t] >= 0}
+            tail = {int(t) for t in r if tpool[b, t] < 0 or not _pool_fully_in(tpool[b], tpool[b, t], r)}
+            rp = {p for p in rp if _pool_fully_in(tpool[b], p, r)}
+            cset = {int(t) for t in c}
+            if not tail <= cset:
+                return SelectionReport(False, b * S + s, ties, where, f"tail tokens {sorted(tail - cset)} missing")
+            cp = {int(tpool[b, t]) for t in cset - tail}
+            if -1 in cp or any(not _pool_fully_in(tpool[b], p, c) for p in cp):
+                return SelectionReport(False, b * S + s, ties, where, "a partial pool or a token outside every pool")
+            if cp == rp:
+                continue
+            sc = np.where(cands[b, s], scores[b, s], -np.inf)
+            order = np.sort(sc)[::-1]
+            kth = order[min(k_sel, len(order)) - 1] if k_sel > 0 and len(order) else -np.inf
+            must = {p for p in range(len(sc)) if sc[p] > kth + eps}
+            free = {p for p in range(len(sc)) if abs(sc[p] - kth) <= eps and cands[b, s, p]}
+            if must <= cp and cp <= must | free and len(cp) == len(rp):
+                ties += 1
+                continue
+            return SelectionReport(False, b * S + s, ties, where,
+                                   f"pools {sorted(cp)} vs oracle {sorted(rp)} (k-th score {kth:.6g}, "
+                                   f"tied within {eps:g}: {sorted(free)})")
+    return SelectionReport(True, B * S, ties, None, "")
+
+
+def _pool_fully_in(tpool_row, p, tokens) -> bool:
+    members = np.flatnonzero(tpool_row == p)
+    return len(members) > 0 and set(members.tolist()) <= {int(t) for t in tokens}
+
+
+def to_int(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x).astype(np.int64)
