@@ -81,7 +81,13 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         test = hseed(seed)(test)
     status, shrunk, message, repro = "pass", None, "", None
     try:
-        test()
+        try:
+            test()
+        except BaseExceptionGroup as group:  # Hypothesis found several distinct failures: report the first
+            first = next((e for e in group.exceptions if isinstance(e, (ContractBroken, CheckCrashed))), None)
+            if first is None:
+                raise
+            raise first
     except (ContractBroken, CheckCrashed) as e:
         status, shrunk, message, repro = "fail", case_to_json(e.case), str(e).split("\n")[0], e.repro
         if isinstance(e, ContractBroken):

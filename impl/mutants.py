@@ -196,3 +196,91 @@ def get(name: str) -> Mutant:
         return MUTANTS[name]
     except (KeyError, TypeError):
         raise KeyError(f"unknown mutant {name!r}: expected one of {sorted(MUTANTS)}") from None
+
+
+# ----------------------------------------------------------------------------- DSA / MLA mutants
+# Each a TorchDSA / TorchMLA (impl/baseline/dsa.py, mla.py) overriding ONE small method.
+
+from impl.baseline.dsa import TorchDSA  # noqa: E402
+from impl.baseline.mla import TorchMLA, _linear  # noqa: E402
+
+
+class DsaTailOffByOne(TorchDSA):
+    """The tail starts one token late: the first token of the current incomplete pool is never attended."""
+
+    def _tail(self, first, val, pos, kpool):
+        return super()._tail(first + 1, val, pos, kpool)
+
+
+class DsaTailOmitted(TorchDSA):
+    """No tail: the current incomplete pool's tokens are not force-included (always_select_tail ignored)."""
+
+    def _tail(self, first, val, pos, kpool):
+        return torch.full((val.shape[0], pos.shape[0], 0), -1, dtype=torch.int64, device=val.device)
+
+
+class DsaMeanPooling(TorchDSA):
+    """Pool keys are the plain mean of the members' keys, not the per-channel softmax(gsc + ape) mix."""
+
+    def _pool_softmax(self, lam):
+        real = torch.isfinite(lam).to(lam.dtype)
+        return real / real.sum(dim=-2, keepdim=True).clamp(min=1.0)
+
+
+class DsaVisibleByFirstToken(TorchDSA):
+    """A pool is a candidate once its FIRST member is visible (it should be its last): future tokens leak."""
+
+    def _visible_member(self, member_idx):
+        return member_idx[..., 0]
+
+
+class DsaBudgetTopk(TorchDSA):
+    """The selection has topk slots (2048) instead of topk + P_k - 1 (2051): a full tail is cut off."""
+
+    def _width(self, w):
+        return w.topk
+
+
+class DsaAnchorAtZero(TorchDSA):
+    """Pools are anchored at position 0, not at the first real token: left padding shifts every pool."""
+
+    def _anchor(self, val):
+        return torch.zeros(val.shape[0], dtype=torch.int64, device=val.device)
+
+
+class MlaScaleMoved(TorchMLA):
+    """The softmax scale is (d_n + d_v)^-1/2 instead of d_qk^-1/2 = d_n^-1/2 (no rope part)."""
+
+    def _scale(self, w):
+        return (w.nope_dim + w.v_dim) ** -0.5
+
+
+class MlaUnnormalizedLatentCached(TorchMLA):
+    """The cache holds the raw kv_a output, not the kv_a_layernorm-normalized latent (pitfall 9)."""
+
+    def _cache_latent(self, w, a, c):
+        return _linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias)
+
+
+class MlaSharedRerunsIndexer(TorchMLA):
+    """A "shared" layer runs the indexer `iw` it is given instead of reusing the previous selection."""
+
+    def _select(self, iw, a, q_lat, old_rows, mask, prev, kind, T):
+        return super()._select(iw, a, q_lat, old_rows, mask, prev, "full", T)
+
+
+def _dsa_mla_row(cls, name: str, caught_by: str) -> tuple[str, Mutant]:
+    return name, Mutant(name, caught_by.split(".", 1)[0], cls.__doc__.strip(), caught_by, cls)
+
+
+MUTANTS.update((
+    _dsa_mla_row(DsaTailOffByOne, "dsa_tail_off_by_one", "dsa.index.selection"),
+    _dsa_mla_row(DsaTailOmitted, "dsa_tail_omitted", "dsa.index.selection"),
+    _dsa_mla_row(DsaMeanPooling, "dsa_mean_pooling", "dsa.index.scores"),
+    _dsa_mla_row(DsaVisibleByFirstToken, "dsa_visible_by_first_token", "dsa.index.selection"),
+    _dsa_mla_row(DsaBudgetTopk, "dsa_budget_topk", "dsa.index.selection"),
+    _dsa_mla_row(DsaAnchorAtZero, "dsa_anchor_at_zero", "dsa.index.selection"),
+    _dsa_mla_row(MlaScaleMoved, "mla_scale_moved", "mla.absorbed.output"),
+    _dsa_mla_row(MlaUnnormalizedLatentCached, "mla_unnormalized_latent_cached", "mla.paths.latent_cache"),
+    _dsa_mla_row(MlaSharedRerunsIndexer, "mla_shared_reruns_indexer", "mla.paths.shared_output"),
+))

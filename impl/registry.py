@@ -7,40 +7,66 @@ from __future__ import annotations
 import importlib
 from typing import Any, NamedTuple
 
-MECHANISMS = ("kda",)
-KDA_FUNCTIONS = ("recurrent", "chunked", "decode", "sublayer")
+MECHANISMS = ("kda", "dsa", "mla")
+FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
+             "dsa": ("index_rows", "pool_keys", "scores", "index"),
+             "mla": ("project", "expanded", "absorbed", "sublayer")}
+KDA_FUNCTIONS = FUNCTIONS["kda"]
 
 
 class Implementation(NamedTuple):
+    """One namespace per mechanism (None: this implementation does not provide it)."""
+
     name: str
     kda: Any
+    dsa: Any = None
+    mla: Any = None
+
+    def require(self, mechanism: str) -> Any:
+        ns = getattr(self, mechanism, None)
+        if ns is None:
+            raise ValueError(f"implementation {self.name!r} provides no {mechanism!r} functions")
+        return ns
 
 
-def _check_kda(name: str, ns: Any) -> Any:
-    missing = [f for f in KDA_FUNCTIONS if not callable(getattr(ns, f, None))]
+def _check(name: str, ns: Any, mechanism: str = "kda") -> Any:
+    missing = [f for f in FUNCTIONS[mechanism] if not callable(getattr(ns, f, None))]
     if missing:
-        raise ValueError(f"implementation {name!r}: its kda namespace lacks {missing} "
-                         f"(expected callables {list(KDA_FUNCTIONS)} with oracle/kda.py's signatures)")
+        raise ValueError(f"implementation {name!r}: its {mechanism} namespace lacks {missing} (expected "
+                         f"callables {list(FUNCTIONS[mechanism])} with oracle/{mechanism}.py's signatures)")
     return ns
+
+
+_check_kda = _check
 
 
 def get(name: str) -> Implementation:
     """Resolve an implementation by name, with a clear error listing what exists."""
     if name == "triton":
-        return Implementation(name, _check_kda(name, importlib.import_module("impl.kda")))
+        return Implementation(name, *(_check(name, importlib.import_module(f"impl.{m}"), m) for m in MECHANISMS))
     if name == "torch":
-        from impl.baseline import kda as base
-        return Implementation(name, _check_kda(name, base.kda))
+        return _baseline(name)
     if name.startswith("mutant:"):
         from impl import mutants
         m = mutants.get(name.split(":", 1)[1])
-        return Implementation(name, _check_kda(name, m.factory()))
+        # one planted bug: the mutated mechanism, every other mechanism from the baseline
+        return _baseline(name)._replace(**{m.mechanism: _check(name, m.factory(), m.mechanism)})
     if ":" in name:
         mod, _, attr = name.partition(":")
         try:
             obj = getattr(importlib.import_module(mod), attr)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"candidate {name!r}: cannot load {attr!r} from module {mod!r}: {e}") from e
-        return Implementation(name, _check_kda(name, getattr(obj, "kda", obj)))
+        found = {m: getattr(obj, m, None) for m in MECHANISMS}
+        if not any(found.values()):
+            found["kda"] = obj
+        return Implementation(name, **{m: _check(name, ns, m) if ns is not None else None
+                                       for m, ns in found.items()})
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
+
+
+def _baseline(name: str) -> Implementation:
+    from impl.baseline import dsa, kda, mla
+    return Implementation(name, _check(name, kda.kda, "kda"), _check(name, dsa.dsa, "dsa"),
+                          _check(name, mla.mla, "mla"))

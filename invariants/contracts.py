@@ -9,15 +9,12 @@ import functools
 import pathlib
 from typing import NamedTuple, Optional
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # python 3.10
-    import tomli as tomllib
+import tomllib
 
 from invariants.compare import Metrics, bitwise_equal, metrics
 
 CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
-KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate")
+KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection")
 
 
 class UndeclaredContract(LookupError):
@@ -75,6 +72,8 @@ def load(path: Optional[str] = None) -> dict:
             raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
         if e["kind"] in ("self_consistency", "bench_gate") and "bound" not in e:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
+        if e["kind"] == "selection" and "eps" not in e:
+            raise ValueError(f"{file.name}: contract #{i}: selection needs eps (the score tie tolerance)")
         for p in _as_list(e["path"]):
             for q in _as_list(e["quantity"]):
                 key = (e["mechanism"], p, q, e["kind"])
@@ -82,7 +81,7 @@ def load(path: Optional[str] = None) -> dict:
                     raise ValueError(f"{file.name}: contract {key} declared twice")
                 table[key] = Contract(e["mechanism"], p, q, e["kind"], e.get("metric", default_metric),
                                       float(e.get("k", 0.0)), dict(e.get("floor", {})),
-                                      dict(e.get("bound", {})), e["reason"])
+                                      dict(e.get("bound", e.get("eps", {}))), e["reason"])
     return table
 
 
@@ -109,6 +108,7 @@ class Verdict(NamedTuple):
     limit: float
     metrics: Optional[Metrics]
     baseline_err: Optional[float]
+    detail: str = ""
 
     @property
     def ok(self) -> bool:
@@ -127,6 +127,10 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
         return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None)
+    cs, rs = tuple(getattr(candidate, "shape", ())), tuple(getattr(reference, "shape", ()))
+    if cs != rs:
+        # a different shape (e.g. another number of kept pools) is a broken contract, not a crash
+        return Verdict(contract, dtype, float("inf"), 0.0, None, None, f"shape {cs} vs oracle {rs}")
     m = metrics(candidate, reference)
     base = None
     if contract.kind == "kernel_replacement":
@@ -138,3 +142,21 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -
             raise ValueError(f"{contract.key}: the baseline itself has a non-finite mismatch "
                              f"at {bm.worst_index}: the baseline is broken, not the candidate")
     return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base)
+
+
+def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Verdict:
+    """A selection under a `selection` contract: tie-aware, ties within eps[dtype] of the k-th score.
+
+    `reference` is (oracle Selection, token_pool [B, T]); see compare.compare_selection.
+    """
+    from invariants.compare import compare_selection
+    from invariants.labels import label
+
+    sel, tpool = reference
+    eps = contract.limit(dtype)
+    r = compare_selection(candidate, sel.indices, sel.scores, sel.candidate, sel.k_sel, tpool, eps)
+    if r.tie_rows:
+        label("tie at selection boundary")
+    detail = (f"{r.rows} query rows, {r.tie_rows} with a tie at the k-th place" if r.ok
+              else f"query {r.first_bad}: {r.reason}")
+    return Verdict(contract, dtype, 0.0 if r.ok else float("inf"), 0.0, None, None, detail)

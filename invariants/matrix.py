@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from invariants import dsa_checks as dc
 from invariants import kda_checks as kc
 from invariants import paths
-from invariants.contracts import Verdict, judge, lookup
+from invariants.contracts import Verdict, judge, judge_selection, lookup
 from invariants.target import Target
 from strategies import cases as sc
 
@@ -37,6 +38,12 @@ CHECKS = (
           "cu_seqlens packing == each document alone; a NaN stays in its document"),
     Check("kda.rerun", "kda", lambda g: sc.sublayer_cases(g, padded=False), kc.run_rerun,
           "run-twice determinism of prefill and decode"),
+    Check("dsa.index", "dsa", sc.index_cases, dc.run_index,
+          "indexer rows, pool scores and the tie-aware selection at pool-boundary lengths"),
+    Check("mla.absorbed", "mla", sc.index_cases, dc.run_absorbed,
+          "sparse absorbed attention over a selection vs the oracle (baseline: expanded form)"),
+    Check("mla.paths", "mla", sc.mla_cases, dc.run_mla_paths,
+          "full + shared DSA layers over split calls: outputs, latent cache, indexer rows"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}
@@ -55,5 +62,8 @@ def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
     out = []
     for cmp in check.run(case, cand, base):
         contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
-        out.append(judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline))
+        if cmp.kind == "selection":
+            out.append(judge_selection(contract, cand.dtype_name, cmp.candidate, cmp.reference))
+        else:
+            out.append(judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline))
     return out

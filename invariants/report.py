@@ -16,6 +16,10 @@ def describe(v: Verdict) -> str:
     """One line per verdict: contract, value vs limit, the other metrics, the worst element."""
     c = v.contract
     head = f"{c.mechanism}.{c.path}.{c.quantity} [{c.kind}, {v.dtype}]"
+    if c.kind == "selection":
+        return f"{head}: {'selection matches (tie-aware, eps ' + format(c.bound.get(v.dtype, 0), 'g') + ')' if v.ok else 'SELECTION DIFFERS'}; {v.detail}"
+    if v.metrics is None and v.detail:
+        return f"{head}: {v.detail}"
     if v.metrics is None:
         return f"{head}: {'bitwise equal' if v.ok else 'NOT bitwise equal on rerun'}"
     m = v.metrics

@@ -129,3 +129,184 @@ class KDAState(NamedTuple):
 
     def map(self, fn: Callable[[Any], Any]) -> "KDAState":
         return KDAState(fn(self.recurrent), fn(self.conv))
+
+
+# ------------------------------------------------------------------------- MLA + DSA (SPEC §7, §8, §10)
+# Letters: H MLA heads, d_n / d_v per-head q·k / value dims, r_q / r_kv query / KV latent ranks,
+# H_i / d_i indexer heads / head dim, P_k pool size, P kept pools, T cached tokens (past + current).
+
+MLA_ARRAYS = (
+    "q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
+    "o_proj",
+)
+MLA_BIASES = ("q_a_bias", "kv_a_bias", "o_bias")
+
+
+@dataclasses.dataclass(frozen=True)
+class MLAWeights:
+    """One MLA sublayer's parameters (SPEC §7, §11 names without the `self_attn.` prefix).
+
+    Args:
+        q_a_proj: [r_q, D]    q_a_layernorm: [r_q]    q_b_proj: [H·d_n, r_q]
+        kv_a_proj_with_mqa: [r_kv, D]   kv_a_layernorm: [r_kv]
+        kv_b_proj: [H·(d_n+d_v), r_kv] (per head: d_n key rows, then d_v value rows)
+        o_proj: [D, H·d_v]
+        num_heads, nope_dim, v_dim: H, d_n, d_v (d_n alone sets the softmax scale: no rope part)
+        eps: rms_norm_eps of q_a_layernorm and kv_a_layernorm
+        q_a_bias [r_q], kv_a_bias [r_kv], o_bias [D]: only with attention_bias, else None
+    """
+
+    q_a_proj: Any
+    q_a_layernorm: Any
+    q_b_proj: Any
+    kv_a_proj_with_mqa: Any
+    kv_a_layernorm: Any
+    kv_b_proj: Any
+    o_proj: Any
+    num_heads: int
+    nope_dim: int
+    v_dim: int
+    eps: float = 1e-5
+    q_a_bias: Any = None
+    kv_a_bias: Any = None
+    o_bias: Any = None
+
+    @property
+    def q_rank(self) -> int:
+        return int(self.q_a_layernorm.shape[0])
+
+    @property
+    def kv_rank(self) -> int:
+        return int(self.kv_a_layernorm.shape[0])
+
+    def map(self, fn: Callable[[Any], Any]) -> "MLAWeights":
+        """Apply `fn` to every array field (biases only where present)."""
+        arrays = {n: fn(getattr(self, n)) for n in MLA_ARRAYS}
+        biases = {n: fn(getattr(self, n)) for n in MLA_BIASES if getattr(self, n) is not None}
+        return dataclasses.replace(self, **arrays, **biases)
+
+    def validate(self, hidden: Optional[int] = None) -> None:
+        """Check every shape against H, d_n, d_v, r_q, r_kv (and D if given); raise naming the tensor."""
+        for name in ("num_heads", "nope_dim", "v_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"MLAWeights.{name}: {value!r}, expected a positive int")
+        H, dn, dv, rq, rkv = self.num_heads, self.nope_dim, self.v_dim, self.q_rank, self.kv_rank
+        D = hidden if hidden is not None else int(self.q_a_proj.shape[-1])
+        want = {
+            "q_a_proj": (rq, D), "q_a_layernorm": (rq,), "q_b_proj": (H * dn, rq),
+            "kv_a_proj_with_mqa": (rkv, D), "kv_a_layernorm": (rkv,),
+            "kv_b_proj": (H * (dn + dv), rkv), "o_proj": (D, H * dv),
+            "q_a_bias": (rq,), "kv_a_bias": (rkv,), "o_bias": (D,),
+        }
+        for name, shape in want.items():
+            a = getattr(self, name)
+            if a is not None and tuple(a.shape) != shape:
+                raise ValueError(f"MLAWeights.{name}: shape {tuple(a.shape)}, expected {shape} "
+                                 f"(H={H}, d_n={dn}, d_v={dv}, r_q={rq}, r_kv={rkv}, D={D})")
+
+
+INDEXER_ARRAYS = (
+    "wq_b", "wk", "k_norm_weight", "k_norm_bias", "weights_proj", "compress_gate", "compress_ape",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexerWeights:
+    """One "full" DSA layer's indexer (SPEC §8, §11 `self_attn.indexer.*`).
+
+    Args:
+        wq_b: [H_i·d_i, r_q]   wk: [d_i, D]   k_norm_weight, k_norm_bias: [d_i]
+        weights_proj: [H_i, D]   compress_gate: [d_i, D] (index_kpool_compress_gate)
+        compress_ape: [P_k, d_i] (index_kpool_compress_ape)
+        n_heads, head_dim: H_i, d_i;  topk: index_topk (tokens);  kpool: P_k (index_kpool)
+        always_select_tail: index_kpool_always_select_tail
+    """
+
+    wq_b: Any
+    wk: Any
+    k_norm_weight: Any
+    k_norm_bias: Any
+    weights_proj: Any
+    compress_gate: Any
+    compress_ape: Any
+    n_heads: int
+    head_dim: int
+    topk: int
+    kpool: int
+    always_select_tail: bool = True
+
+    @property
+    def slots(self) -> int:
+        """Selection width per query, topk + P_k - 1 (SPEC §8.7; 2051 at full size)."""
+        return self.topk + self.kpool - 1
+
+    @property
+    def topk_pools(self) -> int:
+        """Most pools one query selects, topk / P_k (k_sel before the min with the kept pools)."""
+        return self.topk // self.kpool
+
+    def map(self, fn: Callable[[Any], Any]) -> "IndexerWeights":
+        """Apply `fn` to every array field."""
+        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in INDEXER_ARRAYS})
+
+    def validate(self, hidden: Optional[int] = None, q_rank: Optional[int] = None) -> None:
+        """Check the scalars (topk % kpool == 0) and every shape; raise naming the field."""
+        for name in ("n_heads", "head_dim", "topk", "kpool"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"IndexerWeights.{name}: {value!r}, expected a positive int")
+        if self.topk % self.kpool:
+            raise ValueError(f"IndexerWeights.topk: {self.topk}, expected a multiple of "
+                             f"kpool={self.kpool} (index_topk % index_kpool == 0)")
+        Hi, di, Pk = self.n_heads, self.head_dim, self.kpool
+        D = hidden if hidden is not None else int(self.wk.shape[-1])
+        rq = q_rank if q_rank is not None else int(self.wq_b.shape[-1])
+        want = {
+            "wq_b": (Hi * di, rq), "wk": (di, D), "k_norm_weight": (di,), "k_norm_bias": (di,),
+            "weights_proj": (Hi, D), "compress_gate": (di, D), "compress_ape": (Pk, di),
+        }
+        for name, shape in want.items():
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                raise ValueError(f"IndexerWeights.{name}: shape {got}, expected {shape} "
+                                 f"(H_i={Hi}, d_i={di}, P_k={Pk}, r_q={rq}, D={D})")
+
+
+class Selection(NamedTuple):
+    """One DSA layer's token selection (SPEC §8.3-8.7); what a "shared" layer reuses (§8.8).
+
+    indices:    [B, S, topk + P_k - 1] int64 absolute cache positions, -1 padded; padded queries all -1
+    scores:     [B, S, P] the index scores I (SPEC §8.4) of every kept pool; non-candidates -inf
+    candidate:  [B, S, P] bool, pool valid and its LAST member visible to the query (§8.5)
+    k_sel:      min(topk / P_k, P), one value per forward (§8.6)
+    pool_first: [B] the anchor f_b (first real token; T for a row with none) (§8.3)
+    kept:       [ceil(T / P_k)] bool, which pools were valid in at least one batch row (§8.3)
+    """
+
+    indices: Any
+    scores: Any
+    candidate: Any
+    k_sel: int
+    pool_first: Any
+    kept: Any
+
+    def map(self, fn: Callable[[Any], Any]) -> "Selection":
+        """Apply `fn` to every array field (k_sel stays an int)."""
+        return Selection(fn(self.indices), fn(self.scores), fn(self.candidate), self.k_sel,
+                         fn(self.pool_first), fn(self.kept))
+
+
+class DSACache(NamedTuple):
+    """Per-layer DSA cache (SPEC §10 `DynamicIndexedLayer`), both grown by appending rows.
+
+    latent:     [B, T, r_kv] the kv_a_layernorm-NORMALIZED latent c (SPEC §7, §12 pitfall 9)
+    index_rows: [B, T, 2·d_i + 1] packed (LayerNorm'd index key | gate-score vector | valid flag);
+                None on "shared" layers, which have no indexer
+    """
+
+    latent: Any
+    index_rows: Any
+
+    def map(self, fn: Callable[[Any], Any]) -> "DSACache":
+        return DSACache(fn(self.latent), None if self.index_rows is None else fn(self.index_rows))

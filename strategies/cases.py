@@ -5,7 +5,7 @@ from typing import NamedTuple, Optional
 
 from hypothesis import strategies as st
 
-from strategies.geometry import KDAGeometry, kda_geometries
+from strategies.geometry import DSAGeometry, KDAGeometry, dsa_geometries, kda_geometries
 from strategies.sequences import chunk_splits, packed_lengths, sequence_lengths
 from strategies.tensors import FAMILIES
 
@@ -101,7 +101,65 @@ def decode_cases(draw, base, *, max_steps: int = 6) -> DecodeCase:
                       draw(SEEDS))
 
 
-CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase)}
+class IndexCase(NamedTuple):
+    """T cached tokens, the last `queries` of them querying (1 = a decode step after any prefix);
+    `tie` = "exact" copies one pool's tokens into the next so their scores tie on purpose."""
+
+    geometry: DSAGeometry
+    batch: int
+    length: int
+    queries: int
+    left_pad: tuple[int, ...]
+    tie: str
+    family: str
+    seed: int
+
+
+class MLACase(NamedTuple):
+    """A full DSA layer then a shared one over one token stream, cut into calls by `splits`."""
+
+    geometry: DSAGeometry
+    batch: int
+    length: int
+    left_pad: tuple[int, ...]
+    splits: tuple[int, ...]
+    family: str
+    seed: int
+
+
+def dsa_lengths(g: DSAGeometry, *, max_len: int = 80) -> st.SearchStrategy[int]:
+    """Pool-boundary lengths: every length up to 2·kpool + 1, around topk + kpool (real sparsity
+    starts there), 63..65; else the general boundary-biased lengths."""
+    special = sorted({n for n in list(range(1, 2 * g.kpool + 2))
+                      + [g.topk + g.kpool - 1, g.topk + g.kpool, g.topk + g.kpool + 1, 23, 63, 64, 65]
+                      if 1 <= n <= max_len})
+    return st.booleans().flatmap(lambda pick: st.sampled_from(special) if pick
+                                 else sequence_lengths(max_len=max_len))
+
+
+@st.composite
+def index_cases(draw, base, *, max_len: int = 80) -> IndexCase:
+    g = draw(dsa_geometries(base))
+    length = draw(dsa_lengths(g, max_len=max_len))
+    queries = draw(st.sampled_from(sorted({1, length}))) if draw(st.booleans()) else \
+        draw(st.integers(1, length))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
+    return IndexCase(g, batch, length, queries, pad, draw(st.sampled_from(("none", "exact"))),
+                     draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
+
+
+@st.composite
+def mla_cases(draw, base, *, max_len: int = 70) -> MLACase:
+    g = draw(dsa_geometries(base))
+    length = draw(dsa_lengths(g, max_len=max_len))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
+    return MLACase(g, batch, length, pad, draw(chunk_splits(length)), draw(st.sampled_from(("normal", "large"))),
+                   draw(SEEDS))
+
+
+CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase, IndexCase, MLACase)}
 
 
 def case_to_json(case) -> dict:
@@ -123,7 +181,8 @@ def case_from_json(d: dict):
     if missing or extra:
         raise ValueError(f"{name}: missing fields {sorted(missing)}, unexpected {sorted(extra)}")
     if "geometry" in d:
-        d["geometry"] = KDAGeometry(**d["geometry"])
+        geo = DSAGeometry if name in ("IndexCase", "MLACase") else KDAGeometry
+        d["geometry"] = geo(**d["geometry"])
     for k, v in d.items():
         if isinstance(v, list):
             d[k] = tuple(v)

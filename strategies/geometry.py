@@ -38,3 +38,39 @@ def kda_geometries(base, *, vary: bool = True) -> st.SearchStrategy[KDAGeometry]
         conv_width=st.just(g0.conv_width),
         lower_bound=st.just(g0.lower_bound),
     )
+
+
+class DSAGeometry(NamedTuple):
+    """The dimensions of one MLA + DSA check (SPEC §1): hidden D, MLA heads H, nope / value dims,
+    q / kv latent ranks, indexer heads and head dim, topk and kpool."""
+
+    hidden: int
+    heads: int
+    nope_dim: int
+    v_dim: int
+    q_rank: int
+    kv_rank: int
+    index_heads: int
+    index_dim: int
+    topk: int
+    kpool: int
+
+    @classmethod
+    def from_geometry(cls, g) -> "DSAGeometry":
+        return cls(g.hidden_size, g.num_attention_heads, g.qk_nope_head_dim, g.v_head_dim, g.q_lora_rank,
+                   g.kv_lora_rank, g.index_n_heads, g.index_head_dim, g.index_topk, g.index_kpool)
+
+    @property
+    def slots(self) -> int:
+        return self.topk + self.kpool - 1
+
+
+def dsa_geometries(base, *, vary: bool = True) -> st.SearchStrategy[DSAGeometry]:
+    """The base geometry's DSA dims, or pool sizes around it (every divisor of topk up to 8: kpool 1
+    has no tail, kpool = topk picks one pool)."""
+    g0 = DSAGeometry.from_geometry(base)
+    if not vary:
+        return st.just(g0)
+    # the base pool size first: shrinking moves towards the checkpoint's kpool, not towards kpool 1
+    kpools = [g0.kpool] + [p for p in (2, 8, 1) if p != g0.kpool and g0.topk % p == 0]
+    return st.sampled_from(kpools).map(lambda p: g0._replace(kpool=p))

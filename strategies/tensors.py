@@ -77,3 +77,32 @@ def kda_state(rng, rows, heads, head_dim, conv_width):
     """A non-zero incoming KDAState (recurrent + conv window of pre-conv inputs)."""
     return KDAState(0.5 * rng.standard_normal((rows, heads, head_dim, head_dim)),
                     rng.standard_normal((rows, 3 * heads * head_dim, conv_width)))
+
+
+def indexer_weights(rng, g, family="normal"):
+    """Non-trivial indexer parameters (SPEC §13: random ape, gate and LayerNorm bias; signed head weights)."""
+    from oracle.types import IndexerWeights
+
+    n = rng.standard_normal
+    s = g.hidden ** -0.5
+    return IndexerWeights(
+        wq_b=g.q_rank ** -0.5 * n((g.index_heads * g.index_dim, g.q_rank)), wk=s * n((g.index_dim, g.hidden)),
+        k_norm_weight=1.0 + 0.1 * n(g.index_dim), k_norm_bias=0.5 * n(g.index_dim),
+        weights_proj=s * n((g.index_heads, g.hidden)) * (3.0 if family == "large" else 1.0),
+        compress_gate=s * n((g.index_dim, g.hidden)), compress_ape=0.5 * n((g.kpool, g.index_dim)),
+        n_heads=g.index_heads, head_dim=g.index_dim, topk=g.topk, kpool=g.kpool, always_select_tail=True)
+
+
+def mla_weights(rng, g, eps=1e-5):
+    """MLA parameters with non-trivial norm weights (SPEC §13)."""
+    from oracle.types import MLAWeights
+
+    n = rng.standard_normal
+    s = g.hidden ** -0.5
+    return MLAWeights(
+        q_a_proj=s * n((g.q_rank, g.hidden)), q_a_layernorm=1.0 + 0.1 * n(g.q_rank),
+        q_b_proj=g.q_rank ** -0.5 * n((g.heads * g.nope_dim, g.q_rank)),
+        kv_a_proj_with_mqa=s * n((g.kv_rank, g.hidden)), kv_a_layernorm=1.0 + 0.1 * n(g.kv_rank),
+        kv_b_proj=g.kv_rank ** -0.5 * n((g.heads * (g.nope_dim + g.v_dim), g.kv_rank)),
+        o_proj=(g.heads * g.v_dim) ** -0.5 * n((g.hidden, g.heads * g.v_dim)),
+        num_heads=g.heads, nope_dim=g.nope_dim, v_dim=g.v_dim, eps=eps)

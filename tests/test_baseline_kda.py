@@ -369,6 +369,8 @@ def _rerun_probe(m):
     return {"output": y1 + 1e6 * (y2 - y1)}
 
 
+KDA_MUTANTS = sorted(n for n, m in MUTANTS.items() if m.mechanism == "kda")
+
 PROBES = {
     "kda_decode_window_not_shifted": _decode_twice_probe,
     "kda_mask_ignored": _left_padded_probe,
@@ -392,7 +394,7 @@ PROBES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", KDA_MUTANTS)
 def test_mutant_is_caught(name):
     probe = PROBES[name]
     want = probe(okda)
@@ -404,10 +406,10 @@ def test_mutant_is_caught(name):
 
 
 def test_every_mutant_has_a_probe():
-    assert sorted(PROBES) == sorted(MUTANTS)
+    assert sorted(PROBES) == KDA_MUTANTS
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", KDA_MUTANTS)
 def test_mutant_overrides_one_method(name):
     m = MUTANTS[name]
     assert isinstance(m, Mutant) and m.name == name and m.mechanism == "kda"

@@ -1,0 +1,225 @@
+"""DSA indexer with KPool on torch + Triton, mirroring oracle/dsa.py by name and argument order.
+
+Letters: B batch, S queries of this call, T cached tokens (past + current), D hidden size,
+H indexer heads (H_i), K index head dim (d_i), R query latent rank (r_q), P kept pools,
+M pool size (P_k, index_kpool), W selection width (index_topk + P_k - 1).
+
+Only the scores are a kernel (`scores`); packing, pooling and the selection around them are torch.
+Scores are float32 (SPEC §2); under the Triton interpreter every kernel operand is float32 (its
+tl.dot on bf16 is wrong). Top-k is torch.topk: exact score ties (SPEC §12 pitfall 1) may break
+differently from the oracle's lowest-index rule, which is why `index` returns the scores and
+selections are compared tie-aware (invariants.compare.compare_selection).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import interpreted
+from impl.kernels.dsa import dsa_score_fwd_kernel
+from oracle.types import IndexerWeights, Selection
+
+LN_EPS = 1e-6
+
+
+def _work(a: torch.Tensor) -> torch.Tensor:
+    """Contiguous kernel operand: float32 under the interpreter (its bf16 tl.dot is wrong) and for
+    dtypes tl.dot does not take on the GPU (float64)."""
+    if a.dtype != torch.float32 and (interpreted() or a.dtype not in (torch.bfloat16, torch.float16)):
+        a = a.float()
+    return a.contiguous()
+
+
+def _check_shape(name: str, a, want) -> None:
+    if tuple(a.shape) != tuple(want):
+        raise ValueError(f"{name}: expected shape {tuple(want)}, got {tuple(a.shape)}")
+
+
+# ----------------------------------------------------------------------------- per-token rows
+
+
+def index_rows(w: IndexerWeights, a, mask=None):
+    """Packed per-token indexer rows (LayerNorm'd key | gate vector | valid flag); oracle.dsa.index_rows.
+
+    Args:
+        a: [B, S, D] post-norm input;  mask: [B, S] 1 = real, 0 = pad, or None (all real)
+    Returns:
+        packed: [B, S, 2K + 1] in a's dtype
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    B, S, _ = a.shape
+    if mask is not None:
+        _check_shape("mask", mask, (B, S))
+    K = w.head_dim
+    k = F.layer_norm(a @ w.wk.T, (K,), w.k_norm_weight.to(a.dtype), w.k_norm_bias.to(a.dtype), LN_EPS)   # [B, S, K]
+    gsc = a @ w.compress_gate.T                                                                   # [B, S, K]
+    val = a.new_ones(B, S) if mask is None else mask.to(a.dtype)
+    return torch.cat([k, gsc, val[..., None]], dim=-1)
+
+
+# ----------------------------------------------------------------------------- pools (torch)
+
+
+def pool_keys(packed, ape, kpool: int):
+    """Pool keys over the cached rows, anchored at each row's first real token; oracle.dsa.pool_keys.
+
+    Args:
+        packed: [B, T, 2K + 1];  ape: [M, K];  kpool: M
+    Returns:
+        kbar: [B, P, K] float32;  member_idx: [B, P, M] int64 token of each member;
+        pool_valid: [B, P] bool (complete);  first: [B] int64 (T when a row has no real token);
+        kept: [n_p] bool, which of the ceil(T / M) pools are valid in at least one row (P of them)
+    """
+    if packed.ndim != 3 or packed.shape[-1] % 2 != 1:
+        raise ValueError(f"packed: expected [B, T, 2K + 1], got shape {tuple(packed.shape)}")
+    B, T, width = packed.shape
+    K = (width - 1) // 2
+    if isinstance(kpool, bool) or not isinstance(kpool, int) or kpool < 1:
+        raise ValueError(f"kpool: expected an int >= 1, got {kpool!r}")
+    _check_shape("ape", ape, (kpool, K))
+    dev = packed.device
+    kI, gsc = packed[..., :K].float(), packed[..., K:2 * K].float()
+    val = packed[..., 2 * K] > 0.5                                                       # [B, T]
+    first = torch.where(val.any(1), val.int().argmax(1), torch.full((B,), T, device=dev)).long()
+    n_p = -(-T // kpool)
+    idx = first[:, None, None] + torch.arange(n_p * kpool, device=dev).view(1, n_p, kpool)   # [B, n_p, M]
+    safe = idx.clamp(max=max(T - 1, 0))
+    member = (idx < T) & torch.gather(val, 1, safe.view(B, -1)).view_as(idx)
+    pool_valid = member.all(-1)                                                          # [B, n_p]
+    rows = torch.arange(B, device=dev)[:, None, None]
+    lam = gsc[rows, safe] + ape.float()[None, None]                                      # [B, n_p, M, K]
+    lam = lam.masked_fill(~member[..., None], float("-inf"))
+    # per channel over the members; a pool with no real member gives NaN, which is defined as 0
+    pi = torch.nan_to_num(torch.softmax(lam, dim=2), nan=0.0)
+    kbar = (pi * kI[rows, safe]).sum(2)                                                  # [B, n_p, K]
+    kept = pool_valid.any(0)                                                             # [n_p]
+    return kbar[:, kept].contiguous(), idx[:, kept], pool_valid[:, kept], first, kept
+
+
+# ----------------------------------------------------------------------------- scores (kernel)
+
+
+def _scores(q, wts, kbar, pool_last, offset: int):
+    """Launch dsa_score_fwd_kernel: q [B, S, H, K], wts [B, S, H], kbar [B, P, K], pool_last [B, P]."""
+    B, S, H, K = q.shape
+    P = kbar.shape[1]
+    _check_shape("w", wts, (B, S, H))
+    _check_shape("kbar", kbar, (B, P, K))
+    _check_shape("pool_last", pool_last, (B, P))
+    if K > 256:
+        raise ValueError(f"q: index head dim {K}, expected <= 256 (one [BT, K] tile)")
+    out = torch.empty(B, S, P, device=q.device, dtype=torch.float32)
+    if B * S * P == 0:
+        return out
+    q = _work(q)
+    kbar = _work(kbar.to(q.dtype))
+    BK = triton.next_power_of_2(max(K, 16))
+    BT, BP = 16 if interpreted() else 64, 32 if interpreted() else 64
+    grid = (triton.cdiv(S, BT), triton.cdiv(P, BP), B)
+    dsa_score_fwd_kernel[grid](
+        q, wts.float().contiguous(), kbar, pool_last.to(torch.int64).contiguous(), out,
+        S, P, offset, K ** -0.5,
+        H=H, K=K, BT=BT, BP=BP, BK=BK, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=4,
+    )
+    return out
+
+
+def _query_parts(w: IndexerWeights, q_lat, a):
+    """q_lat [B, S, R], a [B, S, D] -> qI [B, S, H, K] (model dtype), weights [B, S, H] float32."""
+    H, K = w.n_heads, w.head_dim
+    B, S = a.shape[:2]
+    if q_lat.ndim != 3 or tuple(q_lat.shape[:2]) != (B, S):
+        raise ValueError(f"q_lat: expected [B, S, r_q] with B, S = {B, S} (from a), got {tuple(q_lat.shape)}")
+    qI = (q_lat @ w.wq_b.T).view(B, S, H, K)
+    wts = (a @ w.weights_proj.T).float() * H ** -0.5
+    return qI, wts
+
+
+def scores(w: IndexerWeights, q_lat, a, kbar):
+    """Index scores of every query against every kept pool, no candidate mask; oracle.dsa.scores.
+
+    Args:
+        q_lat: [B, S, r_q];  a: [B, S, D];  kbar: [B, P, K]
+    Returns:
+        I: [B, S, P] float32
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    qI, wts = _query_parts(w, q_lat, a)
+    B, P = kbar.shape[0], kbar.shape[1]
+    # pool_last = 0 marks every pool visible to every query: the kernel's mask is then a no-op
+    return _scores(qI, wts, kbar, torch.zeros(B, P, dtype=torch.int64, device=a.device), 0)
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
+    """Token selection of every query (picked pools ++ tail, -1 padded); oracle.dsa.index.
+
+    Args:
+        a: [B, S, D];  q_lat: [B, S, r_q];  packed_all: [B, T, 2K + 1] the cached rows, this call's last;
+        mask: [B, S] query mask (1 = real), or None: the valid flags of the last S cached rows;
+            given, it must agree with them
+    Returns:
+        Selection(indices [B, S, W] int64 (-1 padded, compacted), scores [B, S, P] float32
+        (non-candidates -inf), candidate [B, S, P] bool, k_sel int, pool_first [B] int64,
+        kept [n_p] bool)
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    B, S, _ = a.shape
+    w.validate()
+    kpool, K = w.kpool, w.head_dim
+    if packed_all.ndim != 3 or packed_all.shape[0] != B or packed_all.shape[2] != 2 * K + 1:
+        raise ValueError(f"packed_all: expected [B, T, 2K + 1] = [{B}, T, {2 * K + 1}], got "
+                         f"{tuple(packed_all.shape)}")
+    T = packed_all.shape[1]
+    if T < S:
+        raise ValueError(f"packed_all: {T} cached rows, fewer than the {S} queries of this call")
+    dev = a.device
+    val = packed_all[..., 2 * K] > 0.5                                                       # [B, T]
+    qmask = val[:, T - S:]
+    if mask is not None:
+        _check_shape("mask", mask, (B, S))
+        if not torch.equal(mask.bool(), qmask):
+            raise ValueError("mask: disagrees with the valid flags of the last S rows of packed_all "
+                             "(index_rows must be packed with the same mask)")
+    kbar, member_idx, pool_valid, first, kept = pool_keys(packed_all, w.compress_ape, kpool)
+    P = kbar.shape[1]
+    pos = torch.arange(T - S, T, device=dev)                                                 # [S]
+    pool_last = torch.where(pool_valid, member_idx[..., -1], -1)                             # [B, P]
+    candidate = (pool_last[:, None, :] >= 0) & (pool_last[:, None, :] <= pos[None, :, None])  # [B, S, P]
+    qI, wts = _query_parts(w, q_lat, a)
+    I = _scores(qI, wts, kbar, pool_last, T - S)
+
+    k_sel = min(w.topk_pools, P)
+    parts = []
+    if k_sel > 0:
+        pick = torch.topk(I, k_sel, dim=-1).indices                                          # [B, S, k]
+        ok = torch.gather(candidate, 2, pick)
+        rows = torch.arange(B, device=dev)[:, None, None]
+        tok = member_idx[rows, pick]                                                         # [B, S, k, M]
+        parts.append(torch.where(ok[..., None], tok, -1).reshape(B, S, k_sel * kpool))
+    if w.always_select_tail and kpool > 1:
+        n_vis = torch.cumsum(val.long(), 1)[:, T - S:]                                       # [B, S]
+        tau = n_vis % kpool
+        o = torch.arange(kpool - 1, device=dev)
+        t = first[:, None, None] + (n_vis - tau)[..., None] + o                              # [B, S, M-1]
+        vis = torch.gather(val, 1, t.clamp(max=T - 1).view(B, -1)).view_as(t)
+        ok = (o < tau[..., None]) & (t < T) & (t <= pos[None, :, None]) & vis
+        parts.append(torch.where(ok, t, -1))
+    width = w.slots
+    sel = torch.cat(parts, -1) if parts else torch.empty(B, S, 0, dtype=torch.int64, device=dev)
+    sel = torch.where(qmask[..., None], sel, -1)
+    # compact: valid entries first, in pick order, then the -1 padding
+    order = torch.sort((sel < 0).to(torch.int8), dim=-1, stable=True).indices
+    sel = torch.gather(sel, 2, order)
+    indices = torch.full((B, S, width), -1, dtype=torch.int64, device=dev)
+    indices[..., :sel.shape[-1]] = sel
+    # the container's convention is -inf; the kernel writes float32 min so that topk stays finite
+    return Selection(indices, I.masked_fill(~candidate, float("-inf")), candidate, k_sel, first, kept)

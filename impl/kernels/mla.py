@@ -1,0 +1,60 @@
+"""Sparse MLA attention in absorbed form (SPEC §7); the host wrappers are in impl/mla.py.
+
+Letters: B batch, S queries, T cached tokens, H heads, R latent rank (r_kv), W selection width
+(index_topk + P_k - 1).
+
+In absorbed form every head attends over the same cached latent rows c_t (keys and values alike), so
+one program takes a block of heads and gathers each selected row once for all of them.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mla_sparse_absorbed_fwd_kernel(
+    q, c, indices, lengths, out,
+    S, T, W, scale,
+    H: tl.constexpr, R: tl.constexpr,
+    BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
+
+    One program per (query row b·S + s, head block). The selection streams in blocks of BW entries
+    with an online softmax; -1 entries (and anything outside [0, lengths[b])) are skipped, so an
+    empty selection gives 0, not NaN.
+    q: [B, S, H, R] (absorbed through W_UK), c: [B, T, R], indices: [B, S, W] int, lengths: [B] int,
+    out: [B, S, H, R] float32.
+    """
+    i_bs, i_hb = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b = i_bs // S
+    o_h = i_hb * BH + tl.arange(0, BH)
+    o_r = tl.arange(0, BR)
+    mask_h = o_h < H
+    mask_r = o_r < R
+    mask_hr = mask_h[:, None] & mask_r[None, :]
+    p_q = q + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+    b_q = tl.load(p_q, mask=mask_hr, other=0.)                                             # [BH, BR]
+    n_len = tl.load(lengths + i_b).to(tl.int64)
+
+    # a finite floor: with -inf, a block with no valid entry would give exp(-inf - -inf) = NaN
+    b_m = tl.full([BH], -1e30, dtype=tl.float32)
+    b_l = tl.zeros([BH], dtype=tl.float32)
+    b_acc = tl.zeros([BH, BR], dtype=tl.float32)
+    for i_w in range(0, tl.cdiv(W, BW)):
+        o_w = i_w * BW + tl.arange(0, BW)
+        b_idx = tl.load(indices + i_bs * W + o_w, mask=o_w < W, other=-1).to(tl.int64)     # [BW]
+        mask_w = (b_idx >= 0) & (b_idx < n_len)
+        p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
+        b_c = tl.load(p_c, mask=mask_w[:, None] & mask_r[None, :], other=0.)               # [BW, BR]
+        b_s = tl.dot(b_q, tl.trans(b_c), input_precision=PRECISION) * scale               # [BH, BW]
+        b_s = tl.where(mask_w[None, :], b_s, float("-inf"))
+        b_mn = tl.maximum(b_m, tl.max(b_s, 1))
+        b_p = tl.exp(b_s - b_mn[:, None])
+        b_alpha = tl.exp(b_m - b_mn)
+        b_l = b_l * b_alpha + tl.sum(b_p, 1)
+        b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_c.dtype), b_c, input_precision=PRECISION)
+        b_m = b_mn
+
+    b_o = b_acc / tl.where(b_l > 0, b_l, 1.)[:, None]
+    p_o = out + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+    tl.store(p_o, b_o, mask=mask_hr)

@@ -1,0 +1,255 @@
+"""MLA (NoPE) over a DSA selection on torch + Triton, mirroring oracle/mla.py by name and argument order.
+
+Letters: B batch, S queries of this call, T cached tokens (past + current), D hidden size, H heads,
+N per-head q·k dim (d_n), V per-head value dim (d_v), R KV latent rank (r_kv), W selection slots.
+
+`absorbed` is the kernel path: W_UK is folded into the query on the host (a torch matmul), the kernel
+gathers only the selected latent rows and returns Σ p c per head, and W_UV is applied on the host.
+`expanded` is the baseline form in plain torch (kv_b_proj over every cached latent, dense masked
+softmax). Under the Triton interpreter the kernel's operands are float32 (its bf16 tl.dot is wrong).
+
+Selections must not repeat a position within a row: the oracle's softmax is over a SET, the kernel
+sums over slots, so a duplicate would count twice. `index` never emits one; other callers are refused.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import dsa, interpreted
+from impl.kernels.mla import mla_sparse_absorbed_fwd_kernel
+from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
+
+
+def _work(a: torch.Tensor) -> torch.Tensor:
+    """Contiguous kernel operand: float32 under the interpreter (its bf16 tl.dot is wrong) and for
+    dtypes tl.dot does not take on the GPU (float64)."""
+    if a.dtype != torch.float32 and (interpreted() or a.dtype not in (torch.bfloat16, torch.float16)):
+        a = a.float()
+    return a.contiguous()
+
+
+def rmsnorm(x, weight, eps: float):
+    """SPEC §2: statistics in float32, cast back to x's dtype, THEN times the weight."""
+    u = x.float()
+    return (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def _linear(x, weight, bias=None):
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def project(w: MLAWeights, a):
+    """Queries and the latent to cache; oracle.mla.project.
+
+    Args:
+        a: [B, S, D]
+    Returns:
+        q: [B, S, H, N];  q_lat: [B, S, r_q];  c: [B, S, R] (normalized, what is cached)
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    B, S, _ = a.shape
+    q_lat = rmsnorm(_linear(a, w.q_a_proj, w.q_a_bias), w.q_a_layernorm, w.eps)          # [B, S, r_q]
+    q = (q_lat @ w.q_b_proj.T).view(B, S, w.num_heads, w.nope_dim)                      # [B, S, H, N]
+    c = rmsnorm(_linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias), w.kv_a_layernorm, w.eps)  # [B, S, R]
+    return q, q_lat, c
+
+
+def _split_kv_b(w: MLAWeights):
+    """kv_b_proj [H·(N+V), R] -> (W_UK [H, N, R], W_UV [H, V, R]): per head, keys first."""
+    Wkv = w.kv_b_proj.view(w.num_heads, w.nope_dim + w.v_dim, -1)
+    return Wkv[:, :w.nope_dim], Wkv[:, w.nope_dim:]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def check_selection(indices, lengths, B: int, S: int, T: int):
+    """Validate indices [B, S, W] against per-row cache lengths [B] (<= T); returns both as int64.
+
+    Raises ValueError naming `indices` (not integer, entries outside [-1, lengths[b]), a position twice
+    in one row) or `lengths` (shape, negative, longer than the T rows the latent holds).
+    """
+    if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices: expected an int32/int64 tensor, got {getattr(indices, 'dtype', type(indices))}")
+    if indices.ndim != 3 or tuple(indices.shape[:2]) != (B, S):
+        raise ValueError(f"indices: expected [B={B}, S={S}, W], got shape {tuple(indices.shape)}")
+    if lengths is None:
+        lengths = torch.full((B,), T, dtype=torch.int64, device=indices.device)
+    else:
+        if not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (B,):
+            raise ValueError(f"lengths: expected an int tensor [B={B}], got "
+                             f"{tuple(getattr(lengths, 'shape', ())) or type(lengths).__name__}")
+        lengths = lengths.to(device=indices.device, dtype=torch.int64)
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 0 or hi > T:
+            raise ValueError(f"lengths: cache lengths must lie in [0, T={T}] (the rows latent holds), "
+                             f"found [{lo}, {hi}]")
+    idx = indices.long()
+    if idx.numel():
+        bad = (idx < -1) | (idx >= lengths[:, None, None])
+        if bool(bad.any()):
+            b, s, j = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(f"indices: entry [{b}, {s}, {j}] = {int(idx[b, s, j])} outside "
+                             f"[-1, {int(lengths[b])}) (row {b}'s cache length)")
+        srt = idx.sort(-1).values
+        dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+        if bool(dup.any()):
+            b, s, _ = (int(v) for v in dup.nonzero()[0])
+            raise ValueError(f"indices: row [{b}, {s}] repeats a position (a selection is a set; the kernel "
+                             f"would count it twice)")
+    return idx, lengths
+
+
+def _check_attention(w: MLAWeights, q, latent, indices, lengths):
+    H, N, R = w.num_heads, w.nope_dim, w.kv_rank
+    if q.ndim != 4 or tuple(q.shape[2:]) != (H, N):
+        raise ValueError(f"q: expected [B, S, H={H}, d_n={N}], got shape {tuple(q.shape)}")
+    B, S = q.shape[:2]
+    if latent.ndim != 3 or latent.shape[0] != B or latent.shape[2] != R:
+        raise ValueError(f"latent: expected [B={B}, T, r_kv={R}], got shape {tuple(latent.shape)}")
+    if latent.device != q.device:
+        raise ValueError(f"latent: expected device {q.device} (that of q), got {latent.device}")
+    return check_selection(indices, lengths, B, S, latent.shape[1])
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def sparse_absorbed(q_abs, latent, indices, lengths, scale: float):
+    """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
+
+    Args:
+        q_abs: [B, S, H, R] queries folded through W_UK;  latent: [B, T, R];  indices: [B, S, W] int64;
+        lengths: [B] int64;  scale: the softmax scale (d_n^-1/2)
+    Returns:
+        out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection)
+    """
+    B, S, H, R = q_abs.shape
+    T, W = latent.shape[1], indices.shape[-1]
+    if R > 1024:
+        raise ValueError(f"latent: rank {R}, expected <= 1024 (the kernel holds a [BH, R] tile)")
+    out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
+    if out.numel() == 0:
+        return out
+    q_abs = _work(q_abs)
+    latent = _work(latent.to(q_abs.dtype))
+    BR = triton.next_power_of_2(max(R, 16))
+    # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
+    BH = 16
+    BW = 16 if interpreted() else (64 if BR <= 128 else 32)
+    grid = (B * S, triton.cdiv(H, BH))
+    mla_sparse_absorbed_fwd_kernel[grid](
+        q_abs, latent, indices.contiguous(), lengths.contiguous(), out,
+        S, T, W, scale,
+        H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
+        num_warps=4 if BR <= 128 else 8,
+    )
+    return out
+
+
+def _dense_scores(q_abs, latent, allowed, scale):
+    """[B, S, H, T] float32 scores, -inf outside the selection (the oracle's `scores` output)."""
+    s = torch.einsum("bshr,btr->bsht", q_abs.float(), latent.float()) * scale
+    return s.masked_fill(~allowed[:, :, None, :], float("-inf"))
+
+
+def _allowed(idx, T: int):
+    """[B, S, W] positions (-1 = none) -> [B, S, T] bool."""
+    B, S, _ = idx.shape
+    out = torch.zeros(B, S, T + 1, dtype=torch.bool, device=idx.device)
+    out.scatter_(2, torch.where(idx < 0, T, idx), True)
+    return out[..., :T]
+
+
+def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: bool = False):
+    """Sparse attention in absorbed form through the Triton kernel; oracle.mla.absorbed.
+
+    Args:
+        q: [B, S, H, N];  latent: [B, T, R] the normalized cache;  indices: [B, S, W] int (-1 = none;
+        no position twice in a row);  lengths: [B] per-row cache lengths (decode with ragged caches:
+        row b's cache is latent[b, :lengths[b]]), None = T for every row;
+        return_scores: also compute the [B, S, H, T] scores (a dense torch pass, for tests only)
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection) when
+        return_scores, else None: the kernel never materialises them
+    """
+    idx, lengths = _check_attention(w, q, latent, indices, lengths)
+    B, S, H, _ = q.shape
+    W_UK, W_UV = _split_kv_b(w)
+    scale = w.nope_dim ** -0.5
+    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
+    lat = sparse_absorbed(q_abs, latent, idx, lengths, scale)                            # [B, S, H, R] f32
+    o = torch.einsum("bshr,hvr->bshv", lat, W_UV.float()).to(q.dtype)                    # [B, S, H, V]
+    scores = _dense_scores(q_abs, latent, _allowed(idx, latent.shape[1]), scale) if return_scores else None
+    return o, scores
+
+
+def expanded(w: MLAWeights, q, latent, indices, lengths=None):
+    """The baseline form: kv_b_proj over every cached latent, dense masked softmax; oracle.mla.expanded.
+
+    Same arguments as `absorbed` (no return_scores: the scores are a by-product here).
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection)
+    """
+    idx, lengths = _check_attention(w, q, latent, indices, lengths)
+    W_UK, W_UV = _split_kv_b(w)
+    k = torch.einsum("btr,hnr->bthn", latent, W_UK)                                      # [B, T, H, N]
+    v = torch.einsum("btr,hvr->bthv", latent, W_UV)                                      # [B, T, H, V]
+    s = torch.einsum("bshn,bthn->bsht", q.float(), k.float()) * w.nope_dim ** -0.5       # [B, S, H, T]
+    s = s.masked_fill(~_allowed(idx, latent.shape[1])[:, :, None, :], float("-inf"))
+    # an empty row is all -inf: softmax gives NaN there, SDPA (and the oracle) give 0
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return torch.einsum("bsht,bthv->bshv", p, v.float()).to(q.dtype), s
+
+
+# ----------------------------------------------------------------------------- sublayer
+
+
+def _append(old, new, name: str):
+    if old is None:
+        return new
+    if old.ndim != 3 or old.shape[0] != new.shape[0] or old.shape[-1] != new.shape[-1]:
+        raise ValueError(f"cache.{name}: expected [B={new.shape[0]}, T, {new.shape[-1]}], "
+                         f"got shape {tuple(old.shape)}")
+    return torch.cat([old.to(new.dtype), new], dim=1)
+
+
+def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
+             mask=None, prev: Optional[Selection] = None, kind: str = "full"):
+    """MLA + DSA from the post-norm input to o_proj with the §10 cache protocol; oracle.mla.sublayer.
+
+    Projections are torch matmuls, the selection is impl.dsa.index (score kernel), attention the
+    absorbed kernel.
+    Returns:
+        y: [B, S, D] in a's dtype;  cache: DSACache with T rows;  selection: the Selection used
+    """
+    if kind not in ("full", "shared"):
+        raise ValueError(f'kind: {kind!r}, expected "full" or "shared"')
+    if cache is not None and not isinstance(cache, DSACache):
+        raise ValueError(f"cache: expected a DSACache or None, got {type(cache).__name__}")
+    q, q_lat, c = project(w, a)
+    B, S, _ = a.shape
+    old_latent, old_rows = (None, None) if cache is None else cache
+    latent = _append(old_latent, c, "latent")                                            # [B, T, R]
+    if kind == "full":
+        if iw is None:
+            raise ValueError('iw: a "full" layer needs its IndexerWeights')
+        if old_latent is not None and (old_rows is None or old_rows.shape[:2] != old_latent.shape[:2]):
+            raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
+        rows = _append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")             # [B, T, 2K+1]
+        sel = dsa.index(iw, a, q_lat, rows, mask)
+    else:
+        if not isinstance(prev, Selection):
+            raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')
+        if iw is not None and prev.indices.shape[-1] != iw.slots:
+            raise ValueError(f"prev: selection width {prev.indices.shape[-1]}, expected topk + P_k - 1 = {iw.slots}")
+        rows, sel = old_rows, prev
+    o, _ = absorbed(w, q, latent, sel.indices)                                           # [B, S, H, V]
+    y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)             # [B, S, D]
+    return y, DSACache(latent, rows), sel

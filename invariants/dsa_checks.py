@@ -1,0 +1,162 @@
+"""The KPool/DSA and MLA rows of the correctness matrix as records' run functions (see kda_checks.py).
+
+Selections are compared tie-aware (invariants.compare.compare_selection): the oracle's scores decide
+which pools are tied at the k-th place, and any tied choice is accepted and labelled.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+from invariants.kda_checks import Comparison
+from invariants.labels import label
+from invariants.target import Target, poisoned_memory
+from oracle import dsa as odsa
+from oracle import mla as omla
+from strategies import cases as sc
+from strategies import tensors as tz
+
+
+def _mask(batch, length, left_pad):
+    m = np.ones((batch, length))
+    for r, p in enumerate(left_pad):
+        m[r, :p] = 0.0
+    return m
+
+
+def _tie_exact(a, mask, kpool):
+    """Copy each row's first pool of real tokens into its second: equal pooled keys, tied scores."""
+    a = a.copy()
+    for r in range(a.shape[0]):
+        f = int(np.argmax(mask[r] > 0))
+        if f + 2 * kpool <= a.shape[1]:
+            a[r, f + kpool:f + 2 * kpool] = a[r, f:f + kpool]
+            label("exact score tie made on purpose")
+    return a
+
+
+def index_inputs(case: sc.IndexCase):
+    g = case.geometry
+    rng = np.random.default_rng(case.seed)
+    w = tz.indexer_weights(rng, g, case.family)
+    a = rng.standard_normal((case.batch, case.length, g.hidden))
+    mask = _mask(case.batch, case.length, case.left_pad)
+    if case.tie == "exact":
+        a = _tie_exact(a, mask, g.kpool)
+    q_lat = rng.standard_normal((case.batch, case.length, g.q_rank))
+    return w, a, q_lat, mask
+
+
+def token_pool(packed, w) -> np.ndarray:
+    """[B, T] kept-pool id of every cached token (-1: in no kept pool)."""
+    _, member_idx, pool_valid, _, _ = odsa.pool_keys(packed, w.compress_ape, w.kpool)
+    B, T = packed.shape[:2]
+    out = -np.ones((B, T), dtype=np.int64)
+    for b in range(B):
+        for p in range(member_idx.shape[1]):
+            for t in member_idx[b, p]:
+                if t < T:
+                    out[b, t] = p
+    return out
+
+
+def _impl_index(t: Target, w, a, q_lat, mask, S):
+    wt = w.map(t.tensor)
+    at, qt, mt = t.tensor(a), t.tensor(q_lat), t.tensor(mask)
+    with poisoned_memory():
+        packed = t.impl.dsa.index_rows(wt, at, mt)
+        sel = t.impl.dsa.index(wt, at[:, -S:], qt[:, -S:], packed, mt[:, -S:])
+    return packed, sel
+
+
+def _candidate_scores(scores, cand):
+    """Scores of candidate pools only (non-candidates are -inf in the oracle, finfo.min in kernels)."""
+    s = np.asarray(scores.detach().float().cpu() if hasattr(scores, "detach") else scores, dtype=np.float64)
+    return np.where(np.asarray(cand), s, 0.0)
+
+
+def run_index(case: sc.IndexCase, cand: Target, base: Target):
+    if case.length >= case.geometry.topk + case.geometry.kpool:
+        label("selection really sparse (T >= topk + kpool)")
+    if any(case.left_pad):
+        label("left padding")
+    if case.queries == 1:
+        label("decode query after a prefix")
+    w, a, q_lat, mask = index_inputs(case)
+    S = case.queries
+    packed = odsa.index_rows(w, a, mask)
+    ref = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
+    pc, sc_ = _impl_index(cand, w, a, q_lat, mask, S)
+    pb, sb = _impl_index(base, w, a, q_lat, mask, S)
+    return [Comparison("index_rows", "index_rows", pc, packed, pb),
+            Comparison("scores", "scores", _candidate_scores(sc_.scores, ref.candidate),
+                       _candidate_scores(ref.scores, ref.candidate), _candidate_scores(sb.scores, ref.candidate)),
+            Comparison("index", "selection", sc_.indices, (ref, token_pool(packed, w)), kind="selection")]
+
+
+def run_absorbed(case: sc.IndexCase, cand: Target, base: Target):
+    """Sparse absorbed attention over the oracle's selection vs the oracle; baseline: torch expanded."""
+    g = case.geometry
+    w, a, q_lat, mask = index_inputs(case)
+    mw = tz.mla_weights(np.random.default_rng(case.seed + 1), g)
+    S = case.queries
+    q, _, c = omla.project(mw, a)
+    packed = odsa.index_rows(w, a, mask)
+    sel = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
+    o_ref, _ = omla.absorbed(mw, q[:, -S:], c, sel.indices)
+    outs = []
+    for t, fn in ((cand, "absorbed"), (base, "expanded")):
+        with poisoned_memory():
+            o, _ = getattr(t.impl.mla, fn)(mw.map(t.tensor), t.tensor(q[:, -S:]), t.tensor(c),
+                                           t.index(sel.indices).long())
+        outs.append(o)
+    return [Comparison("absorbed", "output", outs[0], o_ref, outs[1])]
+
+
+def _mla_layers(t, mw, iw, iw_shared, a, mask, splits):
+    """A full DSA layer then a shared one, the stream cut into calls: (y_full, y_shared, caches).
+
+    The shared layer is handed an indexer of its own (same topk and kpool) that it must NOT run:
+    were it to, its selection would differ from the hand-off.
+    """
+    conv = (lambda x: x) if t is None else t.tensor
+    mod = omla if t is None else t.impl.mla
+    mw_, iw_, iws_ = (mw, iw, iw_shared) if t is None else \
+        (mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor))
+    cache1 = cache2 = None
+    y1s, y2s, start = [], [], 0
+    for n in splits:
+        sl = slice(start, start + n)
+        with poisoned_memory() if t is not None else contextlib.nullcontext():
+            y1, cache1, sel = mod.sublayer(mw_, iw_, conv(a[:, sl]), cache1, conv(mask[:, sl]))
+            y2, cache2, _ = mod.sublayer(mw_, iws_, conv(a[:, sl]), cache2, conv(mask[:, sl]), prev=sel,
+                                         kind="shared")
+        y1s.append(y1)
+        y2s.append(y2)
+        start += n
+    cat = np.concatenate if t is None else torch.cat
+    return cat(y1s, 1), cat(y2s, 1), cache1, cache2
+
+
+def run_mla_paths(case: sc.MLACase, cand: Target, base: Target):
+    """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache and the indexer rows of a
+    stream cut into calls equal the oracle's one prefill; a shared layer reuses the selection."""
+    if len(case.splits) > 1:
+        label("prefill cut into calls")
+    if any(n % case.geometry.kpool for n in case.splits[:-1]):
+        label("split not on a pool boundary")
+    g = case.geometry
+    rng = np.random.default_rng(case.seed)
+    iw, mw = tz.indexer_weights(rng, g, case.family), tz.mla_weights(rng, g)
+    iw2 = tz.indexer_weights(rng, g, case.family)
+    a = rng.standard_normal((case.batch, case.length, g.hidden))
+    mask = _mask(case.batch, case.length, case.left_pad)
+    y1, y2, c1, _ = _mla_layers(None, mw, iw, iw2, a, mask, (case.length,))
+    yc1, yc2, cc1, _ = _mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
+    yb1, yb2, cb1, _ = _mla_layers(base, mw, iw, iw2, a, mask, case.splits)
+    return [Comparison("chunked_prefill", "output", yc1, y1, yb1),
+            Comparison("chunked_prefill", "shared_output", yc2, y2, yb2),
+            Comparison("chunked_prefill", "latent_cache", cc1.latent, c1.latent, cb1.latent),
+            Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows)]
