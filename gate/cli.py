@@ -18,6 +18,7 @@ EPILOG = """examples:
   glmgate repro '<json printed by a failure>'
   glmgate contracts
   glmgate bench --mechanism kda            on a GPU: our kernels vs flash-linear-attention
+  glmgate kernels                          no GPU needed: every kernel compiled for sm_90 (regs, spills)
 
 reading a failure: the table names the broken check; below it, the contract line says which quantity
 (output / final_state / boundary_states / conv_state) broke, by how much against its limit (k x the
@@ -284,6 +285,11 @@ def cmd_bench(args, rest) -> int:
     return bench_kda.main(rest)
 
 
+def cmd_kernels(args, rest) -> int:
+    from gate import compile_check
+    return compile_check.main(rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--list", action="store_true", help="list the mutants and exit")
     z.set_defaults(fn=cmd_zoo)
 
+    kp = sub.add_parser("kernels", help="compile every Triton kernel for sm_90 without a GPU: registers, "
+                                        "spills, shared memory (extra args: --arch, --kernel)")
+    kp.set_defaults(fn=None)
+
     b = sub.add_parser("bench", help="GPU benchmarks against peers (extra args go to the benchmark)")
     b.add_argument("--mechanism", default="kda")
     b.set_defaults(fn=None)
@@ -325,6 +335,8 @@ def main(argv=None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "bench":
         return cmd_bench(args, rest)
+    if args.cmd == "kernels":
+        return cmd_kernels(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.fn(args)

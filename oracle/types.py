@@ -310,3 +310,64 @@ class DSACache(NamedTuple):
 
     def map(self, fn: Callable[[Any], Any]) -> "DSACache":
         return DSACache(fn(self.latent), None if self.index_rows is None else fn(self.index_rows))
+
+
+# ------------------------------------------------------------------------- mHC (SPEC §4)
+# Letters: N streams (hc_mult), D hidden size (per stream), M = (2 + N)·N projection rows.
+
+MHC_ARRAYS = ("fn", "base", "scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class MHCWeights:
+    """One mHC instance's parameters (SPEC §4, §11 `attn_hc.*` / `ffn_hc.*`) and its scalars.
+
+    Args:
+        fn: [(2+N)·N, N·D] projection, rows [pre (N) | post (N) | comb (N·N, row-major m·N + n)]
+        base: [(2+N)·N] bias, split like fn's rows;  scale: [3] (pre, post, comb) logit scales
+        hc_mult: N;  sinkhorn_iters: hc_sinkhorn_iters (>= 1 column normalizations)
+        hc_eps: the pre floor and every Sinkhorn denominator;  rms_eps: rms_norm_eps of the input norm
+    """
+
+    fn: Any
+    base: Any
+    scale: Any
+    hc_mult: int = 4
+    sinkhorn_iters: int = 20
+    hc_eps: float = 1e-6
+    rms_eps: float = 1e-5
+
+    @property
+    def rows(self) -> int:
+        """(2 + N)·N."""
+        return (2 + self.hc_mult) * self.hc_mult
+
+    @property
+    def hidden(self) -> int:
+        """D, from fn's N·D columns."""
+        return int(self.fn.shape[-1]) // self.hc_mult
+
+    def map(self, fn: Callable[[Any], Any]) -> "MHCWeights":
+        """Apply `fn` to every array field (the scalars stay)."""
+        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in MHC_ARRAYS})
+
+    def validate(self, hidden: Optional[int] = None) -> None:
+        """Check the scalars and every shape against N (and D if given); raise naming the field."""
+        for name in ("hc_mult", "sinkhorn_iters"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"MHCWeights.{name}: {value!r}, expected a positive int")
+        for name in ("hc_eps", "rms_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"MHCWeights.{name}: {value!r}, expected a positive float")
+        N = self.hc_mult
+        if len(self.fn.shape) != 2 or int(self.fn.shape[1]) % N:
+            raise ValueError(f"MHCWeights.fn: shape {tuple(self.fn.shape)}, expected [(2+N)·N, N·D] "
+                             f"with N={N}")
+        D = hidden if hidden is not None else self.hidden
+        want = {"fn": (self.rows, N * D), "base": (self.rows,), "scale": (3,)}
+        for name, shape in want.items():
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                raise ValueError(f"MHCWeights.{name}: shape {got}, expected {shape} (N={N}, D={D})")

@@ -1,0 +1,133 @@
+"""Compile every Triton kernel for a GPU target without a GPU (`glmgate kernels`).
+
+The CPU interpreter runs the kernels' arithmetic but never compiles them: dtype mismatches in tl.dot,
+shared-memory overflows and register spills only show up on the device. This compiles each kernel at
+full-size shapes for sm_90 (Hopper, the H200) with the ptxas that ships inside the triton wheel, and
+reports registers, spill (stack) bytes and shared memory per kernel. Exit 1 if any kernel fails.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import NamedTuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class KernelRecord(NamedTuple):
+    module: str          # file under impl/kernels
+    name: str
+    pointers: dict       # argument -> pointer type ("*bf16", ...)
+    scalars: dict        # argument -> "i32" | "fp32"
+    constexprs: dict
+    options: dict
+
+
+BF, F32 = "*bf16", "*fp32"
+KDA = dict(H=64, K=128, V=128)
+RECORDS = (
+    KernelRecord("kda", "kda_intra_chunked_fwd_kernel",
+                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
+                 dict(T="i32"),
+                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True,
+                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+    KernelRecord("kda", "kda_state_chunked_fwd_kernel",
+                 dict(qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, o=BF, h0=F32, ht=F32),
+                 dict(T="i32", NSEG="i32", CPS="i32"),
+                 dict(**KDA, BT=64, BK=128, BV=64, VS=128, USE_INITIAL_STATE=True, STORE_BOUNDARY=False,
+                      STORE_FINAL=True, IS_VARLEN=False, IS_LOCAL=False, PRECISION="tf32", cu_seqlens=None,
+                      chunk_offsets=None, boundary_offsets=None, hb=None), dict(num_warps=4)),
+    KernelRecord("kda", "kda_combine_chunked_fwd_kernel", dict(h0=F32, hl=F32, hs=F32), dict(NSEG="i32"),
+                 dict(**KDA, BK=128, BV=32, USE_INITIAL_STATE=True), dict(num_warps=4)),
+    KernelRecord("kda", "kda_recurrent_fused_fwd_kernel",
+                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, o=BF, h0=F32, ht=F32), dict(T="i32"),
+                 dict(**KDA, BK=128, BV=32, USE_INITIAL_STATE=True, IS_VARLEN=False, cu_seqlens=None),
+                 dict(num_warps=4)),
+    KernelRecord("kda", "kda_decode_fused_fwd_kernel",
+                 dict(z=BF, f=F32, b=BF, conv_w=F32, A_log=F32, conv_in=BF, conv_out=BF, h_in=F32, h_out=F32, o=BF),
+                 dict(lower_bound="fp32", scale="fp32"),
+                 dict(H=64, K=128, W=4, BK=128, BV=64, BW=4, NUM_STAGES=0, USE_LOWER_BOUND=True),
+                 dict(num_warps=4)),
+    KernelRecord("dsa", "dsa_score_fwd_kernel", dict(q=BF, w=F32, kbar=BF, pool_last="*i64", out=F32),
+                 dict(S="i32", P="i32", offset="i32", scale="fp32"),
+                 dict(H=32, K=128, BT=64, BP=64, BK=128, PRECISION="tf32"), dict(num_warps=4)),
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32),
+                 dict(S="i32", T="i32", W="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=32, BR=512, PRECISION="tf32"), dict(num_warps=8)),
+)
+
+
+def _load(module: str):
+    path = os.path.join(ROOT, "impl", "kernels", f"{module}.py")
+    spec = importlib.util.spec_from_file_location(f"_compile_check_{module}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_one(rec: KernelRecord, arch: int):
+    """(registers, stack bytes, shared bytes) of one kernel compiled for sm_<arch>."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(_load(rec.module), rec.name)
+    sig = {}
+    for n in fn.arg_names:
+        if n in rec.constexprs:
+            sig[n] = "constexpr"
+        elif n in rec.pointers:
+            sig[n] = rec.pointers[n]
+        elif n in rec.scalars:
+            sig[n] = rec.scalars[n]
+        else:
+            raise ValueError(f"{rec.name}: no type given for argument {n!r} in gate/compile_check.py")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=rec.constexprs, attrs=attrs)
+    c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=rec.options)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    regs = stack = -1
+    if os.path.exists(cuobjdump):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+            fh.write(c.asm["cubin"])
+            fh.flush()
+            out = subprocess.run([cuobjdump, "-res-usage", fh.name], capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
+        if m:
+            regs, stack = int(m.group(1)), int(m.group(2))
+    return regs, stack, int(c.metadata.shared)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="glmgate kernels", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90: H100/H200)")
+    p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    args = p.parse_args(argv)
+    # the interpreter replaces @triton.jit functions at import: compile the real ones
+    os.environ.pop("TRITON_INTERPRET", None)
+    if "triton" in sys.modules and os.environ.get("_GLMGATE_COMPILE_CHILD") != "1":
+        env = dict(os.environ, _GLMGATE_COMPILE_CHILD="1")
+        return subprocess.call([sys.executable, "-m", "gate.compile_check", *(argv or sys.argv[1:])],
+                               env=env, cwd=ROOT)
+    failed = 0
+    print(f"{'kernel':40s} {'regs':>5s} {'spill B':>8s} {'smem B':>8s}  (sm_{args.arch}, full-size shapes)")
+    for rec in RECORDS:
+        if args.kernel and rec.name not in args.kernel:
+            continue
+        try:
+            regs, stack, smem = compile_one(rec, args.arch)
+            print(f"{rec.name:40s} {regs:>5d} {stack:>8d} {smem:>8d}")
+        except Exception as e:  # a kernel that does not compile is the finding: report and go on
+            failed += 1
+            print(f"{rec.name:40s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
