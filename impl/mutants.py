@@ -284,3 +284,38 @@ MUTANTS.update((
     _dsa_mla_row(MlaUnnormalizedLatentCached, "mla_unnormalized_latent_cached", "mla.paths.latent_cache"),
     _dsa_mla_row(MlaSharedRerunsIndexer, "mla_shared_reruns_indexer", "mla.paths.shared_output"),
 ))
+
+
+# ----------------------------------------------------------------------------- mHC mutants
+# Each a TorchMHC (impl/baseline/mhc.py) overriding ONE small method.
+
+from impl.baseline.mhc import COLS, ROWS, TorchMHC  # noqa: E402
+
+
+class MhcCombNotTransposed(TorchMHC):
+    """write_back mixes the streams with C instead of Cᵀ: output stream n takes row n of C, not column n."""
+
+    def _comb_for_write_back(self, comb):
+        return comb
+
+
+class MhcRowFirstSinkhorn(TorchMHC):
+    """Sinkhorn starts with a row normalization: row, then (iters-1) x (column, row), ending on rows."""
+
+    def _sinkhorn_step_order(self, iters):
+        return (ROWS,) + (COLS, ROWS) * (iters - 1)
+
+
+class MhcPreNormalized(TorchMHC):
+    """pre = sigmoid + hc_eps divided by its sum over the streams (a convex combination; SPEC: not normalized)."""
+
+    def _pre(self, logits, eps):
+        pre = super()._pre(logits, eps)
+        return pre / pre.sum(dim=-1, keepdim=True)
+
+
+MUTANTS.update((
+    _dsa_mla_row(MhcCombNotTransposed, "mhc_comb_not_transposed", "mhc.write_back.output"),
+    _dsa_mla_row(MhcRowFirstSinkhorn, "mhc_row_first_sinkhorn", "mhc.coefficients.comb"),
+    _dsa_mla_row(MhcPreNormalized, "mhc_pre_normalized", "mhc.coefficients.pre"),
+))

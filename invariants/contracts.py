@@ -14,7 +14,7 @@ import tomllib
 from invariants.compare import Metrics, bitwise_equal, metrics
 
 CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
-KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection")
+KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "reference")
 
 
 class UndeclaredContract(LookupError):
@@ -70,7 +70,7 @@ def load(path: Optional[str] = None) -> dict:
             raise ValueError(f"{file.name}: contract #{i}: kind {e['kind']!r} not in {KINDS}")
         if e["kind"] == "kernel_replacement" and ("k" not in e or "floor" not in e):
             raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
-        if e["kind"] in ("self_consistency", "bench_gate") and "bound" not in e:
+        if e["kind"] in ("self_consistency", "bench_gate", "reference") and "bound" not in e:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
         if e["kind"] == "selection" and "eps" not in e:
             raise ValueError(f"{file.name}: contract #{i}: selection needs eps (the score tie tolerance)")

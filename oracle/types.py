@@ -371,3 +371,190 @@ class MHCWeights:
             got = tuple(getattr(self, name).shape)
             if got != shape:
                 raise ValueError(f"MHCWeights.{name}: shape {got}, expected {shape} (N={N}, D={D})")
+
+
+# ------------------------------------------------------------------------- MoE (SPEC §9, §11)
+# Letters: E routed experts, I expert width (moe_intermediate_size), F dense or shared width,
+# k experts per token (num_experts_per_tok), G expert groups (n_group).
+
+DENSE_ARRAYS = ("gate_proj", "up_proj", "down_proj")
+MOE_ARRAYS = ("router", "e_score_correction_bias", "gate_up_proj", "down_proj")
+MOE_SHARED = ("shared_gate_proj", "shared_up_proj", "shared_down_proj")
+
+
+def _positive_int(owner: str, name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{owner}.{name}: {value!r}, expected a positive int")
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseMLPWeights:
+    """A clamped-SwiGLU MLP: the dense layers' `mlp` and the MoE shared expert (SPEC §9.1, §9.2).
+
+    Args:
+        gate_proj, up_proj: [F, D]   down_proj: [D, F]
+        swiglu_limit: L of the clamps (10.0)
+    """
+
+    gate_proj: Any
+    up_proj: Any
+    down_proj: Any
+    swiglu_limit: float = 10.0
+
+    @property
+    def width(self) -> int:
+        return int(self.gate_proj.shape[0])
+
+    def map(self, fn: Callable[[Any], Any]) -> "DenseMLPWeights":
+        """Apply `fn` to every array field."""
+        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in DENSE_ARRAYS})
+
+    def validate(self, hidden: Optional[int] = None) -> None:
+        """Check every shape against F (and D if given) and L > 0; raise naming the field."""
+        F = self.width
+        D = hidden if hidden is not None else int(self.gate_proj.shape[-1])
+        want = {"gate_proj": (F, D), "up_proj": (F, D), "down_proj": (D, F)}
+        for name, shape in want.items():
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                raise ValueError(f"DenseMLPWeights.{name}: shape {got}, expected {shape} (F={F}, D={D})")
+        if not self.swiglu_limit > 0:
+            raise ValueError(f"DenseMLPWeights.swiglu_limit: {self.swiglu_limit}, expected > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEWeights:
+    """One MoE `mlp` (SPEC §9.3, §11 names without the `mlp.` prefix).
+
+    Args:
+        router: [E, D] (`gate.weight`)   e_score_correction_bias: [E] (selection only)
+        gate_up_proj: [E, 2I, D] (rows 0..I-1 gate, I..2I-1 up)   down_proj: [E, D, I]
+        shared_gate_proj, shared_up_proj: [F, D]   shared_down_proj: [D, F], F = I·n_shared_experts;
+            all three None when n_shared_experts = 0
+        top_k: k_e (num_experts_per_tok);  n_group, topk_group: group-limited routing
+        norm_topk_prob: renormalize the k weights;  routed_scaling_factor: x after renormalizing
+        swiglu_limit: L of the clamps, shared by routed and shared experts
+    """
+
+    router: Any
+    e_score_correction_bias: Any
+    gate_up_proj: Any
+    down_proj: Any
+    shared_gate_proj: Any
+    shared_up_proj: Any
+    shared_down_proj: Any
+    top_k: int
+    n_group: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = True
+    routed_scaling_factor: float = 2.5
+    swiglu_limit: float = 10.0
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.router.shape[0])
+
+    @property
+    def expert_dim(self) -> int:
+        """I, half the rows of gate_up_proj."""
+        return int(self.gate_up_proj.shape[1]) // 2
+
+    @property
+    def shared(self) -> Optional[DenseMLPWeights]:
+        """The shared expert as a dense MLP, or None without one."""
+        if self.shared_gate_proj is None:
+            return None
+        return DenseMLPWeights(self.shared_gate_proj, self.shared_up_proj, self.shared_down_proj,
+                               self.swiglu_limit)
+
+    def map(self, fn: Callable[[Any], Any]) -> "MoEWeights":
+        """Apply `fn` to every array field (the shared expert's only where present)."""
+        arrays = {n: fn(getattr(self, n)) for n in MOE_ARRAYS}
+        shared = {n: fn(getattr(self, n)) for n in MOE_SHARED if getattr(self, n) is not None}
+        return dataclasses.replace(self, **arrays, **shared)
+
+    def validate(self, hidden: Optional[int] = None) -> None:
+        """Check the routing scalars (SPEC §13 constraints) and every shape; raise naming the field."""
+        for name in ("top_k", "n_group", "topk_group"):
+            _positive_int("MoEWeights", name, getattr(self, name))
+        E, I, G = self.num_experts, self.expert_dim, self.n_group
+        if E % G:
+            raise ValueError(f"MoEWeights.n_group: {G} does not divide E={E} (n_routed_experts % n_group == 0)")
+        if E // G < 2:
+            raise ValueError(f"MoEWeights.n_group: {G} leaves {E // G} expert per group, expected >= 2 "
+                             f"(the group score sums the top 2)")
+        if self.topk_group > G:
+            raise ValueError(f"MoEWeights.topk_group: {self.topk_group}, expected <= n_group={G}")
+        if self.top_k > self.topk_group * (E // G):
+            raise ValueError(f"MoEWeights.top_k: {self.top_k}, expected <= topk_group·E/n_group = "
+                             f"{self.topk_group * (E // G)}")
+        for name in ("routed_scaling_factor", "swiglu_limit"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"MoEWeights.{name}: {getattr(self, name)}, expected > 0")
+        D = hidden if hidden is not None else int(self.router.shape[-1])
+        want = {"router": (E, D), "e_score_correction_bias": (E,), "gate_up_proj": (E, 2 * I, D),
+                "down_proj": (E, D, I)}
+        for name, shape in want.items():
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                raise ValueError(f"MoEWeights.{name}: shape {got}, expected {shape} (E={E}, I={I}, D={D})")
+        present = [getattr(self, n) is not None for n in MOE_SHARED]
+        if any(present) and not all(present):
+            raise ValueError(f"MoEWeights.{MOE_SHARED[present.index(False)]}: None while another shared "
+                             f"expert tensor is set, expected all three or none")
+        if all(present):
+            F = int(self.shared_gate_proj.shape[0])
+            for name, shape in zip(MOE_SHARED, ((F, D), (F, D), (D, F))):
+                got = tuple(getattr(self, name).shape)
+                if got != shape:
+                    raise ValueError(f"MoEWeights.{name}: shape {got}, expected {shape} (F={F}, D={D})")
+
+
+class Routing(NamedTuple):
+    """One MoE layer's routing decision for N tokens (SPEC §9.3).
+
+    expert_ids:   [N, k] int64 chosen experts, best biased score first (ties: lowest id first)
+    weights:      [N, k] mixture weights from the UN-biased sigmoid (renormalized, then scaled)
+    scores:       [N, E] the raw sigmoid s
+    biased:       [N, E] selection scores s + e_score_correction_bias, -inf outside the kept groups
+    group_scores: [N, G] sum of the top-2 biased scores of each group
+    """
+
+    expert_ids: Any
+    weights: Any
+    scores: Any
+    biased: Any
+    group_scores: Any
+
+    def map(self, fn: Callable[[Any], Any]) -> "Routing":
+        return Routing(*(fn(a) for a in self))
+
+
+# ------------------------------------------------------------------------- NVFP4 (NVFP4.md A1-A5)
+# Letters: N output rows, K reduction dim (packed K/2 bytes, K/16 block scales).
+
+
+class NVFP4Tensor(NamedTuple):
+    """One NVFP4 weight [N, K] as a kernel receives it (NVFP4.md A1, A4).
+
+    packed:             uint8 [N, K/2], element 2j in the low nibble, 2j+1 in the high nibble
+    block_scale:        float8_e4m3fn [N, K/16] LINEAR row-major (never the 128x4 swizzled layout)
+    global_decode:      float32 scalar, DECODE direction (ModelOpt weight_scale_2 = 1 / weight_global_scale)
+    input_global_scale: float32 scalar, ENCODE direction (compressed-tensors input_global_scale), W4A4 only;
+                        None for weight-only (W4A16)
+    """
+
+    packed: Any
+    block_scale: Any
+    global_decode: Any
+    input_global_scale: Any = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(N, K) of the dequantized weight."""
+        return int(self.packed.shape[0]), 2 * int(self.packed.shape[1])
+
+    def map(self, fn: Callable[[Any], Any]) -> "NVFP4Tensor":
+        """Apply `fn` to every array field (input_global_scale only where present)."""
+        g_in = None if self.input_global_scale is None else fn(self.input_global_scale)
+        return NVFP4Tensor(fn(self.packed), fn(self.block_scale), fn(self.global_decode), g_in)

@@ -1,0 +1,147 @@
+"""mHC on torch + Triton, mirroring oracle/mhc.py by name and argument order (torch tensors in/out).
+
+Letters: B batch, S tokens, N streams (hc_mult), D hidden size per stream, M = (2 + N)·N rows.
+
+`fused_coefficients_collapse` is the kernel path of a sublayer's entry: one launch gives pre, post,
+comb and the collapse u. `coefficients` runs the same kernel and drops u. `collapse(pre, X)` with a
+caller-given pre is a host-side float32 einsum (there is nothing to fuse it with); `write_back` is
+the second kernel; `expand` and `reduce` are plain torch. Coefficients are float32 whatever X's
+dtype (SPEC §2); u and X_new are in X's dtype. The kernels use no tl.dot, so the interpreter's bf16
+dot bug does not apply; they run in float32 registers for every input dtype.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl.kernels.mhc import mhc_coeff_fwd_kernel, mhc_write_back_fwd_kernel
+from oracle.types import MHCWeights
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# the fn tile of one K-block is [BN, BN, BK] floats in registers
+_BK_MAX = 256
+_BD_MAX = 256
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_streams(name: str, X, N: int) -> tuple[int, int, int]:
+    if not isinstance(X, torch.Tensor) or X.ndim != 4 or X.shape[2] != N:
+        raise ValueError(f"{name}: expected a tensor [B, S, N, D] with N={N}, got shape "
+                         f"{tuple(getattr(X, 'shape', ()))}")
+    if X.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name}: expected dtype in {_FLOAT_DTYPES}, got {X.dtype}")
+    B, S, _, D = (int(d) for d in X.shape)
+    return B, S, D
+
+
+def _check_weights(w: MHCWeights, X) -> None:
+    w.validate(int(X.shape[-1]))
+    for name in ("fn", "base", "scale"):
+        a = getattr(w, name)
+        if a.device != X.device:
+            raise ValueError(f"MHCWeights.{name}: expected device {X.device} (that of X), got {a.device}")
+        if a.dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"MHCWeights.{name}: expected dtype in {_FLOAT_DTYPES}, got {a.dtype}")
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def fused_coefficients_collapse(w: MHCWeights, X):
+    """oracle.mhc.coefficients and oracle.mhc.collapse in one launch (one program per token).
+
+    Args:
+        X: [B, S, N, D] streams, N = w.hc_mult
+    Returns:
+        pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
+        u: [B, S, D] in X's dtype
+    """
+    if not isinstance(w, MHCWeights):
+        raise ValueError(f"w: expected MHCWeights, got {type(w).__name__}")
+    N = w.hc_mult
+    B, S, D = _check_streams("X", X, N)
+    _check_weights(w, X)
+    x = X.contiguous()
+    R = B * S
+    pre = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
+    post = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
+    comb = torch.empty(B, S, N, N, device=X.device, dtype=torch.float32)
+    u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+    if R:
+        mhc_coeff_fwd_kernel[(R,)](
+            x, w.fn.contiguous(), w.base.contiguous(), w.scale.contiguous(),
+            pre, post, comb, u, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
+            N=N, D=D, BN=triton.next_power_of_2(N), BD=min(triton.next_power_of_2(D), _BD_MAX),
+            BK=min(triton.next_power_of_2(N * D), _BK_MAX), num_warps=4,
+        )
+    return pre, post, comb, u
+
+
+def coefficients(w: MHCWeights, X):
+    """oracle.mhc.coefficients: (pre [B,S,N], post [B,S,N], comb [B,S,N,N]) float32, via the fused kernel."""
+    pre, post, comb, _ = fused_coefficients_collapse(w, X)
+    return pre, post, comb
+
+
+def collapse(pre, X):
+    """oracle.mhc.collapse: u [B,S,D] = Σ_n pre[n] X[n], a float32 product cast to X's dtype.
+
+    Host-side torch: the kernel path computes u inside `fused_coefficients_collapse`.
+    """
+    if not isinstance(pre, torch.Tensor) or pre.ndim != 3:
+        raise ValueError(f"pre: expected a tensor [B, S, N], got shape {tuple(getattr(pre, 'shape', ()))}")
+    B, S, _ = _check_streams("X", X, int(pre.shape[-1]))
+    if tuple(pre.shape[:2]) != (B, S):
+        raise ValueError(f"pre: expected shape {(B, S, X.shape[2])} (from X), got {tuple(pre.shape)}")
+    return torch.einsum("bsn,bsnd->bsd", pre.float(), X.float()).to(X.dtype)
+
+
+def write_back(post, comb, X, y):
+    """oracle.mhc.write_back: X_new [B,S,N,D] = post ⊗ y + Cᵀ X in X's dtype (float32 arithmetic).
+
+    Args:
+        post: [B, S, N];  comb: [B, S, N, N];  X: [B, S, N, D];  y: [B, S, D]
+    """
+    if not isinstance(post, torch.Tensor) or post.ndim != 3:
+        raise ValueError(f"post: expected a tensor [B, S, N], got shape {tuple(getattr(post, 'shape', ()))}")
+    N = int(post.shape[-1])
+    B, S, D = _check_streams("X", X, N)
+    for name, a, want in (("post", post, (B, S, N)), ("comb", comb, (B, S, N, N)), ("y", y, (B, S, D))):
+        if not isinstance(a, torch.Tensor) or tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want} (from X {tuple(X.shape)}), got "
+                             f"{tuple(getattr(a, 'shape', ()))}")
+        if a.device != X.device:
+            raise ValueError(f"{name}: expected device {X.device} (that of X), got {a.device}")
+        if a.dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"{name}: expected dtype in {_FLOAT_DTYPES}, got {a.dtype}")
+    x = X.contiguous()
+    x_new = torch.empty_like(x)
+    BD = min(triton.next_power_of_2(D), _BD_MAX)
+    if B * S:
+        mhc_write_back_fwd_kernel[(B * S, triton.cdiv(D, BD))](
+            x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new,
+            N=N, D=D, BN=triton.next_power_of_2(N), BD=BD, num_warps=4,
+        )
+    return x_new
+
+
+# ----------------------------------------------------------------------------- model ends (torch)
+
+
+def expand(e, N: int):
+    """oracle.mhc.expand: N contiguous copies of e [B,S,D] -> [B,S,N,D]."""
+    if not isinstance(N, int) or isinstance(N, bool) or N < 1:
+        raise ValueError(f"N: expected a positive int, got {N!r}")
+    if e.ndim != 3:
+        raise ValueError(f"e: expected [B, S, D], got shape {tuple(e.shape)}")
+    return e[..., None, :].expand(*e.shape[:-1], N, e.shape[-1]).contiguous()
+
+
+def reduce(X):
+    """oracle.mhc.reduce: the plain mean over the streams, [B,S,N,D] -> [B,S,D] in X's dtype."""
+    if X.ndim != 4:
+        raise ValueError(f"X: expected [B, S, N, D], got shape {tuple(X.shape)}")
+    return X.mean(dim=-2)

@@ -1,0 +1,183 @@
+"""Feed-forward in float64 NumPy: clamped SwiGLU, dense MLP, and the routed + shared MoE (SPEC §9).
+
+Letters: N tokens (every leading axis of x flattened), D hidden size, E routed experts, k experts
+per token (top_k), G expert groups (n_group), E/G experts per group, I routed expert width,
+F dense or shared width (intermediate_size, or I·n_shared_experts).
+
+Pipeline: `route` turns x into a Routing (the sigmoid scores, the biased selection scores, the
+group scores, the chosen experts and their mixture weights); `experts` sums the chosen experts'
+clamped-SwiGLU outputs with those weights; `forward` = `experts` + `shared_expert`.
+
+Precision: the reference computes the router in f32 even in a float64 model (SPEC §2); here it is
+float64, so logits agree to ~1e-7 relative and near-tied selections must be compared tie-aware.
+
+Tie rule (STYLE 4): among equal scores the lowest index wins (a stable sort), for groups and for
+experts alike. transformers uses torch.topk, which is not tie-stable, so comparisons against it
+must be tie-aware (accept either side of a tie at the k-th score, TESTING.md).
+
+Group masking: experts outside the kept groups get a selection score of -inf, as SPEC §9.3 states.
+(DeepSeek-V3-style routers in transformers/vLLM/SGLang mask with 0.0 instead; the two differ only
+when a kept expert's biased score is negative.)
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.special
+
+from oracle.types import DenseMLPWeights, MoEWeights, Routing
+
+NORM_EPS = 1e-20
+
+
+def _f64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _tokens(x, hidden: int) -> np.ndarray:
+    """x [..., D] -> [N, D] float64, raising when the last axis is not D."""
+    x = _f64(x)
+    if x.ndim < 1 or x.shape[-1] != hidden:
+        raise ValueError(f"x: expected [..., D] with D={hidden}, got shape {tuple(x.shape)}")
+    return x.reshape(-1, hidden)
+
+
+# ----------------------------------------------------------------------------- clamped SwiGLU
+
+
+def silu(x):
+    return x * scipy.special.expit(x)
+
+
+def swiglu(gate, up, limit: float):
+    """silu(min(gate, L)) · clip(up, -L, L): gate clamped from above only, up on both sides (SPEC §9.1)."""
+    if not limit > 0:
+        raise ValueError(f"limit: {limit}, expected > 0 (swiglu_limit)")
+    gate, up = _f64(gate), _f64(up)
+    return silu(np.minimum(gate, limit)) * np.clip(up, -limit, limit)
+
+
+def dense_mlp(w: DenseMLPWeights, x):
+    """y = act(x Wg^T, x Wu^T) Wd^T (SPEC §9.2).
+
+    Args:
+        x: [..., D]
+    Returns:
+        y: [..., D]
+    """
+    w.validate()
+    D = int(w.gate_proj.shape[-1])
+    xs = _tokens(x, D)                                                            # [N, D]
+    h = swiglu(xs @ _f64(w.gate_proj).T, xs @ _f64(w.up_proj).T, w.swiglu_limit)  # [N, F]
+    return (h @ _f64(w.down_proj).T).reshape(np.shape(x))
+
+
+def shared_expert(w: MoEWeights, x):
+    """The shared expert: a dense clamped-SwiGLU MLP of width I·n_shared, added unweighted (SPEC §9.3).
+
+    Returns zeros when the layer has no shared expert (n_shared_experts = 0).
+    """
+    if w.shared is None:
+        return np.zeros(np.shape(x))
+    return dense_mlp(w.shared, x)
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def route(w: MoEWeights, x) -> Routing:
+    """Sigmoid router with selection bias, group limit, top-k and renormalized weights (SPEC §9.3).
+
+    s = sigmoid(x Wr^T);  ŝ = s + bias;  group score = sum of the top-2 ŝ of each group of E/G
+    contiguous experts;  keep the topk_group best groups (ŝ = -inf elsewhere);  sel = top-k of ŝ;
+    w = s[sel] (UN-biased), w / (Σ w + 1e-20) if norm_topk_prob, THEN x routed_scaling_factor.
+    Ties go to the lowest group / expert id (module docstring).
+
+    Args:
+        x: [..., D]
+    Returns:
+        Routing (oracle.types) with N = the product of x's leading axes
+    """
+    w.validate()
+    xs = _tokens(x, int(w.router.shape[-1]))                                      # [N, D]
+    s = scipy.special.expit(xs @ _f64(w.router).T)                               # [N, E]
+    biased = s + _f64(w.e_score_correction_bias)                                 # [N, E]
+    groups = group_scores(biased, w.n_group)                                     # [N, G]
+    biased = np.where(kept_experts(groups, w.topk_group, w.num_experts), biased, -np.inf)
+    ids = _top(biased, w.top_k)                                                  # [N, k]
+    weights = mixture_weights(np.take_along_axis(s, ids, axis=-1), w.norm_topk_prob,
+                              w.routed_scaling_factor)
+    return Routing(ids, weights, s, biased, groups)
+
+
+def group_scores(biased, n_group: int):
+    """[N, E] -> [N, G]: the sum of the top-2 biased scores in each group of E/G contiguous experts."""
+    N, E = biased.shape
+    per = np.sort(biased.reshape(N, n_group, E // n_group), axis=-1)             # [N, G, E/G]
+    return per[..., -1] + per[..., -2]
+
+
+def kept_experts(groups, topk_group: int, num_experts: int):
+    """[N, G] group scores -> [N, E] bool: the expert lies in one of the topk_group best groups."""
+    N, G = groups.shape
+    keep = np.zeros((N, G), dtype=bool)
+    np.put_along_axis(keep, _top(groups, topk_group), True, axis=-1)
+    return np.repeat(keep, num_experts // G, axis=-1)
+
+
+def _top(scores, k: int):
+    """[N, M] -> [N, k] int64 indices of the k largest, best first, lowest index first on ties."""
+    return np.argsort(-scores, axis=-1, kind="stable")[:, :k].astype(np.int64)
+
+
+def mixture_weights(picked, norm_topk_prob: bool, routed_scaling_factor: float):
+    """[N, k] un-biased sigmoid of the chosen experts -> weights: w / (Σ w + 1e-20), then x factor."""
+    if norm_topk_prob:
+        picked = picked / (picked.sum(axis=-1, keepdims=True) + NORM_EPS)
+    return picked * routed_scaling_factor
+
+
+# ----------------------------------------------------------------------------- experts
+
+
+def expert(w: MoEWeights, e: int, x):
+    """Routed expert e on x [N, D]: act(x gu[:I]^T, x gu[I:]^T) down^T -> [N, D] (SPEC §9.3)."""
+    I = w.expert_dim
+    gu = x @ _f64(w.gate_up_proj[e]).T                                           # [N, 2I]
+    return swiglu(gu[:, :I], gu[:, I:], w.swiglu_limit) @ _f64(w.down_proj[e]).T
+
+
+def experts(w: MoEWeights, x, routing: Routing):
+    """The routed mixture y = Σ_{e∈sel} w_e · expert_e(x) (SPEC §9.3), each expert run on its tokens.
+
+    Args:
+        x: [..., D];  routing: from `route` on the same x (N = the product of x's leading axes)
+    Returns:
+        y: [..., D]
+    """
+    w.validate()
+    xs = _tokens(x, int(w.router.shape[-1]))                                     # [N, D]
+    ids, wts = np.asarray(routing.expert_ids), _f64(routing.weights)
+    N = xs.shape[0]
+    if ids.shape != (N, w.top_k) or wts.shape != (N, w.top_k):
+        raise ValueError(f"routing: expected expert_ids and weights [N, k] = {(N, w.top_k)}, "
+                         f"got {ids.shape} and {wts.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= w.num_experts):
+        raise ValueError(f"routing.expert_ids: expected ids in [0, E={w.num_experts}), "
+                         f"found [{ids.min()}, {ids.max()}]")
+    y = np.zeros_like(xs)                                                        # [N, D]
+    for e in np.unique(ids):
+        n, slot = np.nonzero(ids == e)
+        # top-k ids are distinct per token, so each row appears once here and += cannot collide
+        y[n] += wts[n, slot, None] * expert(w, int(e), xs[n])
+    return y.reshape(np.shape(x))
+
+
+def forward(w: MoEWeights, x):
+    """The MoE layer: routed mixture + shared expert (SPEC §9.3).
+
+    Args:
+        x: [..., D]
+    Returns:
+        y: [..., D]
+    """
+    return experts(w, x, route(w, x)) + shared_expert(w, x)
