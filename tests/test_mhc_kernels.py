@@ -1,0 +1,172 @@
+"""The mHC Triton kernels (impl/mhc.py, impl/kernels/mhc.py) against the float64 oracle (oracle/mhc.py),
+in the interpreter (float32).
+
+N = 4 streams with D = 32 (SPEC §13, one power-of-two block) and D = 48 (masked tail lanes), and N = 3
+(padded stream lanes of the [BN, BN] comb tile); Sinkhorn iterations 1, 3 and 20. Weights are the
+SPEC §13 non-trivial ones (fn x20, random base and scale), so comb is far from uniform.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from impl import mhc as imhc
+from oracle import mhc as omhc
+from oracle.types import MHCWeights
+
+TOL = 1e-5
+B, S = 2, 5
+
+
+def weights(rng, n, d, iters) -> MHCWeights:
+    m = (2 + n) * n
+    return MHCWeights(fn=20 * 0.02 * rng.standard_normal((m, n * d)), base=0.5 * rng.standard_normal(m),
+                      scale=1.0 + 0.5 * rng.standard_normal(3), hc_mult=n, sinkhorn_iters=iters)
+
+
+def t32(a):
+    return torch.from_numpy(np.array(a, dtype=np.float64)).float()
+
+
+def rel(got, want) -> float:
+    """max |got - want| / max |want|."""
+    got = got.detach().double().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    assert got.shape == want.shape, f"shape {got.shape}, oracle {want.shape}"
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def case(seed, n, d, iters):
+    rng = np.random.default_rng(seed)
+    w = weights(rng, n, d, iters)
+    X = rng.standard_normal((B, S, n, d))
+    y = rng.standard_normal((B, S, d))
+    return w, X, y
+
+
+GEOMETRIES = [(4, 32), (4, 48), (3, 20)]
+
+
+@pytest.mark.parametrize("iters", [1, 3, 20])
+@pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
+def test_fused_coefficients_collapse(n, d, iters):
+    w, X, _ = case(100 + d + iters, n, d, iters)
+    pre, post, comb = omhc.coefficients(w, X)
+    want = dict(pre=pre, post=post, comb=comb, u=omhc.collapse(pre, X))
+    got = imhc.fused_coefficients_collapse(w.map(t32), t32(X))
+    for (name, ref), g in zip(want.items(), got):
+        assert g.dtype == torch.float32 and not torch.isnan(g).any(), name
+        err = rel(g, ref)
+        assert err < TOL, f"mhc.coefficients.{name}: rel err {err:.3g} > {TOL:g} (N={n}, D={d}, iters={iters})"
+    again = imhc.fused_coefficients_collapse(w.map(t32), t32(X))
+    assert all(torch.equal(a, b) for a, b in zip(got, again)), "non-deterministic rerun"
+
+
+@pytest.mark.parametrize("n, d", GEOMETRIES[:2], ids=lambda v: str(v))
+def test_coefficients(n, d):
+    w, X, _ = case(200 + d, n, d, 3)
+    got = imhc.coefficients(w.map(t32), t32(X))
+    for g, ref in zip(got, omhc.coefficients(w, X), strict=True):
+        assert rel(g, ref) < TOL
+
+
+@pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
+def test_write_back(n, d):
+    w, X, y = case(300 + d, n, d, 20)
+    _, post, comb = omhc.coefficients(w, X)
+    want = omhc.write_back(post, comb, X, y)
+    got = imhc.write_back(t32(post), t32(comb), t32(X), t32(y))
+    assert got.dtype == torch.float32 and rel(got, want) < TOL
+
+
+def test_write_back_uses_comb_transposed():
+    """A cyclic-shift C (C[m, m+1] = 1): output stream n is stream n - 1 plus post[n]·y."""
+    n, d = 4, 48
+    C = np.broadcast_to(np.roll(np.eye(n), 1, axis=1), (B, S, n, n))
+    rng = np.random.default_rng(4)
+    X, y, post = rng.standard_normal((B, S, n, d)), rng.standard_normal((B, S, d)), rng.uniform(0, 2, (B, S, n))
+    got = imhc.write_back(t32(post), t32(C), t32(X), t32(y)).double().numpy()
+    want = post[..., None] * y[:, :, None, :] + np.roll(X, 1, axis=2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_collapse():
+    w, X, _ = case(400, 4, 48, 20)
+    pre = omhc.coefficients(w, X)[0]
+    assert rel(imhc.collapse(t32(pre), t32(X)), omhc.collapse(pre, X)) < TOL
+
+
+def test_expand_and_reduce():
+    e = np.random.default_rng(5).standard_normal((B, S, 32))
+    X = imhc.expand(t32(e), 4)
+    assert X.shape == (B, S, 4, 32) and X.is_contiguous()
+    assert all(torch.equal(X[:, :, k], t32(e)) for k in range(4))
+    assert rel(imhc.reduce(X), e) < 1e-7
+    assert rel(imhc.reduce(t32(np.random.default_rng(6).standard_normal((B, S, 4, 32)))),
+               omhc.reduce(np.random.default_rng(6).standard_normal((B, S, 4, 32)))) < 1e-6
+
+
+def test_bfloat16_streams():
+    """Coefficients stay float32 (SPEC §2); u and X_new in bf16 within bf16 rounding of the oracle."""
+    w, X, y = case(500, 4, 32, 20)
+    Xb = torch.from_numpy(X).bfloat16()
+    pre, post, comb, u = imhc.fused_coefficients_collapse(w.map(t32), Xb)
+    assert pre.dtype == post.dtype == comb.dtype == torch.float32 and u.dtype == torch.bfloat16
+    Xr = Xb.double().numpy()                                                 # the oracle sees the rounded X
+    opre, opost, ocomb = omhc.coefficients(w, Xr)
+    assert rel(comb, ocomb) < TOL and rel(pre, opre) < TOL
+    assert rel(u, omhc.collapse(opre, Xr)) < 1e-2
+    Xn = imhc.write_back(post, comb, Xb, torch.from_numpy(y).bfloat16())
+    assert Xn.dtype == torch.bfloat16 and rel(Xn, omhc.write_back(opost, ocomb, Xr, y)) < 2e-2
+
+
+def test_empty_batch():
+    w, _, _ = case(600, 4, 32, 3)
+    pre, post, comb, u = imhc.fused_coefficients_collapse(w.map(t32), torch.zeros(0, 3, 4, 32))
+    assert pre.shape == (0, 3, 4) and comb.shape == (0, 3, 4, 4) and u.shape == (0, 3, 32)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _coeff_call(X=None, **w_changes):
+    w, X0, _ = case(700, 4, 32, 3)
+    w = dataclasses.replace(w.map(t32), **w_changes)
+    return lambda: imhc.fused_coefficients_collapse(w, t32(X0) if X is None else X)
+
+
+def _write_back_call(**changes):
+    rng = np.random.default_rng(8)
+    args = dict(post=t32(rng.random((B, S, 4))), comb=t32(rng.random((B, S, 4, 4))),
+                X=t32(rng.standard_normal((B, S, 4, 32))), y=t32(rng.standard_normal((B, S, 32))))
+    args.update(changes)
+    return lambda: imhc.write_back(args["post"], args["comb"], args["X"], args["y"])
+
+
+@pytest.mark.parametrize("call, match", [
+    (_coeff_call(X=torch.zeros(B, S, 3, 32)), "X"),
+    (_coeff_call(X=torch.zeros(B, 4, 32)), "X"),
+    (_coeff_call(X=torch.zeros(B, S, 4, 32, dtype=torch.int32)), "X"),
+    (_coeff_call(X=torch.zeros(B, S, 4, 40)), "MHCWeights.fn"),
+    (_coeff_call(hc_mult=3), "X"),
+    (_coeff_call(fn=torch.zeros(25, 128)), "MHCWeights.fn"),
+    (_coeff_call(base=torch.zeros(23)), "MHCWeights.base"),
+    (_coeff_call(scale=torch.zeros(2)), "MHCWeights.scale"),
+    (_coeff_call(sinkhorn_iters=0), "MHCWeights.sinkhorn_iters"),
+    (_write_back_call(X=torch.zeros(B, S, 3, 32)), "X"),
+    (_write_back_call(comb=torch.zeros(B, S, 4, 3)), "comb"),
+    (_write_back_call(comb=torch.zeros(B, S + 1, 4, 4)), "comb"),
+    (_write_back_call(post=torch.zeros(B, S, 4, 1)), "post"),
+    (_write_back_call(y=torch.zeros(B, S, 48)), "y"),
+    (lambda: imhc.collapse(torch.zeros(B, S, 3), torch.zeros(B, S, 4, 32)), "X"),
+    (lambda: imhc.collapse(torch.zeros(B, S + 1, 4), torch.zeros(B, S, 4, 32)), "pre"),
+    (lambda: imhc.expand(torch.zeros(B, S, 32), 0), "N"),
+    (lambda: imhc.reduce(torch.zeros(B, S, 32)), "X"),
+], ids=["X N mismatch", "X 3-D", "X int", "X D mismatch", "hc_mult 3 vs X N 4", "fn rows", "base shape", "scale shape",
+        "iters 0", "write_back X N mismatch", "comb not square", "comb batch", "post 4-D", "y D",
+        "collapse N mismatch", "collapse pre batch", "expand N 0", "reduce 3-D"])
+def test_bad_input_raises_naming_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
