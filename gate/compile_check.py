@@ -60,6 +60,12 @@ RECORDS = (
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32),
                  dict(S="i32", T="i32", W="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=32, BR=512, PRECISION="tf32"), dict(num_warps=8)),
+    KernelRecord("mhc", "mhc_coeff_fwd_kernel",
+                 dict(x=BF, fn=F32, base=F32, scale=F32, pre=F32, post=F32, comb=F32, u=BF),
+                 dict(iters="i32", hc_eps="fp32", rms_eps="fp32"),
+                 dict(N=4, D=4096, BN=4, BD=256, BK=256), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF), {},
+                 dict(N=4, D=4096, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
 )
 
 
@@ -74,6 +80,7 @@ def _load(module: str):
 def compile_one(rec: KernelRecord, arch: int):
     """(registers, stack bytes, shared bytes) of one kernel compiled for sm_<arch>."""
     import triton
+    import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -89,7 +96,10 @@ def compile_one(rec: KernelRecord, arch: int):
         else:
             raise ValueError(f"{rec.name}: no type given for argument {n!r} in gate/compile_check.py")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
-    src = ASTSource(fn=fn, signature=sig, constexprs=rec.constexprs, attrs=attrs)
+    # dtype-valued constexprs are written as strings in the table ("fp32" -> tl.float32)
+    consts = {k: (getattr(tl, {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}[v])
+                  if k == "ACC" else v) for k, v in rec.constexprs.items()}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=rec.options)
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     regs = stack = -1

@@ -6,13 +6,15 @@ Letters: B batch, S tokens, N streams (hc_mult), D hidden size per stream, M = (
 comb and the collapse u. `coefficients` runs the same kernel and drops u. `collapse(pre, X)` with a
 caller-given pre is a host-side float32 einsum (there is nothing to fuse it with); `write_back` is
 the second kernel; `expand` and `reduce` are plain torch. Coefficients are float32 whatever X's
-dtype (SPEC §2); u and X_new are in X's dtype. The kernels use no tl.dot, so the interpreter's bf16
-dot bug does not apply; they run in float32 registers for every input dtype.
+dtype (SPEC §2), also for float64 X; u and X_new are in X's dtype. The kernels use no tl.dot, so the
+interpreter's bf16 dot bug does not apply; they compute in float32 registers (the write-back in
+float64 for float64 X, as the reference does it in the model dtype).
 """
 from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl.kernels.mhc import mhc_coeff_fwd_kernel, mhc_write_back_fwd_kernel
@@ -100,7 +102,8 @@ def collapse(pre, X):
 
 
 def write_back(post, comb, X, y):
-    """oracle.mhc.write_back: X_new [B,S,N,D] = post ⊗ y + Cᵀ X in X's dtype (float32 arithmetic).
+    """oracle.mhc.write_back: X_new [B,S,N,D] = post ⊗ y + Cᵀ X in X's dtype (float32 arithmetic;
+    float64 for float64 X). post and comb are rounded to X's dtype first (SPEC §4).
 
     Args:
         post: [B, S, N];  comb: [B, S, N, N];  X: [B, S, N, D];  y: [B, S, D]
@@ -120,10 +123,11 @@ def write_back(post, comb, X, y):
     x = X.contiguous()
     x_new = torch.empty_like(x)
     BD = min(triton.next_power_of_2(D), _BD_MAX)
+    acc = tl.float64 if X.dtype == torch.float64 else tl.float32
     if B * S:
         mhc_write_back_fwd_kernel[(B * S, triton.cdiv(D, BD))](
             x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new,
-            N=N, D=D, BN=triton.next_power_of_2(N), BD=BD, num_warps=4,
+            N=N, D=D, BN=triton.next_power_of_2(N), BD=BD, ACC=acc, num_warps=4,
         )
     return x_new
 

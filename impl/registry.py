@@ -7,10 +7,11 @@ from __future__ import annotations
 import importlib
 from typing import Any, NamedTuple
 
-MECHANISMS = ("kda", "dsa", "mla")
+MECHANISMS = ("kda", "dsa", "mla", "mhc")
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "dsa": ("index_rows", "pool_keys", "scores", "index"),
-             "mla": ("project", "expanded", "absorbed", "sublayer")}
+             "mla": ("project", "expanded", "absorbed", "sublayer"),
+             "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
 
 
@@ -21,6 +22,7 @@ class Implementation(NamedTuple):
     kda: Any
     dsa: Any = None
     mla: Any = None
+    mhc: Any = None
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)
@@ -67,6 +69,6 @@ def get(name: str) -> Implementation:
 
 
 def _baseline(name: str) -> Implementation:
-    from impl.baseline import dsa, kda, mla
+    from impl.baseline import dsa, kda, mhc, mla
     return Implementation(name, _check(name, kda.kda, "kda"), _check(name, dsa.dsa, "dsa"),
-                          _check(name, mla.mla, "mla"))
+                          _check(name, mla.mla, "mla"), _check(name, mhc.mhc, "mhc"))

@@ -9,6 +9,7 @@ from typing import Callable, NamedTuple
 
 from invariants import dsa_checks as dc
 from invariants import kda_checks as kc
+from invariants import mhc_checks as hc
 from invariants import paths
 from invariants.contracts import Verdict, judge, judge_selection, lookup
 from invariants.target import Target
@@ -44,6 +45,10 @@ CHECKS = (
           "sparse absorbed attention over a selection vs the oracle (baseline: expanded form)"),
     Check("mla.paths", "mla", sc.mla_cases, dc.run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows"),
+    Check("mhc.coefficients", "mhc", sc.mhc_cases, hc.run_coefficients,
+          "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse"),
+    Check("mhc.write_back", "mhc", sc.mhc_cases, hc.run_write_back,
+          "X_new = post x y + C^T X with the candidate's own coefficients"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}

@@ -159,7 +159,30 @@ def mla_cases(draw, base, *, max_len: int = 70) -> MLACase:
                    draw(SEEDS))
 
 
-CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase, IndexCase, MLACase)}
+class MHCCase(NamedTuple):
+    """mHC on [batch, length] tokens of N streams of width D, with `iters` Sinkhorn iterations
+    (few iterations make the row/column order observable, SPEC §13)."""
+
+    streams: int
+    hidden: int
+    batch: int
+    length: int
+    iters: int
+    family: str
+    seed: int
+
+
+@st.composite
+def mhc_cases(draw, base) -> MHCCase:
+    n = draw(st.sampled_from(sorted({base.hc_mult, 2, 4})))
+    d = draw(st.sampled_from(sorted({base.hidden_size, 16, 48})))
+    iters = draw(st.sampled_from(sorted({1, 3, base.hc_sinkhorn_iters})))
+    return MHCCase(n, d, draw(st.integers(1, 2)), draw(st.integers(1, 9)), iters,
+                   draw(st.sampled_from(("boosted", "normal"))), draw(SEEDS))
+
+
+CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase, IndexCase, MLACase,
+                                      MHCCase)}
 
 
 def case_to_json(case) -> dict:

@@ -106,3 +106,13 @@ def mla_weights(rng, g, eps=1e-5):
         kv_b_proj=g.kv_rank ** -0.5 * n((g.heads * (g.nope_dim + g.v_dim), g.kv_rank)),
         o_proj=(g.heads * g.v_dim) ** -0.5 * n((g.hidden, g.heads * g.v_dim)),
         num_heads=g.heads, nope_dim=g.nope_dim, v_dim=g.v_dim, eps=eps)
+
+
+def mhc_weights(rng, N, D, iters, family="normal", hc_eps=1e-6, rms_eps=1e-5):
+    """mHC parameters far from uniform mixing (SPEC §13: fn x20, random base and scale)."""
+    from oracle.types import MHCWeights
+
+    boost = 20.0 if family == "boosted" else 1.0
+    return MHCWeights(fn=boost * 0.02 * rng.standard_normal(((2 + N) * N, N * D)),
+                      base=0.5 * rng.standard_normal((2 + N) * N), scale=1.0 + 0.5 * rng.standard_normal(3),
+                      hc_mult=N, sinkhorn_iters=iters, hc_eps=hc_eps, rms_eps=rms_eps)

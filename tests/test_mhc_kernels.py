@@ -64,6 +64,22 @@ def test_fused_coefficients_collapse(n, d, iters):
     assert all(torch.equal(a, b) for a, b in zip(got, again)), "non-deterministic rerun"
 
 
+def test_eps_placements():
+    """Where each eps decides the value, element by element: streams of RMS 1e-3 (rms_eps 1e-5 dominates
+    mean(x²)), pre logits at -30 (pre = hc_eps + 1e-13), comb logits spread by ±100 (softmax entries
+    of 0 become hc_eps, and stay that small through Sinkhorn)."""
+    n, d = 4, 48
+    w, X, _ = case(150, n, d, 3)
+    w = dataclasses.replace(w, fn=w.fn * np.r_[np.ones(2 * n), np.full(n * n, 10.0)][:, None],
+                            base=np.r_[np.full(n, -30.0), w.base[n:]])
+    X = 1e-3 * X
+    pre, post, comb = omhc.coefficients(w, X)
+    assert pre.max() < 2e-6 and comb.min() < 1e-5
+    got = imhc.fused_coefficients_collapse(w.map(t32), t32(X))
+    for name, g, ref in zip(("pre", "post", "comb", "u"), got, (pre, post, comb, omhc.collapse(pre, X))):
+        np.testing.assert_allclose(g.double().numpy(), ref, rtol=1e-4, atol=0, err_msg=f"mhc.coefficients.{name}")
+
+
 @pytest.mark.parametrize("n, d", GEOMETRIES[:2], ids=lambda v: str(v))
 def test_coefficients(n, d):
     w, X, _ = case(200 + d, n, d, 3)
@@ -79,6 +95,14 @@ def test_write_back(n, d):
     want = omhc.write_back(post, comb, X, y)
     got = imhc.write_back(t32(post), t32(comb), t32(X), t32(y))
     assert got.dtype == torch.float32 and rel(got, want) < TOL
+
+
+def test_write_back_float64_streams():
+    """float64 streams are written back in float64 (the reference's model-dtype arithmetic)."""
+    w, X, y = case(310, 4, 48, 20)
+    _, post, comb = omhc.coefficients(w, X)
+    got = imhc.write_back(torch.from_numpy(post), torch.from_numpy(comb), torch.from_numpy(X), torch.from_numpy(y))
+    assert got.dtype == torch.float64 and rel(got, omhc.write_back(post, comb, X, y)) < 1e-13
 
 
 def test_write_back_uses_comb_transposed():

@@ -171,7 +171,7 @@ def test_quantize_all_zero_blocks():
 def test_quantize_fp8_subnormal_scales():
     """Tiny blocks get subnormal E4M3 scales (< 2^-6), not zero, and still dequantize sensibly."""
     w = _weight(3, N=4, K=32)
-    w[0, :16] = np.linspace(-1, 1, 16) * 1e-4 * np.abs(w).max()
+    w[0, :16] = np.linspace(-1, 1, 16) * 1e-5 * np.abs(w).max()
     t = nvfp4.quantize(w)
     s = float(t.block_scale[0, 0].astype(np.float32))
     assert 2 ** -9 <= s < 2 ** -6
@@ -233,6 +233,17 @@ def test_quantize_explicit_global_scale():
     t = nvfp4.quantize(w, global_scale=G)
     assert t.block_scale.astype(np.float32).max() <= 224.0
     assert t.global_decode == nvfp4.flip_global_scale(G)
+
+
+def test_quantize_clamps_scales_at_448_for_a_large_global_scale():
+    """G larger than 2688 / amax pushes G·amax_b/6 past 464, where the E4M3 cast gives NaN: clamp to 448."""
+    w = _weight(11)
+    G = 4 * nvfp4.global_scale_encode(np.abs(w).max())
+    t = nvfp4.quantize(w, global_scale=G)
+    s = t.block_scale.astype(np.float32)
+    assert not np.isnan(s).any() and s.max() == 448.0
+    x = nvfp4.dequantize(t)
+    assert np.isfinite(x).all() and np.abs(x).max() == 6 * 448 * float(t.global_decode)
 
 
 def test_qdq_activation_matches_weight_quantizer():

@@ -8,7 +8,8 @@ coeff      one program per token row: two passes over the row's N·D inputs. Pas
            scalar, so the projection of z is the projection of x times rstd: no second read for it);
            then sigmoids, the row softmax and the Sinkhorn iterations on an [BN, BN] register tile;
            pass 2 reads X once more by D-blocks for the collapse u = Σ_n pre[n] X[n].
-write_back one program per (token row, D-block): X_new[n] = post[n]·y + Σ_m C[m, n] X[m].
+write_back one program per (token row, D-block): X_new[n] = post[n]·y + Σ_m C[m, n] X[m], in float32
+           (float64 for float64 streams: the reference does the write-back in the model dtype).
 """
 import triton
 import triton.language as tl
@@ -86,7 +87,7 @@ def mhc_coeff_fwd_kernel(
 def mhc_write_back_fwd_kernel(
     x, y, post, comb, x_new,
     N: tl.constexpr, D: tl.constexpr,
-    BN: tl.constexpr, BD: tl.constexpr,
+    BN: tl.constexpr, BD: tl.constexpr, ACC: tl.constexpr,
 ):
     i_r, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     o_n = tl.arange(0, BN)
@@ -95,13 +96,13 @@ def mhc_write_back_fwd_kernel(
     mask_d = o_d < D
     mask_nd = mask_n[:, None] & mask_d[None, :]
     # SPEC §4: the coefficients are cast to the model dtype before the write-back
-    b_post = tl.load(post + i_r * N + o_n, mask=mask_n, other=0.).to(x.dtype.element_ty).to(tl.float32)
+    b_post = tl.load(post + i_r * N + o_n, mask=mask_n, other=0.).to(x.dtype.element_ty).to(ACC)
     p_c = comb + i_r * N * N + o_n[:, None] * N + o_n[None, :]
     b_c = tl.load(p_c, mask=mask_n[:, None] & mask_n[None, :], other=0.)
-    b_c = b_c.to(x.dtype.element_ty).to(tl.float32)                            # [BN m, BN n]
-    b_y = tl.load(y + i_r * D + o_d, mask=mask_d, other=0.).to(tl.float32)
+    b_c = b_c.to(x.dtype.element_ty).to(ACC)                                   # [BN m, BN n]
+    b_y = tl.load(y + i_r * D + o_d, mask=mask_d, other=0.).to(ACC)
     p_x = i_r * N * D + o_n[:, None] * D + o_d[None, :]
-    b_x = tl.load(x + p_x, mask=mask_nd, other=0.).to(tl.float32)             # [BN m, BD]
+    b_x = tl.load(x + p_x, mask=mask_nd, other=0.).to(ACC)                    # [BN m, BD]
     # Cᵀ X: output stream n sums over m, the first axis of both the C tile and the X tile
     b_o = tl.sum(b_c[:, :, None] * b_x[:, None, :], 0) + b_post[:, None] * b_y[None, :]
     tl.store(x_new + p_x, b_o.to(x_new.dtype.element_ty), mask=mask_nd)
