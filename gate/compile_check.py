@@ -64,6 +64,29 @@ RECORDS = (
                  dict(x=BF, fn=F32, base=F32, scale=F32, pre=F32, post=F32, comb=F32, u=BF),
                  dict(iters="i32", hc_eps="fp32", rms_eps="fp32"),
                  dict(N=4, D=4096, BN=4, BD=256, BK=256), dict(num_warps=4)),
+    KernelRecord("moe", "moe_router_fwd_kernel",
+                 dict(x=BF, router=BF, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
+                 dict(N="i32", scaling="fp32"),
+                 dict(D=4096, E=288, G=1, TOPK_GROUP=1, TOP_K=8, NORM=True, BT=16, BE=512, BG=1, BD=16, BKE=8),
+                 dict(num_warps=16)),
+    KernelRecord("moe", "moe_gate_up_fwd_kernel",
+                 dict(x=BF, w=BF, sorted_ids="*i64", block_expert="*i64", h=BF), dict(P="i32", limit="fp32"),
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=False, DOT="bf16", PRECISION="tf32", packed=None, scale=None,
+                      gscale=None, BM=64, BN=64, BK=64), dict(num_warps=4)),
+    KernelRecord("moe", "moe_down_fwd_kernel",
+                 dict(h=BF, w=BF, sorted_ids="*i64", block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
+                 dict(D=4096, I=2048, NVFP4=False, DOT="bf16", PRECISION="tf32", packed=None, scale=None,
+                      gscale=None, BM=64, BN=64, BK=64), dict(num_warps=4)),
+    KernelRecord("moe", "moe_gate_up_fwd_kernel",
+                 dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64", h=BF),
+                 dict(P="i32", limit="fp32"),
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, DOT="bf16", PRECISION="tf32", w=None, BM=64, BN=64,
+                      BK=64), dict(num_warps=4)),
+    KernelRecord("moe", "moe_down_fwd_kernel",
+                 dict(h=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64",
+                      weights=F32, out=F32), dict(P="i32"),
+                 dict(D=4096, I=2048, NVFP4=True, DOT="bf16", PRECISION="tf32", w=None, BM=64, BN=64, BK=64),
+                 dict(num_warps=4)),
     KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF), {},
                  dict(N=4, D=4096, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
 )
@@ -98,7 +121,7 @@ def compile_one(rec: KernelRecord, arch: int):
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
     # dtype-valued constexprs are written as strings in the table ("fp32" -> tl.float32)
     consts = {k: (getattr(tl, {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}[v])
-                  if k == "ACC" else v) for k, v in rec.constexprs.items()}
+                  if k in ("ACC", "DOT") else v) for k, v in rec.constexprs.items()}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=rec.options)
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -130,12 +153,13 @@ def main(argv=None) -> int:
     for rec in RECORDS:
         if args.kernel and rec.name not in args.kernel:
             continue
+        label = rec.name + (" (nvfp4)" if rec.constexprs.get("NVFP4") else "")
         try:
             regs, stack, smem = compile_one(rec, args.arch)
-            print(f"{rec.name:40s} {regs:>5d} {stack:>8d} {smem:>8d}")
+            print(f"{label:40s} {regs:>5d} {stack:>8d} {smem:>8d}")
         except Exception as e:  # a kernel that does not compile is the finding: report and go on
             failed += 1
-            print(f"{rec.name:40s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+            print(f"{label:40s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
     return 1 if failed else 0
 
 

@@ -319,3 +319,86 @@ MUTANTS.update((
     _dsa_mla_row(MhcRowFirstSinkhorn, "mhc_row_first_sinkhorn", "mhc.coefficients.comb"),
     _dsa_mla_row(MhcPreNormalized, "mhc_pre_normalized", "mhc.coefficients.pre"),
 ))
+
+
+# ----------------------------------------------------------------------------- MoE / NVFP4 mutants
+# Each a TorchMoE (impl/baseline/moe.py) or TorchNVFP4 (impl/baseline/nvfp4.py) overriding ONE small method.
+
+from impl.baseline.moe import TorchMoE  # noqa: E402
+from impl.baseline.nvfp4 import E2M1, TorchNVFP4  # noqa: E402
+
+
+class MoeBiasInWeights(TorchMoE):
+    """The mixture weights are made of the biased selection scores sigmoid + bias, not the raw sigmoid."""
+
+    def _picked(self, s, bias, ids):
+        return torch.gather(s + bias, -1, ids)
+
+
+class MoeTwoSidedGateClamp(TorchMoE):
+    """The SwiGLU gate is clamped on both sides, clip(gate, -L, L) (SPEC: from above only)."""
+
+    def _clamp_gate(self, gate, limit):
+        return gate.clamp(-limit, limit)
+
+
+class MoeScalingBeforeNorm(TorchMoE):
+    """routed_scaling_factor multiplies before the renormalization, which then cancels it (weights sum to 1)."""
+
+    def mixture_weights(self, picked, norm_topk_prob, routed_scaling_factor):
+        picked = picked * routed_scaling_factor
+        if norm_topk_prob:
+            picked = picked / (picked.sum(dim=-1, keepdim=True) + 1e-20)
+        return picked
+
+
+class MoeTop1GroupScore(TorchMoE):
+    """A group's score is its single best biased score, not the sum of its top 2."""
+
+    def group_scores(self, biased, n_group):
+        N, E = biased.shape
+        return biased.reshape(N, n_group, E // n_group).amax(dim=-1)
+
+
+class Nvfp4HighNibbleFirst(TorchNVFP4):
+    """unpack reads element 2j from the HIGH nibble and 2j+1 from the low one (A4: low nibble first)."""
+
+    def unpack(self, packed):
+        codes = super().unpack(packed)
+        return codes.reshape(*codes.shape[:-1], -1, 2).flip(-1).reshape(codes.shape)
+
+
+class Nvfp4GlobalScaleWrongDirection(TorchNVFP4):
+    """dequantize multiplies by the ENCODE scale 1/global_decode (the reciprocal of the right factor)."""
+
+    def _decode_scale(self, t):
+        return 1.0 / super()._decode_scale(t)
+
+
+class Nvfp4ScalesReadLinear(TorchNVFP4):
+    """A 128x4-swizzled scale buffer is read as if it were linear row-major (no unswizzle)."""
+
+    def _linear_scales(self, sw, shape):
+        M, Kb = (int(d) for d in shape)
+        Kp = -(-Kb // 4) * 4
+        return sw.reshape(-1, Kp)[:M, :Kb]
+
+
+class Nvfp4ArgminRounding(TorchNVFP4):
+    """E2M1 rounding by argmin over the table: ties go to the SMALLER magnitude (0.75 -> 0.5, 1.75 -> 1.5)."""
+
+    def _magnitude_code(self, mag):
+        table = torch.tensor(E2M1, dtype=mag.dtype, device=mag.device)
+        return (mag[..., None] - table).abs().argmin(dim=-1).to(torch.uint8)
+
+
+MUTANTS.update((
+    _dsa_mla_row(MoeBiasInWeights, "moe_bias_in_weights", "moe.route.weights"),
+    _dsa_mla_row(MoeTwoSidedGateClamp, "moe_two_sided_gate_clamp", "moe.forward.output"),
+    _dsa_mla_row(MoeScalingBeforeNorm, "moe_scaling_before_norm", "moe.route.weights"),
+    _dsa_mla_row(MoeTop1GroupScore, "moe_top1_group_score", "moe.route.expert_ids"),
+    _dsa_mla_row(Nvfp4HighNibbleFirst, "nvfp4_high_nibble_first", "nvfp4.dequantize.weights"),
+    _dsa_mla_row(Nvfp4GlobalScaleWrongDirection, "nvfp4_global_scale_wrong_direction", "nvfp4.dequantize.weights"),
+    _dsa_mla_row(Nvfp4ScalesReadLinear, "nvfp4_scales_read_linear", "nvfp4.dequantize.weights"),
+    _dsa_mla_row(Nvfp4ArgminRounding, "nvfp4_argmin_rounding", "nvfp4.quantize.codes"),
+))

@@ -7,11 +7,13 @@ from __future__ import annotations
 import importlib
 from typing import Any, NamedTuple
 
-MECHANISMS = ("kda", "dsa", "mla", "mhc")
+MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "dsa": ("index_rows", "pool_keys", "scores", "index"),
              "mla": ("project", "expanded", "absorbed", "sublayer"),
-             "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce")}
+             "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),
+             "moe": ("route", "experts", "forward"),
+             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "pack", "unpack")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
 
 
@@ -23,6 +25,8 @@ class Implementation(NamedTuple):
     dsa: Any = None
     mla: Any = None
     mhc: Any = None
+    moe: Any = None
+    nvfp4: Any = None
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)
@@ -69,6 +73,7 @@ def get(name: str) -> Implementation:
 
 
 def _baseline(name: str) -> Implementation:
-    from impl.baseline import dsa, kda, mhc, mla
+    from impl.baseline import dsa, kda, mhc, mla, moe, nvfp4
     return Implementation(name, _check(name, kda.kda, "kda"), _check(name, dsa.dsa, "dsa"),
-                          _check(name, mla.mla, "mla"), _check(name, mhc.mhc, "mhc"))
+                          _check(name, mla.mla, "mla"), _check(name, mhc.mhc, "mhc"),
+                          _check(name, moe.moe, "moe"), _check(name, nvfp4.nvfp4, "nvfp4"))

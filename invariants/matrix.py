@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple
 from invariants import dsa_checks as dc
 from invariants import kda_checks as kc
 from invariants import mhc_checks as hc
+from invariants import moe_checks as mc
 from invariants import paths
 from invariants.contracts import Verdict, judge, judge_selection, lookup
 from invariants.target import Target
@@ -49,6 +50,14 @@ CHECKS = (
           "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse"),
     Check("mhc.write_back", "mhc", sc.mhc_cases, hc.run_write_back,
           "X_new = post x y + C^T X with the candidate's own coefficients"),
+    Check("moe.route", "moe", sc.moe_cases, mc.run_route,
+          "expert ids tie-aware (groups and experts), weights from the raw sigmoid per expert"),
+    Check("moe.forward", "moe", sc.moe_cases, mc.run_forward,
+          "routed experts + shared expert with the clamps firing"),
+    Check("nvfp4.quantize", "nvfp4", sc.nvfp4_cases, mc.run_quantize,
+          "codes, block scales and global scale bit-exact (ties to even, zero blocks, fp8 subnormals)"),
+    Check("nvfp4.dequantize", "nvfp4", sc.nvfp4_cases, mc.run_dequantize,
+          "dequantization bit-exact, from linear and from 128x4-swizzled scales"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}

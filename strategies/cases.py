@@ -181,8 +181,50 @@ def mhc_cases(draw, base) -> MHCCase:
                    draw(st.sampled_from(("boosted", "normal"))), draw(SEEDS))
 
 
+class MoECase(NamedTuple):
+    """One MoE layer over `tokens` tokens; family "clamps" boosts weights so the +-10 SwiGLU clamps fire,
+    "tied" gives two experts identical router rows (an exact router tie)."""
+
+    hidden: int
+    experts: int
+    top_k: int
+    groups: int
+    topk_group: int
+    inter: int
+    tokens: int
+    family: str
+    seed: int
+
+
+@st.composite
+def moe_cases(draw, base) -> MoECase:
+    E = base.n_routed_experts
+    groups, topk_group = draw(st.sampled_from(sorted({(base.n_group, base.topk_group), (1, 1), (2, 1), (4, 2)})))
+    if E % groups or E // groups < 2:
+        groups, topk_group = 1, 1
+    k = draw(st.integers(1, min(base.num_experts_per_tok + 1, topk_group * E // groups)))
+    d = draw(st.sampled_from(sorted({base.hidden_size, 48})))
+    return MoECase(d, E, k, groups, topk_group, base.moe_intermediate_size, draw(st.integers(1, 24)),
+                   draw(st.sampled_from(("normal", "clamps", "tied"))), draw(SEEDS))
+
+
+class NVFP4Case(NamedTuple):
+    """One [rows, cols] weight to quantize; families put values on the format's edges."""
+
+    rows: int
+    cols: int
+    family: str
+    seed: int
+
+
+@st.composite
+def nvfp4_cases(draw, base) -> NVFP4Case:
+    return NVFP4Case(draw(st.sampled_from((1, 3, 128, 130))), 16 * draw(st.integers(1, 9)),
+                     draw(st.sampled_from(("normal", "zero_blocks", "subnormal_scales", "ties"))), draw(SEEDS))
+
+
 CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase, IndexCase, MLACase,
-                                      MHCCase)}
+                                      MHCCase, MoECase, NVFP4Case)}
 
 
 def case_to_json(case) -> dict:

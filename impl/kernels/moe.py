@@ -1,0 +1,205 @@
+"""Triton kernels of the MoE feed-forward (oracle/moe.py) and its NVFP4 W4A16 expert weights (oracle/nvfp4.py).
+Host wrappers live in impl/moe.py.
+
+Letters: N tokens, D hidden, E experts, k experts per token, G groups, I expert width, P = N·k (token,
+slot) pairs, BT token tile, BE >= E and BG >= G power-of-two lanes, BM pair-rows per block (one expert
+per block), BN output columns, BK reduction tile.
+
+  router   per BT tokens (BKE >= k lanes of picks): logits = x Wr^T (f32, ieee), s = sigmoid, ŝ = s + bias, top-2 group sums,
+           topk_group group passes, k expert passes (argmax, lowest id on ties), weights from s
+  gate_up  per (row block of sorted pairs, BN columns of I): gate and up accumulators from the
+           block's expert, clamped SwiGLU epilogue -> h [P, I] (row = pair id)
+  down     per (row block, BN columns of D): h Wdown[e]^T x routing weight -> out [P, D] (row = pair id);
+           the host sums out.view(N, k, D) over slots in slot order (deterministic, no atomics)
+
+NVFP4 (W4A16): packed uint8 [E, Nw, Kw/2] (element 2j in the low nibble), fp8-e4m3 block scales
+[E, Nw, Kw/16] in the LINEAR row-major layout (not the 128x4 swizzle), one float32 decode scale per
+expert loaded from a device tensor. The tile is dequantized in registers: E2M1 by arithmetic
+(2^(e-1)·(1 + m/2), 0.5·m for e = 0), times the fp8 scale (exact in float32 and in bf16), cast to the
+dot dtype; the per-expert global decode multiplies the float32 accumulator in the epilogue.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _argmax_lowest(b_s, o_idx, BIG: tl.constexpr):
+    """[BT, BX] scores -> [BT] index of the row max, the lowest index among equal maxima."""
+    b_m = tl.max(b_s, 1)
+    return tl.min(tl.where(b_s == b_m[:, None], o_idx[None, :], BIG), 1)
+
+
+@triton.jit
+def moe_router_fwd_kernel(
+    x, router, bias, scores, biased, groups, ids, weights,
+    N, scaling,
+    D: tl.constexpr, E: tl.constexpr, G: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
+    NORM: tl.constexpr, BT: tl.constexpr, BE: tl.constexpr, BG: tl.constexpr, BD: tl.constexpr, BKE: tl.constexpr,
+):
+    i_t = tl.program_id(0).to(tl.int64)
+    o_t = i_t * BT + tl.arange(0, BT)
+    mask_t = o_t < N
+    o_e = tl.arange(0, BE)
+    mask_e = o_e < E
+    o_d = tl.arange(0, BD)
+
+    b_l = tl.zeros([BT, BE], dtype=tl.float32)
+    for i_d in range(tl.cdiv(D, BD)):
+        p_d = i_d * BD + o_d
+        mask_d = p_d < D
+        b_x = tl.load(x + o_t[:, None] * D + p_d[None, :], mask=mask_t[:, None] & mask_d[None, :],
+                      other=0.).to(tl.float32)
+        b_r = tl.load(router + o_e[:, None] * D + p_d[None, :], mask=mask_e[:, None] & mask_d[None, :],
+                      other=0.).to(tl.float32)
+        b_l = tl.dot(b_x, tl.trans(b_r), b_l, input_precision="ieee")
+    b_s = tl.sigmoid(b_l)                                                        # [BT, BE]
+    b_bias = tl.load(bias + o_e, mask=mask_e, other=0.).to(tl.float32)
+    b_sel = tl.where(mask_e[None, :], b_s + b_bias[None, :], float("-inf"))       # ŝ, -inf on pad lanes
+    mask_te = mask_t[:, None] & mask_e[None, :]
+    tl.store(scores + o_t[:, None] * E + o_e[None, :], b_s, mask=mask_te)
+
+    # group scores: the top-2 sum of each group of E/G contiguous experts (a duplicate max counts twice)
+    PER: tl.constexpr = E // G
+    o_g = tl.arange(0, BG)
+    g_of_e = o_e // PER
+    b_gs = tl.full([BT, BG], float("-inf"), dtype=tl.float32)
+    for i_g in tl.static_range(G):
+        in_g = (g_of_e == i_g) & mask_e
+        b_in = tl.where(in_g[None, :], b_sel, float("-inf"))
+        i_1 = _argmax_lowest(b_in, o_e, BE)
+        b_1 = tl.max(b_in, 1)
+        b_2 = tl.max(tl.where(o_e[None, :] == i_1[:, None], float("-inf"), b_in), 1)
+        b_gs = tl.where((o_g == i_g)[None, :], (b_1 + b_2)[:, None], b_gs)
+    tl.store(groups + o_t[:, None] * G + o_g[None, :], b_gs, mask=mask_t[:, None] & (o_g < G)[None, :])
+
+    # keep the TOPK_GROUP best groups (lowest id on ties); experts elsewhere get -inf
+    b_keep = tl.zeros([BT, BE], dtype=tl.int32)
+    b_left = b_gs
+    for _ in tl.static_range(TOPK_GROUP):
+        i_best = _argmax_lowest(b_left, o_g, BG)
+        b_keep = b_keep | (g_of_e[None, :] == i_best[:, None]).to(tl.int32)
+        b_left = tl.where(o_g[None, :] == i_best[:, None], float("-inf"), b_left)
+    b_sel = tl.where((b_keep != 0) & mask_e[None, :], b_sel, float("-inf"))
+    tl.store(biased + o_t[:, None] * E + o_e[None, :], b_sel, mask=mask_te)
+
+    # top-k: k argmax passes over the experts not taken yet (pad lanes count as taken), lowest id on ties
+    o_k = tl.arange(0, BKE)
+    b_ids = tl.zeros([BT, BKE], dtype=tl.int64)
+    b_w = tl.zeros([BT, BKE], dtype=tl.float32)
+    b_taken = tl.zeros([BT, BE], dtype=tl.int32) + (o_e >= E).to(tl.int32)[None, :]
+    for i_k in tl.static_range(TOP_K):
+        b_cand = tl.where(b_taken != 0, float("-inf"), b_sel)
+        b_m = tl.max(b_cand, 1)
+        i_e = tl.min(tl.where((b_cand == b_m[:, None]) & (b_taken == 0), o_e[None, :], BE), 1)
+        b_taken = b_taken | (o_e[None, :] == i_e[:, None]).to(tl.int32)
+        b_pick = tl.sum(tl.where(o_e[None, :] == i_e[:, None], b_s, 0.), 1)
+        b_ids = tl.where((o_k == i_k)[None, :], i_e[:, None].to(tl.int64), b_ids)
+        b_w = tl.where((o_k == i_k)[None, :], b_pick[:, None], b_w)
+    if NORM:
+        b_w = b_w / (tl.sum(b_w, 1)[:, None] + 1e-20)
+    b_w = b_w * scaling
+    mask_tk = mask_t[:, None] & (o_k < TOP_K)[None, :]
+    tl.store(ids + o_t[:, None] * TOP_K + o_k[None, :], b_ids, mask=mask_tk)
+    tl.store(weights + o_t[:, None] * TOP_K + o_k[None, :], b_w, mask=mask_tk)
+
+
+@triton.jit
+def _nvfp4_tile(packed, scale, row0, o_n, mask_n, o_k, mask_k, KW: tl.constexpr, DOT: tl.constexpr):
+    """Dequantize rows o_n, columns o_k of one expert's NVFP4 weight [Nw, KW] to e2m1 · fp8 scale in DOT.
+
+    row0: the expert's first row (e · Nw, int64); the global decode scale is left to the epilogue.
+    """
+    o_r = (row0 + o_n).to(tl.int64)
+    m = mask_n[:, None] & mask_k[None, :]
+    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + (o_k // 2)[None, :], mask=m, other=0)
+    b_c = (b_b >> ((o_k % 2) * 4).to(tl.uint8)[None, :]) & 0xF                 # low nibble = even k
+    b_mag = (b_c & 7).to(tl.int32)
+    b_e = b_mag >> 1
+    b_f = (b_mag & 1).to(tl.float32)
+    b_v = tl.where(b_e == 0, 0.5 * b_f, (1 << b_e).to(tl.float32) * 0.5 * (1.0 + 0.5 * b_f))
+    b_v = tl.where((b_c & 8) != 0, -b_v, b_v)
+    b_s = tl.load(scale + o_r[:, None] * (KW // 16) + (o_k // 16)[None, :], mask=m, other=0.).to(tl.float32)
+    return (b_v * b_s).to(DOT)
+
+
+@triton.jit
+def moe_gate_up_fwd_kernel(
+    x, w, packed, scale, gscale, sorted_ids, block_expert, h,
+    P, limit,
+    D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block."""
+    i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_e = tl.load(block_expert + i_b).to(tl.int64)
+    if i_e >= 0:
+        o_m = i_b * BM + tl.arange(0, BM)
+        b_pair = tl.load(sorted_ids + o_m).to(tl.int64)
+        mask_m = b_pair < P
+        b_tok = tl.where(mask_m, b_pair // TOP_K, 0)
+        o_n = i_n * BN + tl.arange(0, BN)
+        mask_n = o_n < I
+        b_g = tl.zeros([BM, BN], dtype=tl.float32)
+        b_u = tl.zeros([BM, BN], dtype=tl.float32)
+        for i_k in range(tl.cdiv(D, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_k = o_k < D
+            b_x = tl.load(x + b_tok[:, None] * D + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                          other=0.).to(DOT)
+            if NVFP4:
+                b_wg = _nvfp4_tile(packed, scale, i_e * (2 * I), o_n, mask_n, o_k, mask_k, D, DOT)
+                b_wu = _nvfp4_tile(packed, scale, i_e * (2 * I) + I, o_n, mask_n, o_k, mask_k, D, DOT)
+            else:
+                m = mask_n[:, None] & mask_k[None, :]
+                p_w = w + (i_e * (2 * I) + o_n)[:, None] * D + o_k[None, :]
+                b_wg = tl.load(p_w, mask=m, other=0.).to(DOT)
+                b_wu = tl.load(p_w + I * D, mask=m, other=0.).to(DOT)
+            b_g = tl.dot(b_x, tl.trans(b_wg), b_g, input_precision=PRECISION)
+            b_u = tl.dot(b_x, tl.trans(b_wu), b_u, input_precision=PRECISION)
+        if NVFP4:
+            b_gd = tl.load(gscale + i_e).to(tl.float32)
+            b_g = b_g * b_gd
+            b_u = b_u * b_gd
+        b_g = tl.minimum(b_g, limit)                                             # gate: from above only
+        b_u = tl.minimum(tl.maximum(b_u, -limit), limit)                        # up: both sides
+        b_h = b_g * tl.sigmoid(b_g) * b_u
+        tl.store(h + b_pair[:, None] * I + o_n[None, :], b_h.to(h.dtype.element_ty),
+                 mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def moe_down_fwd_kernel(
+    h, w, packed, scale, gscale, sorted_ids, block_expert, weights, out,
+    P,
+    D: tl.constexpr, I: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, DOT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32)."""
+    i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_e = tl.load(block_expert + i_b).to(tl.int64)
+    if i_e >= 0:
+        o_m = i_b * BM + tl.arange(0, BM)
+        b_pair = tl.load(sorted_ids + o_m).to(tl.int64)
+        mask_m = b_pair < P
+        b_row = tl.where(mask_m, b_pair, 0)
+        o_n = i_n * BN + tl.arange(0, BN)
+        mask_n = o_n < D
+        b_acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for i_k in range(tl.cdiv(I, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_k = o_k < I
+            b_h = tl.load(h + b_row[:, None] * I + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                          other=0.).to(DOT)
+            if NVFP4:
+                b_w = _nvfp4_tile(packed, scale, i_e * D, o_n, mask_n, o_k, mask_k, I, DOT)
+            else:
+                b_w = tl.load(w + (i_e * D + o_n)[:, None] * I + o_k[None, :],
+                              mask=mask_n[:, None] & mask_k[None, :], other=0.).to(DOT)
+            b_acc = tl.dot(b_h, tl.trans(b_w), b_acc, input_precision=PRECISION)
+        b_wt = tl.load(weights + b_row, mask=mask_m, other=0.).to(tl.float32)
+        if NVFP4:
+            b_wt = b_wt * tl.load(gscale + i_e).to(tl.float32)
+        tl.store(out + b_pair[:, None] * D + o_n[None, :], b_acc * b_wt[:, None],
+                 mask=mask_m[:, None] & mask_n[None, :])

@@ -1,0 +1,240 @@
+"""The MoE feed-forward on torch + Triton, mirroring oracle/moe.py by name and argument order (torch in/out).
+
+Letters: N tokens (leading axes of x flattened), D hidden, E experts, k experts per token, G groups,
+I expert width, P = N·k (token, slot) pairs, BM pair-rows per block.
+
+  route    one launch of moe_router_fwd_kernel -> the oracle's Routing container (float32 scores,
+           biased scores with -inf outside the kept groups, group scores, int64 ids, float32 weights)
+  experts  host alignment (all torch ops on the device, no host sync): the P pairs sorted by expert
+           (stable argsort), each expert's run padded to a multiple of BM, one expert id per block
+           (-1 for the spare blocks of the upper bound cdiv(P, BM) + min(E, P)); then
+           moe_gate_up_fwd_kernel (x·gate_up[e]^T, clamped SwiGLU epilogue -> h [P, I]) and
+           moe_down_fwd_kernel (h·down[e]^T · routing weight -> out [P, D] float32, row = pair); the
+           combine sums out.view(N, k, D) over the slots in slot order (deterministic, no atomics)
+  forward  experts(route) + shared_expert, the shared expert being the same two kernels with one
+           expert of width F and weight 1
+
+Weights: bf16 / f16 / f32 (dots in x's dtype on a GPU; float32 operands under the interpreter, whose
+bf16 tl.dot is wrong, and "ieee" precision for float32 inputs), or NVFP4 W4A16 expert weights
+(impl/nvfp4.py NVFP4Experts: packed codes + LINEAR fp8 block scales + a per-expert decode scale read
+inside the kernel), dequantized in registers. float64 inputs run in float32 and return float64.
+Validation (shapes, id range, NVFP4 scales) syncs the host once per call, not per expert.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+import impl
+from impl.baseline import moe as _base
+from impl.kernels.moe import moe_down_fwd_kernel, moe_gate_up_fwd_kernel, moe_router_fwd_kernel
+from impl.nvfp4 import NVFP4Experts, check_experts
+from oracle.types import DenseMLPWeights, MoEWeights, Routing
+
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_DOT = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+TOP_K_MAX = 8
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _tokens(x, hidden: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or x.ndim < 1 or x.shape[-1] != hidden:
+        raise ValueError(f"x: expected a tensor [..., D] with D={hidden}, got shape "
+                         f"{tuple(getattr(x, 'shape', ()))}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"x: expected dtype in {_FLOAT_DTYPES}, got {x.dtype}")
+    return x.reshape(-1, hidden)
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels load and dot in: float32 under the interpreter and for float64."""
+    if impl.interpreted() or dtype == torch.float64:
+        return torch.float32
+    return dtype
+
+
+def _check_field(name: str, a, x) -> None:
+    if not isinstance(a, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch tensor, got {type(a).__name__}")
+    if a.device != x.device:
+        raise ValueError(f"{name}: on {a.device}, expected {x.device} (that of x)")
+
+
+# ----------------------------------------------------------------------------- routing
+
+
+def route(w: MoEWeights, x) -> Routing:
+    """oracle.moe.route in float32 in one launch; ties to the lowest group / expert id.
+
+    Args:
+        x: [..., D]
+    Returns:
+        Routing(expert_ids [N, k] int64, weights [N, k] f32, scores [N, E] f32, biased [N, E] f32
+        (-inf outside the kept groups), group_scores [N, G] f32)
+    """
+    w.validate()
+    D = int(w.router.shape[-1])
+    xs = _tokens(x, D).contiguous()
+    for name in ("router", "e_score_correction_bias"):
+        _check_field(f"MoEWeights.{name}", getattr(w, name), x)
+    if w.top_k > TOP_K_MAX:
+        raise ValueError(f"MoEWeights.top_k: {w.top_k}, expected <= {TOP_K_MAX} (one argmax pass per pick)")
+    N, E, G, k = xs.shape[0], w.num_experts, w.n_group, w.top_k
+    dev = x.device
+    f32 = dict(device=dev, dtype=torch.float32)
+    scores, biased = torch.empty(N, E, **f32), torch.empty(N, E, **f32)
+    groups, weights = torch.empty(N, G, **f32), torch.empty(N, k, **f32)
+    ids = torch.empty(N, k, device=dev, dtype=torch.int64)
+    if N:
+        xs = xs if xs.dtype != torch.float64 else xs.float()
+        router = w.router if w.router.dtype != torch.float64 else w.router.float()
+        BE = triton.next_power_of_2(max(E, 16))
+        BT = 16
+        BD = max(16, min(64, 8192 // BE, triton.next_power_of_2(D)))
+        moe_router_fwd_kernel[(triton.cdiv(N, BT),)](
+            xs, router.contiguous(), w.e_score_correction_bias.float().contiguous(),
+            scores, biased, groups, ids, weights, N, float(w.routed_scaling_factor),
+            D=D, E=E, G=G, TOPK_GROUP=w.topk_group, TOP_K=k, NORM=bool(w.norm_topk_prob),
+            BT=BT, BE=BE, BG=triton.next_power_of_2(G), BD=BD, BKE=triton.next_power_of_2(k),
+            num_warps=16 if BE >= 512 else (8 if BE >= 256 else 4),   # [BT, BE] f32 tiles: no spills at E=288
+        )
+    return Routing(ids, weights, scores, biased, groups)
+
+
+# ----------------------------------------------------------------------------- grouped GEMM
+
+
+def align(ids, num_experts: int, block_m: int):
+    """Sort the (token, slot) pairs by expert and pad each expert's run to a multiple of block_m.
+
+    Args:
+        ids: [N, k] expert ids
+    Returns:
+        sorted_ids [NB·block_m] int64 pair ids (P = N·k marks a pad row), block_expert [NB] int64
+        (-1 for a spare block), with NB = cdiv(P, block_m) + min(E, P) (an upper bound: no host sync)
+    """
+    flat = ids.reshape(-1)
+    P, E, dev = flat.numel(), num_experts, ids.device
+    counts = torch.zeros(E, device=dev, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    pend = torch.cumsum(padded, 0)
+    order = torch.argsort(flat, stable=True)
+    e_sorted = flat[order]
+    rank = torch.arange(P, device=dev) - (torch.cumsum(counts, 0) - counts)[e_sorted]
+    NB = triton.cdiv(P, block_m) + min(E, P)
+    sorted_ids = torch.full((NB * block_m,), P, device=dev, dtype=torch.int64)
+    sorted_ids[(pend - padded)[e_sorted] + rank] = order
+    blocks = torch.arange(NB, device=dev, dtype=torch.int64)
+    block_expert = torch.searchsorted(pend // block_m, blocks, right=True)
+    block_expert = torch.where(block_expert < E, block_expert, -1)
+    return sorted_ids, block_expert
+
+
+def _tiles(D: int, I: int):
+    """(BM, BN, BK, num_warps): small tiles under the interpreter, H200 tiles on a GPU."""
+    if impl.interpreted():
+        return 16, 16, 32, 4
+    return 64, 64, 64, 4
+
+
+def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0):
+    """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4."""
+    N, D = x2.shape
+    k = ids.shape[1]
+    P = N * k
+    work = _work_dtype(x2.dtype)
+    xs = x2.to(work).contiguous()
+    BM, BN, BK, nw = _tiles(D, I)
+    sorted_ids, block_expert = align(ids, E, BM)
+    NB = block_expert.shape[0]
+    h = torch.empty(P, I, device=x2.device, dtype=work)
+    out = torch.empty(P, D, device=x2.device, dtype=torch.float32)
+    precision = "ieee" if work == torch.float32 else "tf32"
+    common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, DOT=_DOT[work], PRECISION=precision, num_warps=nw)
+    if nv is None:
+        gu, dn = (a.to(work).contiguous() for a in dense)
+        gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)
+    else:
+        gu_args = (None, nv.gate_up.packed.contiguous(), nv.gate_up.block_scale.contiguous(),
+                   nv.gate_up.global_decode.contiguous())
+        dn_args = (None, nv.down.packed.contiguous(), nv.down.block_scale.contiguous(),
+                   nv.down.global_decode.contiguous())
+    moe_gate_up_fwd_kernel[(NB, triton.cdiv(I, BN))](
+        xs, *gu_args, sorted_ids, block_expert, h, P, float(limit), D=D, I=I, TOP_K=k, **common)
+    moe_down_fwd_kernel[(NB, triton.cdiv(D, BN))](
+        h, *dn_args, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I, **common)
+    out = out.view(N, k, D)
+    y = out[:, 0]
+    for s in range(1, k):                                   # slot order: a fixed, deterministic sum
+        y = y + out[:, s]
+    return y
+
+
+def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None):
+    """oracle.moe.experts: y [..., D] = Σ_{e∈sel} w_e · expert_e(x), in x's dtype.
+
+    Args:
+        x: [..., D];  routing: from `route` (or the oracle's, as tensors) on the same x
+        nvfp4: NVFP4 W4A16 expert weights (impl/nvfp4.py); None runs w.gate_up_proj / w.down_proj,
+            which may then be None
+    """
+    if nvfp4 is None:
+        w.validate()
+        E, I = w.num_experts, w.expert_dim
+        for name in ("gate_up_proj", "down_proj"):
+            _check_field(f"MoEWeights.{name}", getattr(w, name), x)
+    else:
+        E, I = w.num_experts, 2 * int(nvfp4.down.packed.shape[-1]) if nvfp4.down.packed.ndim == 3 else -1
+        check_experts(nvfp4, E, int(w.router.shape[-1]), I, x.device)
+    D = int(w.router.shape[-1])
+    xs = _tokens(x, D)
+    ids, wts = routing.expert_ids, routing.weights
+    N = xs.shape[0]
+    if tuple(ids.shape) != (N, w.top_k) or tuple(wts.shape) != (N, w.top_k):
+        raise ValueError(f"routing: expected expert_ids and weights [N, k] = {(N, w.top_k)}, "
+                         f"got {tuple(ids.shape)} and {tuple(wts.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= E):
+        raise ValueError(f"routing.expert_ids: expected ids in [0, E={E}), found [{int(ids.min())}, {int(ids.max())}]")
+    if N == 0:
+        return torch.zeros_like(x)
+    ids = ids.to(device=x.device, dtype=torch.int64)
+    y = _grouped(xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None,
+                 nvfp4, w.swiglu_limit)
+    return y.to(x.dtype).reshape(x.shape)
+
+
+def dense_mlp(w: DenseMLPWeights, x):
+    """oracle.moe.dense_mlp through the grouped kernels: one expert of width F, weight 1."""
+    w.validate()
+    D = int(w.gate_proj.shape[-1])
+    xs = _tokens(x, D)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        _check_field(f"DenseMLPWeights.{name}", getattr(w, name), x)
+    N = xs.shape[0]
+    if N == 0:
+        return torch.zeros_like(x)
+    ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
+    ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
+    gu = torch.cat([w.gate_proj, w.up_proj])[None]
+    y = _grouped(xs, ids, ones, 1, w.width, (gu, w.down_proj[None]), None, w.swiglu_limit)
+    return y.to(x.dtype).reshape(x.shape)
+
+
+def shared_expert(w: MoEWeights, x):
+    """oracle.moe.shared_expert: the dense shared MLP, zeros without one."""
+    if w.shared is None:
+        return torch.zeros_like(x)
+    return dense_mlp(w.shared, x)
+
+
+def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None):
+    """oracle.moe.forward: routed mixture (bf16/f32 or NVFP4 experts) + shared expert (dense)."""
+    return experts(w, x, route(w, x), nvfp4) + shared_expert(w, x)
+
+
+swiglu = _base.swiglu

@@ -1,0 +1,114 @@
+"""NVFP4 on torch, mirroring oracle/nvfp4.py by name and argument order (torch tensors in/out), plus the
+stacked expert weights the MoE kernels take (impl/moe.py `experts(..., nvfp4=...)`).
+
+Letters: E experts, N rows (output features), K reduction dim (K/2 packed bytes, K/16 block scales),
+D hidden, I expert width.
+
+`quantize` / `dequantize` (and the other oracle names) are the plain-torch recipe of
+impl/baseline/nvfp4.py: float32 quantization bit-identical to the oracle's codes and scales, and a
+dequantization (e2m1 · scale) · global_decode in float32 that is bit-exact against the oracle's
+float64 result cast to float32 (the contract). The GEMMs never materialise the dequantized weight:
+impl/kernels/moe.py dequantizes tiles in registers.
+
+Expert layout (`NVFP4Experts`): per projection an NVFP4Tensor of stacked tensors, packed uint8
+[E, N, K/2] (element 2j in the low nibble), block_scale float8_e4m3fn [E, N, K/16] LINEAR row-major
+(a loader that swizzled them for CUTLASS must hand the kernels the unswizzled copy), global_decode
+float32 [E] (DECODE direction, one per expert; the fused gate_up shares one value per expert, as
+SGLang/vLLM's w13 does). The kernels read global_decode[e] from device memory: no host sync per expert.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from impl.baseline import nvfp4 as _base
+from impl.baseline.nvfp4 import BLOCK, FP8
+from oracle.types import NVFP4Tensor
+
+quantize_e2m1 = _base.quantize_e2m1
+dequantize_e2m1 = _base.dequantize_e2m1
+pack = _base.pack
+unpack = _base.unpack
+global_scale_encode = _base.global_scale_encode
+global_scale_decode = _base.global_scale_decode
+flip_global_scale = _base.flip_global_scale
+quantize = _base.quantize
+dequantize = _base.dequantize
+qdq_activation = _base.qdq_activation
+check_tensor = _base.check_tensor
+swizzle_scales = _base.swizzle_scales
+unswizzle_scales = _base.unswizzle_scales
+dequantize_swizzled = _base.dequantize_swizzled
+
+
+class NVFP4Experts(NamedTuple):
+    """NVFP4 routed-expert weights: gate_up [E, 2I, D] (rows 0..I-1 gate) and down [E, D, I], stacked."""
+
+    gate_up: NVFP4Tensor
+    down: NVFP4Tensor
+
+    def map(self, fn) -> "NVFP4Experts":
+        return NVFP4Experts(self.gate_up.map(fn), self.down.map(fn))
+
+
+def stack(tensors) -> NVFP4Tensor:
+    """Per-expert NVFP4Tensors (torch or NumPy fields) -> one stacked NVFP4Tensor (global_decode [E])."""
+    def t(a, dtype=None):
+        if isinstance(a, torch.Tensor):
+            return a
+        import numpy as np
+        a = np.asarray(a)
+        if a.dtype.name == "float8_e4m3fn":
+            return torch.from_numpy(a.view(np.uint8).copy()).view(FP8)
+        return torch.from_numpy(np.array(a, dtype=dtype))
+    tensors = list(tensors)
+    return NVFP4Tensor(torch.stack([t(x.packed) for x in tensors]),
+                       torch.stack([t(x.block_scale) for x in tensors]),
+                       torch.stack([t(x.global_decode, "float32").reshape(()) for x in tensors]).float())
+
+
+def quantize_experts(gate_up, down) -> NVFP4Experts:
+    """Quantize stacked expert weights gate_up [E, 2I, D], down [E, D, I] with one global scale per
+    expert and projection (the fused gate_up's covers both halves)."""
+    return NVFP4Experts(stack(quantize(gate_up[e]) for e in range(gate_up.shape[0])),
+                        stack(quantize(down[e]) for e in range(down.shape[0])))
+
+
+def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None:
+    """Dtypes, shapes, finite non-negative block scales and finite positive global scales of the
+    stacked expert weights; raise ValueError naming the tensor ("nvfp4.down.block_scale")."""
+    if not isinstance(nv, NVFP4Experts):
+        raise ValueError(f"nvfp4: expected an NVFP4Experts, got {type(nv).__name__}")
+    for proj, t, (N, K) in (("gate_up", nv.gate_up, (2 * I, D)), ("down", nv.down, (D, I))):
+        name = f"nvfp4.{proj}"
+        p, s, g = t.packed, t.block_scale, t.global_decode
+        if not isinstance(p, torch.Tensor) or p.dtype != torch.uint8 or p.ndim != 3:
+            raise ValueError(f"{name}.packed: expected a uint8 tensor [E, N, K/2], got "
+                             f"{getattr(p, 'dtype', type(p))} {tuple(getattr(p, 'shape', ()))}")
+        Kp = 2 * int(p.shape[-1])
+        if Kp % BLOCK:
+            raise ValueError(f"{name}.packed: K={Kp} is not a multiple of {BLOCK} "
+                             f"(one FP8 scale per 16 elements along K)")
+        if tuple(p.shape) != (E, N, K // 2):
+            raise ValueError(f"{name}.packed: shape {tuple(p.shape)}, expected [E, N, K/2] = {(E, N, K // 2)}")
+        if not isinstance(s, torch.Tensor) or s.dtype != FP8:
+            raise ValueError(f"{name}.block_scale: expected a float8_e4m3fn tensor, got {getattr(s, 'dtype', type(s))}")
+        if tuple(s.shape) != (E, N, K // BLOCK):
+            raise ValueError(f"{name}.block_scale: shape {tuple(s.shape)}, expected [E, N, K/16] = "
+                             f"{(E, N, K // BLOCK)} (linear layout)")
+        bits = s.view(torch.uint8)
+        if ((bits & 0x7F) == 0x7F).any():
+            raise ValueError(f"{name}.block_scale: contains NaN (an E4M3 scale cast without the 448 clamp?)")
+        if ((bits & 0x80) != 0).any() and (s.float() < 0).any():
+            raise ValueError(f"{name}.block_scale: contains negative scales, expected >= 0 (UE4M3)")
+        if not isinstance(g, torch.Tensor) or g.dtype != torch.float32 or tuple(g.shape) != (E,):
+            raise ValueError(f"{name}.global_decode: expected a float32 tensor [E] = [{E}], got "
+                             f"{getattr(g, 'dtype', type(g))} {tuple(getattr(g, 'shape', ()))}")
+        if not torch.isfinite(g).all() or (g <= 0).any():
+            raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
+                             f"1/0 = inf and inf · 0 = NaN: a BF16 module in an NVFP4 slot, NVFP4.md A5)")
+        if device is not None:
+            for part, a in (("packed", p), ("block_scale", s), ("global_decode", g)):
+                if a.device != device:
+                    raise ValueError(f"{name}.{part}: on {a.device}, expected {device} (that of x)")

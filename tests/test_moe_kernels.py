@@ -1,0 +1,262 @@
+"""The MoE Triton kernels (impl/moe.py, impl/kernels/moe.py) and their NVFP4 W4A16 path (impl/nvfp4.py)
+against the float64 oracle (oracle/moe.py, oracle/nvfp4.py), in the interpreter (float32).
+
+Dims: SPEC §13's tiny ones, D=32, E=8, I=16, k=2, n_group=2, topk_group=1, one shared expert, plus
+D=48 (a reduction not a multiple of the 32-wide K tile) and a k=8, E=32, G=4, topk_group=2 router.
+Gate/up weights are scaled so that pre-activations pass ±10 and the clamps fire. Router ids are
+compared tie-aware: sets equal unless the oracle's biased scores tie within 1e-6 at the k-th place.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from impl import moe as imoe
+from impl import nvfp4 as inv
+from oracle import moe as omoe
+from oracle import nvfp4 as onv
+from oracle.types import MoEWeights, Routing
+
+D, E, I, K_E = 32, 8, 16, 2
+TOL = 1e-5
+TIE_EPS = 1e-6
+
+
+def _n(rng, *shape, gain=1.0):
+    return gain * rng.normal(size=shape) / math.sqrt(shape[-1])
+
+
+def moe_weights(rng, *, experts=E, top_k=K_E, n_group=2, topk_group=1, hidden=D, width=I, shared=1,
+                gain=40 * 0.02 * math.sqrt(D)) -> MoEWeights:
+    F = width * shared
+    return MoEWeights(
+        router=_n(rng, experts, hidden), e_score_correction_bias=0.5 * rng.normal(size=experts),
+        gate_up_proj=_n(rng, experts, 2 * width, hidden, gain=gain), down_proj=_n(rng, experts, hidden, width),
+        shared_gate_proj=_n(rng, F, hidden, gain=gain) if shared else None,
+        shared_up_proj=_n(rng, F, hidden, gain=gain) if shared else None,
+        shared_down_proj=_n(rng, hidden, F) if shared else None,
+        top_k=top_k, n_group=n_group, topk_group=topk_group)
+
+
+def t32(a):
+    return None if a is None else torch.from_numpy(np.array(a, dtype=np.float64)).float()
+
+
+def rel(got, want) -> float:
+    got = got.detach().double().numpy()
+    assert got.shape == want.shape, f"shape {got.shape}, oracle {want.shape}"
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def routing_of(r: Routing) -> Routing:
+    return Routing(torch.from_numpy(r.expert_ids), *(t32(a) for a in r[1:]))
+
+
+def assert_clamps_fire(w: MoEWeights, x, r: Routing):
+    """Some routed gate/up pre-activation is above +10 and some below -10."""
+    xs = x.reshape(-1, w.router.shape[-1])
+    pre = np.concatenate([xs[np.any(r.expert_ids == e, axis=1)] @ w.gate_up_proj[e].T for e in range(w.num_experts)])
+    assert pre.max() > 10 and pre.min() < -10, (pre.min(), pre.max())
+
+
+def check_route(got: Routing, want: Routing, k: int) -> int:
+    """Tie-aware ids, then weights (matched by expert id), scores, biased, group scores; returns tie rows."""
+    ids = got.expert_ids.numpy()
+    assert got.expert_ids.dtype == torch.int64 and ids.shape == want.expert_ids.shape
+    ties = 0
+    for n in range(ids.shape[0]):
+        c, r = set(ids[n].tolist()), set(want.expert_ids[n].tolist())
+        assert len(c) == k, f"row {n}: duplicated ids {ids[n]}"
+        if c == r:
+            continue
+        sc = want.biased[n]
+        kth = np.sort(sc)[::-1][k - 1]
+        must = {e for e in range(len(sc)) if sc[e] > kth + TIE_EPS}
+        free = {e for e in range(len(sc)) if abs(sc[e] - kth) <= TIE_EPS}
+        assert must <= c <= must | free, f"moe.route.expert_ids row {n}: {sorted(c)} vs oracle {sorted(r)}"
+        ties += 1
+    same = np.all(np.sort(ids, 1) == np.sort(want.expert_ids, 1), axis=1)
+    if same.any():
+        gw = np.take_along_axis(got.weights.numpy(), np.argsort(ids, 1), 1)[same]
+        ww = np.take_along_axis(want.weights, np.argsort(want.expert_ids, 1), 1)[same]
+        assert np.abs(gw - ww).max() / np.abs(ww).max() < TOL, "moe.route.weights"
+    assert rel(got.scores, want.scores) < TOL, "moe.route.scores"
+    assert rel(got.group_scores, want.group_scores) < TOL, "moe.route.group_scores"
+    b = got.biased.numpy()
+    assert np.array_equal(np.isinf(b), np.isinf(want.biased)), "moe.route.biased mask"
+    fin = np.isfinite(want.biased)
+    assert np.abs(b[fin] - want.biased[fin]).max() < 1e-6, "moe.route.biased"
+    return ties
+
+
+# ----------------------------------------------------------------------------- router
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_router_matches_oracle(seed):
+    rng = np.random.default_rng(seed)
+    w = moe_weights(rng)
+    x = rng.normal(size=(2, 13, D))                       # 26 tokens: two BT = 16 blocks, a masked tail
+    want = omoe.route(w, x)
+    check_route(imoe.route(w.map(t32), t32(x)), want, K_E)
+
+
+def test_router_top8_four_groups_two_kept():
+    rng = np.random.default_rng(3)
+    w = moe_weights(rng, experts=32, top_k=8, n_group=4, topk_group=2)
+    x = rng.normal(size=(20, D))
+    check_route(imoe.route(w.map(t32), t32(x)), omoe.route(w, x), 8)
+
+
+def test_router_exact_ties_go_to_the_lowest_id():
+    """Equal router rows and biases: every score ties, so group 0 and experts 0, 1 win (the oracle's rule);
+    then two near-ties (1e-9 apart) that the tie-aware comparison accepts either way."""
+    rng = np.random.default_rng(4)
+    w = moe_weights(rng)
+    row = rng.normal(size=D) / math.sqrt(D)
+    w = dataclasses.replace(w, router=np.tile(row, (E, 1)), e_score_correction_bias=np.zeros(E))
+    x = rng.normal(size=(5, D))
+    got = imoe.route(w.map(t32), t32(x))
+    assert got.expert_ids.tolist() == omoe.route(w, x).expert_ids.tolist() == [[0, 1]] * 5
+    near = dataclasses.replace(w, e_score_correction_bias=np.array([0, 1e-9, 2e-9, 0, 0, 0, 0, 0.0]))
+    assert check_route(imoe.route(near.map(t32), t32(x)), omoe.route(near, x), K_E) >= 0
+
+
+def test_router_refuses_bad_inputs():
+    rng = np.random.default_rng(5)
+    w = moe_weights(rng).map(t32)
+    with pytest.raises(ValueError, match="x"):
+        imoe.route(w, torch.zeros(3, D + 1))
+    with pytest.raises(ValueError, match="top_k"):
+        imoe.route(dataclasses.replace(moe_weights(rng, experts=32, top_k=9, n_group=1).map(t32)), torch.zeros(2, D))
+
+
+# ----------------------------------------------------------------------------- grouped experts
+
+
+@pytest.mark.parametrize("hidden", [32, 48])
+def test_experts_and_forward_match_oracle_with_clamps_firing(hidden):
+    rng = np.random.default_rng(10 + hidden)
+    w = moe_weights(rng, hidden=hidden, gain=40 * 0.02 * math.sqrt(hidden))
+    x = rng.normal(size=(3, 7, hidden))
+    r = omoe.route(w, x)
+    assert_clamps_fire(w, x, r)
+    wt = w.map(t32)
+    got = imoe.experts(wt, t32(x), routing_of(r))
+    assert got.dtype == torch.float32 and got.shape == x.shape
+    assert rel(got, omoe.experts(w, x, r)) < TOL, "moe.experts.output"
+    assert rel(imoe.forward(wt, t32(x)), omoe.forward(w, x)) < TOL, "moe.forward.output"
+    assert rel(imoe.shared_expert(wt, t32(x)), omoe.shared_expert(w, x)) < TOL, "moe.shared_expert.output"
+    again = imoe.experts(wt, t32(x), routing_of(r))
+    assert torch.equal(got, again), "non-deterministic rerun"
+
+
+def test_experts_with_zero_or_one_token():
+    """Experts 4..7 get no token, experts 1, 2, 3 exactly one, expert 0 three (hand-made routing)."""
+    rng = np.random.default_rng(20)
+    w = moe_weights(rng)
+    x = rng.normal(size=(3, D))
+    r = Routing(np.array([[0, 1], [2, 0], [0, 3]]), rng.uniform(0.1, 2.5, size=(3, 2)), None, None, None)
+    want = omoe.experts(w, x, r)
+    got = imoe.experts(w.map(t32), t32(x), Routing(torch.from_numpy(r.expert_ids), t32(r.weights), None, None, None))
+    assert rel(got, want) < TOL
+    one = Routing(r.expert_ids[:1], r.weights[:1], None, None, None)
+    got1 = imoe.experts(w.map(t32), t32(x[:1]), Routing(torch.from_numpy(one.expert_ids), t32(one.weights), None, None, None))
+    assert rel(got1, omoe.experts(w, x[:1], one)) < TOL
+
+
+def test_align_pads_each_expert_to_whole_blocks():
+    ids = torch.tensor([[3, 0], [0, 5], [3, 1]])
+    sorted_ids, block_expert = imoe.align(ids, 8, 4)
+    P = 6
+    real = block_expert >= 0
+    assert block_expert[real].tolist() == [0, 1, 3, 5]
+    assert (block_expert[~real] == -1).all()
+    rows = sorted_ids.view(-1, 4)
+    for b, e in enumerate(block_expert.tolist()):
+        pairs = [p for p in rows[b].tolist() if p < P]
+        assert all(int(ids.view(-1)[p]) == e for p in pairs)
+    assert sorted(p for p in sorted_ids.tolist() if p < P) == list(range(P))
+
+
+def test_experts_refuse_bad_routing():
+    rng = np.random.default_rng(21)
+    w = moe_weights(rng).map(t32)
+    x = torch.zeros(2, D)
+    with pytest.raises(ValueError, match="routing.expert_ids"):
+        imoe.experts(w, x, Routing(torch.tensor([[0, 8], [1, 2]]), torch.ones(2, 2), None, None, None))
+    with pytest.raises(ValueError, match="routing"):
+        imoe.experts(w, x, Routing(torch.tensor([[0, 1]]), torch.ones(1, 2), None, None, None))
+
+
+# ----------------------------------------------------------------------------- NVFP4 W4A16
+
+
+def nvfp4_case(rng, w: MoEWeights):
+    """Oracle-quantized experts (one global per expert and projection) and the oracle-dequantized weights."""
+    gu = [onv.quantize(w.gate_up_proj[e]) for e in range(w.num_experts)]
+    dn = [onv.quantize(w.down_proj[e] * (1 + e)) for e in range(w.num_experts)]   # distinct global scales
+    deq = dataclasses.replace(w, gate_up_proj=np.stack([onv.dequantize(q) for q in gu]),
+                              down_proj=np.stack([onv.dequantize(q) for q in dn]))
+    return inv.NVFP4Experts(inv.stack(gu), inv.stack(dn)), deq
+
+
+@pytest.mark.parametrize("hidden", [32, 48])
+def test_nvfp4_experts_match_oracle_on_dequantized_weights(hidden):
+    rng = np.random.default_rng(30 + hidden)
+    w = moe_weights(rng, hidden=hidden, gain=40 * 0.02 * math.sqrt(hidden))
+    nv, deq = nvfp4_case(rng, w)
+    x = rng.normal(size=(2, 9, hidden))
+    r = omoe.route(deq, x)
+    assert_clamps_fire(deq, x, r)
+    got = imoe.experts(deq.map(t32), t32(x), routing_of(r), nvfp4=nv)
+    assert rel(got, omoe.experts(deq, x, r)) < TOL, "nvfp4.experts.output"
+    assert rel(imoe.forward(deq.map(t32), t32(x), nvfp4=nv), omoe.forward(deq, x)) < TOL
+
+
+def test_nvfp4_dequantize_is_bit_exact_and_quantize_bit_identical():
+    rng = np.random.default_rng(40)
+    w = moe_weights(rng)
+    nv, deq = nvfp4_case(rng, w)
+    assert np.array_equal(inv.dequantize(nv.gate_up).numpy(), deq.gate_up_proj.astype(np.float32))
+    assert np.array_equal(inv.dequantize(nv.down).numpy(), deq.down_proj.astype(np.float32))
+    mine = inv.quantize_experts(t32(w.gate_up_proj), t32(w.down_proj))
+    assert torch.equal(mine.gate_up.packed, nv.gate_up.packed)
+    assert torch.equal(mine.gate_up.block_scale.view(torch.uint8), nv.gate_up.block_scale.view(torch.uint8))
+    assert torch.equal(mine.gate_up.global_decode, nv.gate_up.global_decode)
+    assert torch.equal(mine.down.global_decode, inv.stack(onv.quantize(w.down_proj[e]) for e in range(E)).global_decode)
+
+
+def _bad(nv, proj, **fields):
+    return nv._replace(**{proj: getattr(nv, proj)._replace(**fields)})
+
+
+def test_nvfp4_refuses_bad_tensors():
+    rng = np.random.default_rng(50)
+    w = moe_weights(rng)
+    nv, deq = nvfp4_case(rng, w)
+    wt, x = deq.map(t32), torch.zeros(2, D)
+    r = Routing(torch.tensor([[0, 1], [2, 3]]), torch.ones(2, 2), None, None, None)
+    gu, dn = nv.gate_up, nv.down
+    nan = dn.block_scale.clone()
+    nan.view(torch.uint8)[1, 2, 0] = 0x7F
+    bad = {
+        "nvfp4.gate_up.packed": _bad(nv, "gate_up", packed=gu.packed[..., :12], block_scale=gu.block_scale[..., :1]),
+        "nvfp4.gate_up.block_scale": _bad(nv, "gate_up", block_scale=gu.block_scale[:, :-1]),
+        "nvfp4.down.block_scale": _bad(nv, "down", block_scale=nan),
+        "nvfp4.down.global_decode": _bad(nv, "down", global_decode=torch.where(torch.arange(E) == 3, torch.inf,
+                                                                               dn.global_decode)),
+        "nvfp4.gate_up.global_decode": _bad(nv, "gate_up", global_decode=torch.where(torch.arange(E) == 5, 0.0,
+                                                                                     gu.global_decode)),
+    }
+    for name, b in bad.items():
+        with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+            imoe.experts(wt, x, r, nvfp4=b)
+    with pytest.raises(ValueError, match=r"K=24 is not a multiple of 16"):
+        imoe.experts(wt, x, r, nvfp4=bad["nvfp4.gate_up.packed"])
+    with pytest.raises(ValueError, match=r"nvfp4\.down\.global_decode"):
+        imoe.experts(wt, x, r, nvfp4=_bad(nv, "down", global_decode=dn.global_decode[:-1]))
