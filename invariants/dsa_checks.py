@@ -74,6 +74,8 @@ def _impl_index(t: Target, w, a, q_lat, mask, S):
 def _candidate_scores(scores, cand):
     """Scores of candidate pools only (non-candidates are -inf in the oracle, finfo.min in kernels)."""
     s = np.asarray(scores.detach().float().cpu() if hasattr(scores, "detach") else scores, dtype=np.float64)
+    if s.shape != np.shape(cand):
+        return s    # another number of kept pools: the contract reports the shape mismatch
     return np.where(np.asarray(cand), s, 0.0)
 
 

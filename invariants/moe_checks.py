@@ -124,7 +124,9 @@ def nvfp4_weights(case: sc.NVFP4Case):
         w[0] *= 1e-6                                # block scales fall into the fp8 subnormals
         label("fp8-subnormal block scales")
     elif case.family == "ties":
-        # values landing exactly on the e2m1 rounding ties once scaled (0.25, 0.75, ... x block step)
+        # exact e2m1 rounding ties: with the tensor amax 6 the global scale is 2688/6 = 448 (an fp8
+        # value) and a block of amax 6 gets scale exactly 448, so v = x lands on 0.25, 0.75, ... exactly
+        w = w / np.abs(w).max() * 5.5
         w[:, :16] = np.array([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0] * 2)
         label("exact rounding ties")
     return w

@@ -21,7 +21,8 @@ def describe(v: Verdict) -> str:
     if v.metrics is None and v.detail:
         return f"{head}: {v.detail}"
     if v.metrics is None:
-        return f"{head}: {'bitwise equal' if v.ok else 'NOT bitwise equal on rerun'}"
+        where = " on rerun" if c.quantity == "rerun" else ""
+        return f"{head}: {'bitwise equal' if v.ok else 'NOT bitwise equal' + where}"
     m = v.metrics
     base = f", baseline {v.baseline_err:.3g}" if v.baseline_err is not None else ""
     if m.nonfinite_mismatch:
