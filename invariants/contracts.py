@@ -160,3 +160,15 @@ def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Ver
     detail = (f"{r.rows} query rows, {r.tie_rows} with a tie at the k-th place" if r.ok
               else f"query {r.first_bad}: {r.reason}")
     return Verdict(contract, dtype, 0.0 if r.ok else float("inf"), 0.0, None, None, detail)
+
+
+def assert_reference(mechanism: str, what: str, oracle_value, reference_value, dtype: str = "float64") -> None:
+    """The oracle against the published reference under the `reference` contract; AssertionError names
+    the mechanism, what was compared, the metric, the bound and the worst element."""
+    c = lookup(mechanism, "reference", "output", "reference")
+    m = metrics(oracle_value, reference_value)
+    value, bound = m.get(c.metric), c.limit(dtype)
+    if not value <= bound:
+        raise AssertionError(
+            f"{mechanism} reference cross-check, {what}: {c.metric} {value:.3g} > {bound:g}; worst at "
+            f"{m.worst_index}: reference {m.worst_reference:.9g} vs oracle {m.worst_candidate:.9g}")

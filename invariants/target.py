@@ -6,6 +6,7 @@ device (states and gates in float32, SPEC §2) and `compare.to_numpy` brings out
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -42,6 +43,13 @@ class Target(NamedTuple):
 
     def state(self, s: KDAState) -> KDAState:
         return KDAState(self.tensor(s.recurrent, f32=True), self.tensor(s.conv))
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_targets(impl: str = "triton") -> tuple["Target", "Target"]:
+    """(candidate, baseline) on the CPU in float32: what the matrix tests run (the interpreter's dtype)."""
+    from impl import registry
+    return (Target(registry.get(impl), "cpu", torch.float32), Target(registry.get("torch"), "cpu", torch.float32))
 
 
 @contextlib.contextmanager

@@ -6,8 +6,6 @@ tests/test_kda_gpu.py) in bf16. Properties go through the same records as `glmga
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 import torch
@@ -17,7 +15,7 @@ from hypothesis import strategies as st
 from gate.runner import run_one
 from impl import registry
 from invariants.matrix import BY_NAME
-from invariants.target import Target
+from invariants.target import cpu_targets
 from oracle import kda as okda
 from oracle.config import Geometry
 from strategies import cases as sc
@@ -28,14 +26,9 @@ TINY = Geometry.preset("tiny")
 G0 = KDAGeometry.from_geometry(TINY)
 
 
-@functools.lru_cache(maxsize=None)
-def _targets():
-    return (Target(registry.get("triton"), "cpu", torch.float32),
-            Target(registry.get("torch"), "cpu", torch.float32))
-
 
 def _check(name, case):
-    run_one(BY_NAME[name], case, *_targets())
+    run_one(BY_NAME[name], case, *cpu_targets())
 
 
 # ----------------------------------------------------------------------------- oracle ladder

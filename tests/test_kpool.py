@@ -4,15 +4,11 @@ padding, decode queries after any prefix and exact score ties made on purpose. T
 properties (tail, anchoring, width, visibility) are tests/test_oracle_kpool.py."""
 from __future__ import annotations
 
-import functools
-
-import torch
 from hypothesis import example, given
 
 from gate.runner import run_one
-from impl import registry
 from invariants.matrix import BY_NAME
-from invariants.target import Target
+from invariants.target import cpu_targets
 from oracle.config import Geometry
 from strategies import cases as sc
 from strategies.geometry import DSAGeometry
@@ -21,11 +17,6 @@ TINY = Geometry.preset("tiny")
 G0 = DSAGeometry.from_geometry(TINY)
 
 
-@functools.lru_cache(maxsize=None)
-def _targets():
-    return (Target(registry.get("triton"), "cpu", torch.float32),
-            Target(registry.get("torch"), "cpu", torch.float32))
-
 
 @given(sc.index_cases(TINY))
 @example(sc.IndexCase(G0, 1, 5, 5, (0,), "none", "normal", 0))              # tail only, P = 1
@@ -33,4 +24,4 @@ def _targets():
 @example(sc.IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2))            # decode query, exact tie
 @example(sc.IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3))
 def test_index(case):
-    run_one(BY_NAME["dsa.index"], case, *_targets())
+    run_one(BY_NAME["dsa.index"], case, *cpu_targets())

@@ -5,15 +5,11 @@ oracle's own properties (expanded == absorbed scores, the 1/sqrt(d_n) scale, the
 normalized) are tests/test_oracle_mla.py."""
 from __future__ import annotations
 
-import functools
-
-import torch
 from hypothesis import example, given
 
 from gate.runner import run_one
-from impl import registry
 from invariants.matrix import BY_NAME
-from invariants.target import Target
+from invariants.target import cpu_targets
 from oracle.config import Geometry
 from strategies import cases as sc
 from strategies.geometry import DSAGeometry
@@ -22,17 +18,12 @@ TINY = Geometry.preset("tiny")
 G0 = DSAGeometry.from_geometry(TINY)
 
 
-@functools.lru_cache(maxsize=None)
-def _targets():
-    return (Target(registry.get("triton"), "cpu", torch.float32),
-            Target(registry.get("torch"), "cpu", torch.float32))
-
 
 @given(sc.index_cases(TINY))
 @example(sc.IndexCase(G0, 2, 13, 13, (0, 2), "none", "normal", 0))
 @example(sc.IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1))
 def test_absorbed(case):
-    run_one(BY_NAME["mla.absorbed"], case, *_targets())
+    run_one(BY_NAME["mla.absorbed"], case, *cpu_targets())
 
 
 @given(sc.mla_cases(TINY))
@@ -40,4 +31,4 @@ def test_absorbed(case):
 @example(sc.MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1))
 def test_paths(case):
     """Prefix/chunk/continuation on the latent cache and indexer rows; the shared layer's hand-off."""
-    run_one(BY_NAME["mla.paths"], case, *_targets())
+    run_one(BY_NAME["mla.paths"], case, *cpu_targets())

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from invariants.contracts import lookup
-from invariants.compare import metrics
+from invariants.contracts import assert_reference
 from oracle import kda as okda
 from oracle.config import Geometry
 from oracle.types import KDAState
@@ -28,7 +27,6 @@ from transformers.models.glm5_next import modeling_glm5_next as ref  # noqa: E40
 from transformers.models.glm5_next.configuration_glm5_next import Glm5NextTextConfig  # noqa: E402
 
 TINY = Geometry.preset("tiny")
-CONTRACT = lookup("kda", "reference", "output", "reference")
 
 
 def _layer(seed):
@@ -45,14 +43,6 @@ def _layer(seed):
     return cfg, layer, w
 
 
-def _assert_agrees(what, got, want):
-    m = metrics(got, want)
-    bound = CONTRACT.limit("float64")
-    assert m.get(CONTRACT.metric) <= bound, (
-        f"kda reference cross-check, {what}: {CONTRACT.metric} {m.get(CONTRACT.metric):.3g} > {bound:g}; "
-        f"worst at {m.worst_index}: transformers {m.worst_reference:.9g} vs oracle {m.worst_candidate:.9g}")
-
-
 @pytest.mark.parametrize("length", [1, 5, 63, 64, 65, 70])
 def test_prefill_with_left_padding_matches_transformers(length):
     _, layer, w = _layer(length)
@@ -63,7 +53,7 @@ def test_prefill_with_left_padding_matches_transformers(length):
     with torch.no_grad():
         y_ref = layer(torch.tensor(x), attention_mask=torch.tensor(mask).long()).numpy()
     y, _ = okda.sublayer(w, x, None, mask)
-    _assert_agrees(f"prefill S={length}", y, y_ref)
+    assert_reference("kda", f"prefill S={length}", y, y_ref)
 
 
 def test_cached_prefill_decode_and_continuation_match_transformers():
@@ -80,6 +70,6 @@ def test_cached_prefill_decode_and_continuation_match_transformers():
     li = TINY.kda_layers[0]
     ref_state = KDAState(cache.layers[li].recurrent_states[0].numpy(), cache.layers[li].conv_states[0].numpy())
     y, state = okda.sublayer(w, x)
-    _assert_agrees("prefill 13 + 4 decode steps + 9-token continuation", y, np.concatenate(outs, axis=1))
-    _assert_agrees("recurrent state after the stream", state.recurrent, ref_state.recurrent)
-    _assert_agrees("conv window after the stream", state.conv, ref_state.conv)
+    assert_reference("kda", "prefill 13 + 4 decode steps + 9-token continuation", y, np.concatenate(outs, axis=1))
+    assert_reference("kda", "recurrent state after the stream", state.recurrent, ref_state.recurrent)
+    assert_reference("kda", "conv window after the stream", state.conv, ref_state.conv)

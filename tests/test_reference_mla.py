@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from invariants.compare import compare_selection, metrics
-from invariants.contracts import lookup
+from invariants.compare import compare_selection
+from invariants.contracts import assert_reference, lookup
 from invariants.dsa_checks import token_pool
 from oracle import dsa as odsa
 from oracle import mla as omla
@@ -32,7 +32,6 @@ from transformers.models.glm5_next.configuration_glm5_next import Glm5NextTextCo
 TINY = Geometry.preset("tiny")
 G = DSAGeometry.from_geometry(TINY)
 FULL, SHARED = TINY.shared_indexer_layers[0] - 1, TINY.shared_indexer_layers[0]
-CONTRACT = lookup("mla", "reference", "output", "reference")
 
 
 def _layers(seed):
@@ -56,14 +55,6 @@ def _layers(seed):
     return cfg, full, shared, iw, mw, mw2
 
 
-def _assert_agrees(what, got, want):
-    m = metrics(got, want)
-    bound = CONTRACT.limit("float64")
-    assert m.get(CONTRACT.metric) <= bound, (
-        f"mla reference cross-check, {what}: {CONTRACT.metric} {m.get(CONTRACT.metric):.3g} > {bound:g}; "
-        f"worst at {m.worst_index}: transformers {m.worst_reference:.9g} vs oracle {m.worst_candidate:.9g}")
-
-
 def _run_ref(full, shared, cfg, a, mask, cache):
     with torch.no_grad():
         y1, _, idx = full(torch.tensor(a), attention_mask=torch.tensor(mask).bool(), past_key_values=cache)
@@ -82,8 +73,8 @@ def test_left_padded_prefill_and_selection_match_transformers(length):
     y1_ref, y2_ref, idx_ref = _run_ref(full, shared, cfg, a, mask, DynamicCache(config=cfg))
     y1, cache, sel = omla.sublayer(mw, iw, a, None, mask)
     y2, _, _ = omla.sublayer(mw2, None, a, None, mask, prev=sel, kind="shared")
-    _assert_agrees(f"full layer S={length}", y1, y1_ref)
-    _assert_agrees(f"shared layer S={length}", y2, y2_ref)
+    assert_reference("mla", f"full layer S={length}", y1, y1_ref)
+    assert_reference("mla", f"shared layer S={length}", y2, y2_ref)
     r = compare_selection(idx_ref, sel.indices, sel.scores, sel.candidate, sel.k_sel,
                           token_pool(cache.index_rows, iw), eps=lookup("dsa", "index", "selection", "selection").limit("float32"))
     assert r.ok, f"transformers' selection differs from the oracle's at query {r.first_bad}: {r.reason}"
@@ -103,6 +94,6 @@ def test_cached_prefill_decode_and_continuation_match_transformers():
         outs.append(_run_ref(full, shared, cfg, a[:, sl], mask[:, sl], cache)[:2])
     y1, _, sel = omla.sublayer(mw, iw, a, None, mask)
     y2, _, _ = omla.sublayer(mw2, None, a, None, mask, prev=sel, kind="shared")
-    _assert_agrees("full layer, prefill 13 + 3 decode steps + 7-token continuation",
+    assert_reference("mla", "full layer, prefill 13 + 3 decode steps + 7-token continuation",
                    y1, np.concatenate([o[0] for o in outs], axis=1))
-    _assert_agrees("shared layer over the same calls", y2, np.concatenate([o[1] for o in outs], axis=1))
+    assert_reference("mla", "shared layer over the same calls", y2, np.concatenate([o[1] for o in outs], axis=1))
