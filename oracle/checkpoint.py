@@ -1,0 +1,478 @@
+"""HF safetensors checkpoint -> float64 oracle containers (SPEC §11).
+
+Reads a checkpoint directory holding `config.json` and either one `model.safetensors` or shards listed
+in `model.safetensors.index.json`. The text-model prefix (`model.language_model.`, `model.`, or none for
+a bare `Glm5NextTextModel`) is read from the keys; `lm_head.weight` is top level.
+
+Both the on-disk names and the module names of SPEC §11 are accepted:
+
+* `self_attn.{f_a_proj,f_b_proj,dt_bias,A_log}`      -> `self_attn.forget_gate.*`
+* `hc_attn_{fn,base,scale}` / `hc_ffn_*`              -> `attn_hc.*` / `ffn_hc.*`
+* `mlp.experts.{e}.{gate,up}_proj.weight`             -> `mlp.experts.gate_up_proj` [E, 2I, D] (gate rows first)
+* `mlp.experts.{e}.down_proj.weight`                  -> `mlp.experts.down_proj` [E, D, I]
+* `self_attn.{q,k,v}_conv1d.weight`                   -> `self_attn.conv1d.weight` (concatenated q, k, v)
+
+Ignored: the MTP layer (`layers.{num_hidden_layers}.*`), `layers.*.shared_head.*`, the vision tower
+(`model.visual.*`). Every other tensor must be one the config implies, with the shape it implies.
+Errors (CheckpointError) name the FILE and the TENSOR: missing, unexpected, duplicated, mis-shaped,
+non-float, or lying beyond the end of a truncated file. Pickle (`*.bin`, `*.pt`) is never read.
+NVFP4 tensors (`weight_packed`, `weight_global_scale`, ...) raise NotImplementedError for now.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy: safetensors' numpy reader needs it)
+import numpy as np
+from safetensors import safe_open
+
+from oracle.config import DENSE, FULL, LINEAR, Geometry
+from oracle.types import DenseMLPWeights, IndexerWeights, KDAWeights, MHCWeights, MLAWeights, MoEWeights
+
+__all__ = ["CheckpointError", "LayerWeights", "Weights", "load", "read_named", "expected_shapes",
+           "SINGLE_FILE", "INDEX_FILE"]
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+_TEXT_PREFIXES = ("model.language_model.", "model.", "")
+_IGNORED_OUTSIDE_TEXT = ("model.visual.",)
+_NVFP4_SUFFIXES = (".weight_packed", ".weight_global_scale", ".input_global_scale", ".weight_scale",
+                   ".weight_scale_2", ".input_scale")
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+_SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
+                      "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint the oracle refuses; `file` and `tensor` name where (either may be None)."""
+
+    def __init__(self, message: str, file: Optional[Path] = None, tensor: Optional[str] = None):
+        super().__init__(message)
+        self.file, self.tensor = file, tensor
+
+
+# ----------------------------------------------------------------------------- containers
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWeights:
+    """One decoder layer (SPEC §5): norms, both mHC instances, the attention kind's weights, the MLP.
+
+    attention: "linear_attention" (kda set) or "indexed_attention" (mla set; indexer set on "full"
+    layers, None on "shared" ones); mlp: DenseMLPWeights ("dense") or MoEWeights ("sparse").
+    """
+
+    index: int
+    attention: str
+    indexer_type: str
+    input_layernorm: np.ndarray
+    post_attention_layernorm: np.ndarray
+    attn_hc: MHCWeights
+    ffn_hc: MHCWeights
+    kda: Optional[KDAWeights]
+    mla: Optional[MLAWeights]
+    indexer: Optional[IndexerWeights]
+    mlp: Union[DenseMLPWeights, MoEWeights]
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """The whole text decoder in float64 (SPEC §3)."""
+
+    geometry: Geometry
+    embed_tokens: np.ndarray        # [vocab, D]
+    norm: np.ndarray                # [D]
+    lm_head: np.ndarray             # [vocab, D]
+    layers: tuple[LayerWeights, ...]
+
+
+# ----------------------------------------------------------------------------- what the config implies
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    rel: str              # on-disk name relative to the text prefix ("lm_head.weight" is top level)
+    shape: tuple
+    formula: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """One module tensor: alternative on-disk forms (first = as transformers saves it)."""
+
+    name: str
+    forms: tuple[tuple[tuple[_Part, ...], Callable[[list], np.ndarray]], ...]
+
+
+def _one(parts):
+    return parts[0]
+
+
+def _direct(name, shape, formula) -> _Entry:
+    return _Entry(name, (((_Part(name, tuple(shape), formula),), _one),))
+
+
+def _renamed(name, disk, shape, formula) -> _Entry:
+    return _Entry(name, (((_Part(disk, tuple(shape), formula),), _one),
+                         ((_Part(name, tuple(shape), formula),), _one)))
+
+
+def _layer_entries(g: Geometry, i: int) -> list[_Entry]:
+    D, N = g.hidden_size, g.hc_mult
+    p = f"layers.{i}."
+    out = [_direct(p + "input_layernorm.weight", (D,), "[D]"),
+           _direct(p + "post_attention_layernorm.weight", (D,), "[D]")]
+    for mod, disk in (("attn_hc", "hc_attn"), ("ffn_hc", "hc_ffn")):
+        out += [_renamed(f"{p}{mod}.fn", f"{p}{disk}_fn", (g.hc_rows, g.hc_dim), "[(2+N)·N, N·D]"),
+                _renamed(f"{p}{mod}.base", f"{p}{disk}_base", (g.hc_rows,), "[(2+N)·N]"),
+                _renamed(f"{p}{mod}.scale", f"{p}{disk}_scale", (3,), "[3]")]
+    a = p + "self_attn."
+    if g.layer_types[i] == LINEAR:
+        hd, d, h, K = g.kda_dim, g.linear_head_dim, g.linear_num_heads, g.linear_conv_kernel_dim
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            out.append(_direct(f"{a}{proj}.weight", (hd, D), "[h·d, D]"))
+        conv_parts = tuple(_Part(f"{a}{x}_conv1d.weight", (hd, 1, K), "[h·d, 1, K]") for x in "qkv")
+        out.append(_Entry(a + "conv1d.weight", (
+            (conv_parts, lambda parts: np.concatenate(parts, axis=0)),
+            ((_Part(a + "conv1d.weight", (3 * hd, 1, K), "[3·h·d, 1, K]"),), _one))))
+        for leaf, shape, formula in (("f_a_proj.weight", (d, D), "[d, D]"), ("f_b_proj.weight", (hd, d), "[h·d, d]"),
+                                     ("dt_bias", (hd,), "[h·d]"), ("A_log", (h,), "[h]")):
+            out.append(_renamed(f"{a}forget_gate.{leaf}", f"{a}{leaf}", shape, formula))
+        out += [_direct(a + "b_proj.weight", (h, D), "[h, D]"),
+                _direct(a + "g_a_proj.weight", (d, D), "[d, D]"),
+                _direct(a + "g_b_proj.weight", (hd, d), "[h·d, d]"),
+                _direct(a + "o_norm.weight", (d,), "[d]"),
+                _direct(a + "o_proj.weight", (D, hd), "[D, h·d]")]
+    else:
+        rq, rkv, H = g.q_lora_rank, g.kv_lora_rank, g.num_attention_heads
+        out += [_direct(a + "q_a_proj.weight", (rq, D), "[q_lora_rank, D]"),
+                _direct(a + "q_a_layernorm.weight", (rq,), "[q_lora_rank]"),
+                _direct(a + "q_b_proj.weight", (g.mla_q_dim, rq), "[H·qk_nope_head_dim, q_lora_rank]"),
+                _direct(a + "kv_a_proj_with_mqa.weight", (rkv + g.qk_rope_head_dim, D), "[kv_lora_rank, D]"),
+                _direct(a + "kv_a_layernorm.weight", (rkv,), "[kv_lora_rank]"),
+                _direct(a + "kv_b_proj.weight", (g.kv_b_dim, rkv), "[H·(d_n + d_v), kv_lora_rank]"),
+                _direct(a + "o_proj.weight", (D, H * g.v_head_dim), "[D, H·v_head_dim]")]
+        if g.attention_bias:
+            out += [_direct(a + "q_a_proj.bias", (rq,), "[q_lora_rank]"),
+                    _direct(a + "kv_a_proj_with_mqa.bias", (rkv,), "[kv_lora_rank]"),
+                    _direct(a + "o_proj.bias", (D,), "[D]")]
+        if g.indexer_types[i] == FULL:
+            x, di = a + "indexer.", g.index_head_dim
+            out += [_direct(x + "wq_b.weight", (g.index_q_dim, rq), "[index_n_heads·index_head_dim, q_lora_rank]"),
+                    _direct(x + "wk.weight", (di, D), "[index_head_dim, D]"),
+                    _direct(x + "k_norm.weight", (di,), "[index_head_dim]"),
+                    _direct(x + "k_norm.bias", (di,), "[index_head_dim]"),
+                    _direct(x + "weights_proj.weight", (g.index_n_heads, D), "[index_n_heads, D]"),
+                    _direct(x + "index_kpool_compress_gate", (di, D), "[index_head_dim, D]"),
+                    _direct(x + "index_kpool_compress_ape", (g.index_kpool, di), "[index_kpool, index_head_dim]")]
+    m = p + "mlp."
+    if g.mlp_layer_types[i] == DENSE:
+        F = g.intermediate_size
+        out += [_direct(m + "gate_proj.weight", (F, D), "[intermediate_size, D]"),
+                _direct(m + "up_proj.weight", (F, D), "[intermediate_size, D]"),
+                _direct(m + "down_proj.weight", (D, F), "[D, intermediate_size]")]
+    else:
+        E, I = g.n_routed_experts, g.moe_intermediate_size
+        out += [_direct(m + "gate.weight", (E, D), "[n_routed_experts, D]"),
+                _direct(m + "gate.e_score_correction_bias", (E,), "[n_routed_experts]")]
+        gate_up = tuple(_Part(f"{m}experts.{e}.{w}_proj.weight", (I, D), "[moe_intermediate_size, D]")
+                        for e in range(E) for w in ("gate", "up"))
+        out.append(_Entry(m + "experts.gate_up_proj", (
+            (gate_up, lambda parts: np.stack([np.concatenate(parts[2 * e:2 * e + 2], axis=0)
+                                              for e in range(len(parts) // 2)])),
+            ((_Part(m + "experts.gate_up_proj", (E, 2 * I, D), "[n_routed_experts, 2·moe_intermediate_size, D]"),),
+             _one))))
+        down = tuple(_Part(f"{m}experts.{e}.down_proj.weight", (D, I), "[D, moe_intermediate_size]")
+                     for e in range(E))
+        out.append(_Entry(m + "experts.down_proj", (
+            (down, lambda parts: np.stack(parts)),
+            ((_Part(m + "experts.down_proj", (E, D, I), "[n_routed_experts, D, moe_intermediate_size]"),), _one))))
+        if g.n_shared_experts:
+            F = g.shared_intermediate_size
+            s, w = m + "shared_experts.", "moe_intermediate_size·n_shared_experts"
+            out += [_direct(s + "gate_proj.weight", (F, D), f"[{w}, D]"),
+                    _direct(s + "up_proj.weight", (F, D), f"[{w}, D]"),
+                    _direct(s + "down_proj.weight", (D, F), f"[D, {w}]")]
+    return out
+
+
+def _entries(g: Geometry) -> list[_Entry]:
+    V, D = g.vocab_size, g.hidden_size
+    out = [_direct("embed_tokens.weight", (V, D), "[vocab_size, D]"),
+           _direct("norm.weight", (D,), "[D]")]
+    if not g.tie_word_embeddings:
+        out.append(_direct("lm_head.weight", (V, D), "[vocab_size, D]"))
+    for i in range(g.num_hidden_layers):
+        out += _layer_entries(g, i)
+    return out
+
+
+def expected_shapes(geometry: Geometry, on_disk: bool = True) -> dict[str, tuple]:
+    """Every tensor the config implies, relative to the text prefix (`lm_head.weight` is top level).
+
+    on_disk=True: the names transformers' save_pretrained writes (hc_attn_fn, per-expert weights,
+    q/k/v_conv1d, self_attn.A_log, ...); False: the module names (attn_hc.fn, gate_up_proj, ...).
+    """
+    out = {}
+    for e in _entries(geometry):
+        parts, _ = e.forms[0] if on_disk else e.forms[-1]
+        out.update({p.rel: p.shape for p in parts})
+    return out
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _check_file(file: Path) -> dict[str, dict]:
+    """Parse a safetensors header and check every tensor lies inside the file; {name: header entry}."""
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{file}: truncated safetensors file ({size} bytes, no header length)", file)
+            n = struct.unpack("<Q", head)[0]
+            if 8 + n > size:
+                raise CheckpointError(f"{file}: truncated safetensors file: the header claims {n} bytes, "
+                                      f"the file has {size - 8} after the length field", file)
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{file}: cannot read ({e.strerror or e})", file) from e
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{file}: not a safetensors file (header is not JSON: {e})", file) from e
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{file}: not a safetensors file (header is not a JSON object)", file)
+    header.pop("__metadata__", None)
+    data = size - 8 - n
+    for name, info in header.items():
+        try:
+            begin, end = (int(x) for x in info["data_offsets"])
+            dtype, shape = info["dtype"], tuple(int(s) for s in info["shape"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{file}: tensor {name!r}: malformed header entry {info!r}", file, name) from e
+        if end > data:
+            raise CheckpointError(
+                f"{file}: truncated safetensors file: tensor {name!r} needs bytes {begin}..{end} of the data "
+                f"section, the file holds {data}", file, name)
+        width = _SAFETENSORS_BYTES.get(dtype)
+        if width is not None and end - begin != width * int(np.prod(shape, dtype=np.int64)):
+            raise CheckpointError(f"{file}: tensor {name!r}: {end - begin} bytes for {dtype} {list(shape)}",
+                                  file, name)
+    return header
+
+
+def _locate(directory: Path) -> tuple[dict[str, Path], Path]:
+    """{tensor key: file} and the file that lists them (index json or the single file)."""
+    index = directory / INDEX_FILE
+    single = directory / SINGLE_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index}: not a safetensors index (expected JSON with a weight_map): {e}",
+                                  index) from e
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: weight_map is not a JSON object", index)
+        return {k: directory / v for k, v in weight_map.items()}, index
+    if single.is_file():
+        return {k: single for k in _check_file(single)}, single
+    pickles = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt"))
+    hint = f" (found {pickles}: pickle checkpoints are never loaded; convert to safetensors)" if pickles else ""
+    raise CheckpointError(f"{directory}: no {SINGLE_FILE} or {INDEX_FILE}{hint}", directory)
+
+
+class _Reader:
+    """Lazily opened safetensors files, every header checked before the first read."""
+
+    def __init__(self, where: dict[str, Path], listing: Path):
+        self.where, self.listing = where, listing
+        self.headers: dict[Path, dict] = {}
+        self.handles: dict[Path, Any] = {}
+        for file in sorted(set(where.values())):
+            if not file.is_file():
+                key = next(k for k, f in where.items() if f == file)
+                raise CheckpointError(f"{listing}: tensor {key!r} is mapped to {file.name}, which does not exist",
+                                      listing, key)
+            self.headers[file] = _check_file(file)
+        for key, file in where.items():
+            if key not in self.headers[file]:
+                raise CheckpointError(f"{listing}: tensor {key!r} is mapped to {file}, which does not hold it",
+                                      file, key)
+
+    def shape(self, key: str) -> tuple:
+        return tuple(int(s) for s in self.headers[self.where[key]][key]["shape"])
+
+    def dtype(self, key: str) -> str:
+        return self.headers[self.where[key]][key]["dtype"]
+
+    def read(self, key: str) -> np.ndarray:
+        file = self.where[key]
+        try:
+            if file not in self.handles:
+                self.handles[file] = safe_open(str(file), framework="numpy")
+            a = self.handles[file].get_tensor(key)
+        except Exception as e:  # safetensors raises its own error type
+            raise CheckpointError(f"{file}: tensor {key!r}: cannot read ({e})", file, key) from e
+        return np.asarray(a).astype(np.float64)
+
+
+def _text_prefix(keys, listing: Path) -> str:
+    for prefix in _TEXT_PREFIXES:
+        if prefix + "embed_tokens.weight" in keys:
+            return prefix
+    raise CheckpointError(f"{listing}: missing tensor embed_tokens.weight (looked for "
+                          f"{', '.join(p + 'embed_tokens.weight' for p in _TEXT_PREFIXES)})",
+                          listing, "embed_tokens.weight")
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def read_named(checkpoint_dir, geometry: Optional[Geometry] = None) -> tuple[Geometry, dict[str, np.ndarray]]:
+    """Every text-model tensor as float64 under its MODULE name (SPEC §11), renames applied.
+
+    Returns (geometry, {name: array}); names are relative to the text prefix, `lm_head.weight` top level,
+    `self_attn.conv1d.weight` keeps its [3·h·d, 1, K] shape.
+    """
+    directory = Path(checkpoint_dir)
+    g = geometry if geometry is not None else Geometry.from_pretrained(directory)
+    where, listing = _locate(directory)
+    for key, file in where.items():
+        if key.endswith(_NVFP4_SUFFIXES):
+            raise NotImplementedError(f"{file}: tensor {key!r} is NVFP4-quantized; loading NVFP4 checkpoints "
+                                      f"into the float64 oracle is not implemented yet")
+    reader = _Reader(where, listing)
+    prefix = _text_prefix(where, listing)
+    config = directory / "config.json"
+
+    def disk_key(rel: str) -> str:
+        return rel if rel == "lm_head.weight" else prefix + rel
+
+    used: set[str] = set()
+    out: dict[str, np.ndarray] = {}
+    for entry in _entries(g):
+        present = [[disk_key(p.rel) in where for p in parts] for parts, _ in entry.forms]
+        full = [i for i, pr in enumerate(present) if all(pr)]
+        if len(full) > 1:
+            keys = [disk_key(entry.forms[i][0][0].rel) for i in full]
+            raise CheckpointError(f"{where[keys[0]]}: tensor {entry.name!r} is stored twice "
+                                  f"(as {keys[0]!r} and as {keys[1]!r})", where[keys[0]], keys[1])
+        if not full:
+            # name the missing piece of the form that is partly there, else of the first (on-disk) form
+            best = max(range(len(present)), key=lambda i: sum(present[i]))
+            parts = entry.forms[best][0]
+            missing = next(disk_key(p.rel) for p, ok in zip(parts, present[best]) if not ok)
+            alt = "" if len(entry.forms) == 1 else \
+                f" (module tensor {disk_key(entry.name)!r}; no complete on-disk form of it was found)"
+            raise CheckpointError(f"{listing}: missing tensor {missing!r}{alt}", listing, missing)
+        parts, combine = entry.forms[full[0]]
+        arrays = []
+        for part in parts:
+            key = disk_key(part.rel)
+            file = where[key]
+            got = reader.shape(key)
+            if got != part.shape:
+                raise CheckpointError(
+                    f"{file}: tensor {key!r} has shape {list(got)}, but {config} implies {list(part.shape)} "
+                    f"= {part.formula}", file, key)
+            if reader.dtype(key) not in _FLOAT_DTYPES:
+                raise CheckpointError(f"{file}: tensor {key!r} has dtype {reader.dtype(key)}, expected a float "
+                                      f"type ({', '.join(sorted(_FLOAT_DTYPES))})", file, key)
+            arrays.append(reader.read(key))
+            used.add(key)
+        out[entry.name] = combine(arrays)
+    if g.tie_word_embeddings:
+        out["lm_head.weight"] = out["embed_tokens.weight"]
+    mtp = re.compile(rf"^layers\.{g.num_hidden_layers}\.|^layers\.\d+\.shared_head\.")
+    for key in sorted(where):
+        if key in used:
+            continue
+        if key.startswith(prefix):
+            if mtp.match(key[len(prefix):]):
+                continue
+        elif key.startswith(_IGNORED_OUTSIDE_TEXT):
+            continue
+        raise CheckpointError(f"{where[key]}: unexpected tensor {key!r} (not part of the text model that "
+                              f"{config} describes)", where[key], key)
+    return g, out
+
+
+def _mhc(g: Geometry, named: dict, name: str) -> MHCWeights:
+    return MHCWeights(named[name + ".fn"], named[name + ".base"], named[name + ".scale"], g.hc_mult,
+                      g.hc_sinkhorn_iters, g.hc_eps, g.rms_norm_eps)
+
+
+def _layer(g: Geometry, named: dict, i: int) -> LayerWeights:
+    p = f"layers.{i}."
+    a = p + "self_attn."
+    kda = mla = indexer = None
+    if g.layer_types[i] == LINEAR:
+        f = a + "forget_gate."
+        kda = KDAWeights(
+            q_proj=named[a + "q_proj.weight"], k_proj=named[a + "k_proj.weight"], v_proj=named[a + "v_proj.weight"],
+            conv1d=named[a + "conv1d.weight"][:, 0, :], f_a_proj=named[f + "f_a_proj.weight"],
+            f_b_proj=named[f + "f_b_proj.weight"], dt_bias=named[f + "dt_bias"], A_log=named[f + "A_log"],
+            b_proj=named[a + "b_proj.weight"], g_a_proj=named[a + "g_a_proj.weight"],
+            g_b_proj=named[a + "g_b_proj.weight"], o_norm=named[a + "o_norm.weight"],
+            o_proj=named[a + "o_proj.weight"], lower_bound=g.linear_lower_bound, eps=g.rms_norm_eps)
+        kda.validate(g.hidden_size)
+    else:
+        mla = MLAWeights(
+            q_a_proj=named[a + "q_a_proj.weight"], q_a_layernorm=named[a + "q_a_layernorm.weight"],
+            q_b_proj=named[a + "q_b_proj.weight"], kv_a_proj_with_mqa=named[a + "kv_a_proj_with_mqa.weight"],
+            kv_a_layernorm=named[a + "kv_a_layernorm.weight"], kv_b_proj=named[a + "kv_b_proj.weight"],
+            o_proj=named[a + "o_proj.weight"], num_heads=g.num_attention_heads, nope_dim=g.qk_nope_head_dim,
+            v_dim=g.v_head_dim, eps=g.rms_norm_eps, q_a_bias=named.get(a + "q_a_proj.bias"),
+            kv_a_bias=named.get(a + "kv_a_proj_with_mqa.bias"), o_bias=named.get(a + "o_proj.bias"))
+        mla.validate(g.hidden_size)
+        if g.indexer_types[i] == FULL:
+            x = a + "indexer."
+            indexer = IndexerWeights(
+                wq_b=named[x + "wq_b.weight"], wk=named[x + "wk.weight"], k_norm_weight=named[x + "k_norm.weight"],
+                k_norm_bias=named[x + "k_norm.bias"], weights_proj=named[x + "weights_proj.weight"],
+                compress_gate=named[x + "index_kpool_compress_gate"],
+                compress_ape=named[x + "index_kpool_compress_ape"], n_heads=g.index_n_heads,
+                head_dim=g.index_head_dim, topk=g.index_topk, kpool=g.index_kpool,
+                always_select_tail=g.index_kpool_always_select_tail)
+            indexer.validate(g.hidden_size, g.q_lora_rank)
+    m = p + "mlp."
+    if g.mlp_layer_types[i] == DENSE:
+        mlp = DenseMLPWeights(named[m + "gate_proj.weight"], named[m + "up_proj.weight"],
+                              named[m + "down_proj.weight"], g.swiglu_limit)
+    else:
+        s = m + "shared_experts."
+        mlp = MoEWeights(
+            router=named[m + "gate.weight"], e_score_correction_bias=named[m + "gate.e_score_correction_bias"],
+            gate_up_proj=named[m + "experts.gate_up_proj"], down_proj=named[m + "experts.down_proj"],
+            shared_gate_proj=named.get(s + "gate_proj.weight"), shared_up_proj=named.get(s + "up_proj.weight"),
+            shared_down_proj=named.get(s + "down_proj.weight"), top_k=g.num_experts_per_tok, n_group=g.n_group,
+            topk_group=g.topk_group, norm_topk_prob=g.norm_topk_prob,
+            routed_scaling_factor=g.routed_scaling_factor, swiglu_limit=g.swiglu_limit)
+    mlp.validate(g.hidden_size)
+    return LayerWeights(i, g.layer_types[i], g.indexer_types[i], named[p + "input_layernorm.weight"],
+                        named[p + "post_attention_layernorm.weight"], _mhc(g, named, p + "attn_hc"),
+                        _mhc(g, named, p + "ffn_hc"), kda, mla, indexer, mlp)
+
+
+def from_named(geometry: Geometry, named: dict[str, Any]) -> Weights:
+    """Group module-named float64 arrays (read_named's output) into the oracle containers."""
+    named = {k: np.asarray(v, dtype=np.float64) for k, v in named.items()}
+    layers = tuple(_layer(geometry, named, i) for i in range(geometry.num_hidden_layers))
+    return Weights(geometry, named["embed_tokens.weight"], named["norm.weight"], named["lm_head.weight"], layers)
+
+
+def load(checkpoint_dir, geometry: Optional[Geometry] = None) -> Weights:
+    """Read `checkpoint_dir` (config.json + safetensors) into float64 Weights (SPEC §11).
+
+    geometry: override config.json (default: Geometry.from_pretrained(checkpoint_dir), strict).
+    Raises CheckpointError naming the file and tensor; NotImplementedError for NVFP4 tensors.
+    """
+    g, named = read_named(checkpoint_dir, geometry)
+    return from_named(g, named)

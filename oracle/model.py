@@ -1,0 +1,136 @@
+"""The whole text decoder in float64 NumPy over a HybridState (SPEC §3, §5, cache protocol §10).
+
+    e = Embed[ids];  X = N copies of e
+    per layer (SPEC §5):  pre, post, C = attn_hc(X);  a = RMSNorm_in(Σ pre·X)
+                          y = KDA(a) or MLA/DSA(a, prev);  X = post ⊗ y + Cᵀ X
+                          pre, post, C = ffn_hc(X);  a = RMSNorm_post(Σ pre·X)
+                          y = DenseMLP(a) or MoE(a);    X = post ⊗ y + Cᵀ X
+    logits = RMSNorm_final(mean_n X) lm_headᵀ
+
+Stable API: `load(checkpoint_dir) -> Model`, `Model.forward(input_ids, attention_mask=None, state=None)
+-> (logits float64 [B, S, V], state)`. The state passed in is never mutated; the returned one covers
+past + current tokens, so prefill, single-token decode and multi-token continuation are the same call.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from oracle import kda, mhc, mla, moe
+from oracle.checkpoint import LayerWeights, Weights
+from oracle.checkpoint import load as load_weights
+from oracle.config import DENSE, LINEAR, SHARED, Geometry
+from oracle.state import HybridState, StateError
+from oracle.types import Selection
+
+__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm"]
+
+
+def rmsnorm(x, w, eps: float):
+    """Weighted RMSNorm: normalize, then multiply by the weight (SPEC §2)."""
+    return mla.rmsnorm(x, w, eps)
+
+
+def effective_mask(attention_mask, B: int, S: int) -> np.ndarray:
+    """SPEC §3: the last S columns of the 2-D mask as bool [B, S]; all-ones when the mask is None,
+    all ones, or S == 1 (a decode token is never padding; earlier padding lives in the caches)."""
+    if attention_mask is None or S == 1:
+        return np.ones((B, S), dtype=bool)
+    m = np.asarray(attention_mask)
+    if m.ndim != 2 or m.shape[0] != B or m.shape[1] < S:
+        raise ValueError(f"attention_mask: expected 2-D [B={B}, S_total >= S={S}] (1 = real, 0 = pad), "
+                         f"got shape {tuple(m.shape)}")
+    if np.all(m == 1):
+        return np.ones((B, S), dtype=bool)
+    return m[:, -S:].astype(bool)
+
+
+def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[Selection]):
+    """One decoder layer (SPEC §5).
+
+    Args:
+        X: [B, S, N, D] streams;  mask: [B, S] bool;  cache: the layer's KDAState / DSACache / None
+        prev: the Selection handed off by the layer directly before (used by "shared" DSA layers)
+    Returns:
+        X: [B, S, N, D];  cache: the layer's new cache entry;  sel: this layer's Selection (None on KDA)
+    """
+    pre, post, comb = mhc.coefficients(lw.attn_hc, X)
+    a = rmsnorm(mhc.collapse(pre, X), lw.input_layernorm, g.rms_norm_eps)
+    sel = None
+    if lw.attention == LINEAR:
+        y, cache = kda.sublayer(lw.kda, a, cache, None if mask.all() else mask)
+    else:
+        kind = lw.indexer_type
+        if kind == SHARED and prev is None:
+            raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA layer "
+                             f"directly before it (SPEC §8.8)")
+        y, cache, sel = mla.sublayer(lw.mla, lw.indexer, a, cache, mask, prev if kind == SHARED else None, kind)
+    X = mhc.write_back(post, comb, X, y)
+    pre, post, comb = mhc.coefficients(lw.ffn_hc, X)
+    a = rmsnorm(mhc.collapse(pre, X), lw.post_attention_layernorm, g.rms_norm_eps)
+    y = moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else moe.forward(lw.mlp, a)
+    return mhc.write_back(post, comb, X, y), cache, sel
+
+
+def _check_state(state: HybridState, g: Geometry, B: int) -> None:
+    if not isinstance(state, HybridState):
+        raise TypeError(f"state: expected a HybridState or None, got {type(state).__name__}")
+    if state.layer_types != g.layer_types:
+        raise StateError(f"state: layer types {list(state.layer_types)} do not match the model's "
+                         f"{list(g.layer_types)}")
+    if state.batch is not None and state.batch != B:
+        raise StateError(f"state: holds batch {state.batch}, input_ids has batch {B}")
+
+
+def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, attention_mask=None):
+    """The full text forward (SPEC §3) from `state` (None = empty); returns (logits [B,S,V], new state)."""
+    g = weights.geometry
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"input_ids: expected an int array [B, S], got {ids.dtype} {tuple(ids.shape)}")
+    B, S = ids.shape
+    if S == 0:
+        raise ValueError("input_ids: S = 0 tokens")
+    if ids.min() < 0 or ids.max() >= g.vocab_size:
+        raise ValueError(f"input_ids: ids must lie in [0, vocab_size={g.vocab_size}), got "
+                         f"[{ids.min()}, {ids.max()}]")
+    state = HybridState.empty(g) if state is None else state
+    _check_state(state, g, B)
+    mask = effective_mask(attention_mask, B, S)
+    X = mhc.expand(weights.embed_tokens[ids], g.hc_mult)                                 # [B, S, N, D]
+    prev = None
+    layers = []
+    for lw, cache in zip(weights.layers, state.layers):
+        X, cache, sel = decoder_layer(lw, g, X, mask, cache, prev)
+        prev = sel
+        layers.append(cache)
+    h = rmsnorm(mhc.reduce(X), weights.norm, g.rms_norm_eps)                             # [B, S, D]
+    return h @ weights.lm_head.T, HybridState(g.layer_types, layers, state.seq_len + S)
+
+
+class Model:
+    """The float64 oracle of the whole decoder (stable API, ARCHITECTURE.md)."""
+
+    def __init__(self, weights: Weights):
+        self.weights = weights
+        self.geometry = weights.geometry
+
+    def new_state(self) -> HybridState:
+        """An empty cache for this model."""
+        return HybridState.empty(self.geometry)
+
+    def forward(self, input_ids, attention_mask=None, state: Optional[HybridState] = None):
+        """(logits float64 [B, S, V], state): state None starts empty; the given state is not mutated.
+
+        attention_mask: optional 2-D [B, S_total] (1 = real, 0 = pad), S_total >= S; its last S columns
+        mask the current tokens (SPEC §3); earlier padding is remembered by the DSA caches' valid flags.
+        """
+        return forward(self.weights, input_ids, state, attention_mask)
+
+    __call__ = forward
+
+
+def load(checkpoint_dir) -> Model:
+    """Geometry.from_pretrained(checkpoint_dir) + the safetensors weights (oracle.checkpoint) -> Model."""
+    return Model(load_weights(checkpoint_dir))

@@ -1,0 +1,210 @@
+"""HybridState: the whole decoder's cache, one entry per layer (SPEC §10).
+
+KDA layers ("linear_attention") hold a KDAState (recurrent [B, h, d, d], conv window [B, 3hd, K]);
+DSA layers ("indexed_attention") hold a DSACache (latent [B, T, r_kv], index_rows [B, T, 2d_i + 1] or
+None on "shared" layers). An entry is None until the first forward fills it.
+
+The oracle's forward never mutates a state it is given: it returns a new HybridState whose arrays are
+fresh. `snapshot` and `fork` deep-copy, so in-place edits of one never reach the other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional, Sequence, Union
+
+import numpy as np
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from oracle.config import INDEXED, LINEAR, Geometry
+from oracle.types import DSACache, KDAState
+
+__all__ = ["HybridState", "StateError"]
+
+_FORMAT = "glmgate.HybridState"
+_VERSION = "1"
+
+Entry = Union[KDAState, DSACache, None]
+
+
+class StateError(ValueError):
+    """A state operation the cache cannot do (e.g. truncating a KDA recurrent state)."""
+
+
+def _copy(a):
+    return None if a is None else np.array(a, dtype=np.float64, copy=True)
+
+
+def _copy_entry(e: Entry) -> Entry:
+    if e is None:
+        return None
+    return e.map(_copy)
+
+
+@dataclasses.dataclass
+class HybridState:
+    """Per-layer caches plus the number of tokens they cover.
+
+    Args:
+        layer_types: one per layer, "linear_attention" (KDA) or "indexed_attention" (DSA)
+        layers: one entry per layer: KDAState on KDA layers, DSACache on DSA layers, None while empty
+        seq_len: tokens seen so far (= T of every DSA cache)
+    """
+
+    layer_types: tuple[str, ...]
+    layers: list
+    seq_len: int = 0
+
+    def __post_init__(self) -> None:
+        self.layer_types = tuple(self.layer_types)
+        self.layers = list(self.layers)
+        if len(self.layers) != len(self.layer_types):
+            raise StateError(f"layers: {len(self.layers)} entries for {len(self.layer_types)} layer types")
+        for i, (kind, e) in enumerate(zip(self.layer_types, self.layers)):
+            want = {LINEAR: KDAState, INDEXED: DSACache}.get(kind)
+            if want is None:
+                raise StateError(f"layer_types[{i}]: {kind!r}, expected {LINEAR!r} or {INDEXED!r}")
+            if e is not None and not isinstance(e, want):
+                raise StateError(f"layers[{i}]: a {kind} layer holds {want.__name__}, got {type(e).__name__}")
+            if isinstance(e, DSACache) and e.latent is not None and e.latent.shape[1] != self.seq_len:
+                raise StateError(f"layers[{i}]: DSA cache holds {e.latent.shape[1]} tokens, "
+                                 f"seq_len is {self.seq_len}")
+
+    @classmethod
+    def empty(cls, geometry_or_layer_types: Union[Geometry, Sequence[str]]) -> "HybridState":
+        """A state with no tokens for a Geometry (or an explicit list of layer types)."""
+        types = getattr(geometry_or_layer_types, "layer_types", geometry_or_layer_types)
+        return cls(tuple(types), [None] * len(types), 0)
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def batch(self) -> Optional[int]:
+        """B of the cached arrays, or None while empty."""
+        for e in self.layers:
+            if e is not None:
+                return int((e.recurrent if isinstance(e, KDAState) else e.latent).shape[0])
+        return None
+
+    @property
+    def kda_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == LINEAR)
+
+    @property
+    def dsa_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == INDEXED)
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> Entry:
+        return self.layers[i]
+
+    def equal(self, other: "HybridState") -> bool:
+        """Bitwise equality of every cached array (NaN == NaN), the layer types and seq_len."""
+        if self.layer_types != other.layer_types or self.seq_len != other.seq_len:
+            return False
+        for a, b in zip(self.layers, other.layers):
+            if (a is None) != (b is None) or type(a) is not type(b):
+                return False
+            if a is None:
+                continue
+            for x, y in zip(a, b):
+                if (x is None) != (y is None):
+                    return False
+                if x is not None and not (np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)):
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ copies
+
+    def snapshot(self) -> "HybridState":
+        """A deep copy: later forwards or in-place edits of either never reach the other."""
+        return HybridState(self.layer_types, [_copy_entry(e) for e in self.layers], self.seq_len)
+
+    def fork(self) -> "HybridState":
+        """A new independent branch from this point (prefix-cache hit, speculation): a deep copy."""
+        return self.snapshot()
+
+    def truncate(self, n_tokens: int) -> "HybridState":
+        """A copy keeping the first `n_tokens` of every DSA cache (rollback after speculation).
+
+        KDA layers keep only a recurrent summary of all tokens seen, which cannot be cut back: with any
+        KDA layer holding a state, only n_tokens == seq_len (a no-op copy) is allowed; take a snapshot()
+        before speculating and continue from it instead.
+        """
+        if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) \
+                or not 0 <= n_tokens <= self.seq_len:
+            raise StateError(f"truncate: n_tokens={n_tokens!r}, expected an int in [0, seq_len={self.seq_len}]")
+        n_tokens = int(n_tokens)
+        if n_tokens < self.seq_len:
+            kda = [i for i in self.kda_layers if self.layers[i] is not None]
+            if kda:
+                raise StateError(
+                    f"truncate: cannot cut the cache from {self.seq_len} to {n_tokens} tokens: layer {kda[0]} is "
+                    f"a linear_attention (KDA) layer whose recurrent state summarizes all {self.seq_len} tokens "
+                    f"and cannot be truncated (KDA layers: {kda}); snapshot() before speculating and restore it")
+        layers = []
+        for e in self.layers:
+            if isinstance(e, DSACache):
+                e = DSACache(_copy(e.latent[:, :n_tokens]),
+                             None if e.index_rows is None else _copy(e.index_rows[:, :n_tokens]))
+            else:
+                e = _copy_entry(e)
+            layers.append(e)
+        return HybridState(self.layer_types, layers, n_tokens)
+
+    # ------------------------------------------------------------------ bytes
+
+    def serialize(self) -> bytes:
+        """safetensors bytes of every cached array (float64, exact), with the layer types and seq_len."""
+        tensors = {}
+        for i, e in enumerate(self.layers):
+            if e is None:
+                continue
+            for field, a in zip(e._fields, e):
+                if a is not None:
+                    tensors[f"layers.{i}.{field}"] = np.ascontiguousarray(a, dtype=np.float64)
+        meta = {"format": _FORMAT, "version": _VERSION, "seq_len": str(self.seq_len),
+                "layer_types": json.dumps(list(self.layer_types))}
+        return st_save(tensors, metadata=meta)
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> "HybridState":
+        """Inverse of serialize; raises StateError on bytes that are not a serialized HybridState."""
+        try:
+            tensors = st_load(bytes(data))
+            meta = _metadata(bytes(data))
+        except StateError:
+            raise
+        except Exception as e:
+            raise StateError(f"deserialize: not a serialized HybridState ({e})") from e
+        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
+            raise StateError(f"deserialize: metadata {meta!r}, expected format {_FORMAT!r} version {_VERSION!r}")
+        types = tuple(json.loads(meta["layer_types"]))
+        layers: list = [None] * len(types)
+        seen = set()
+        for i, kind in enumerate(types):
+            names = KDAState._fields if kind == LINEAR else DSACache._fields
+            got = {f: tensors.get(f"layers.{i}.{f}") for f in names}
+            seen.update(f"layers.{i}.{f}" for f, a in got.items() if a is not None)
+            if all(a is None for a in got.values()):
+                continue
+            if kind == LINEAR:
+                if got["recurrent"] is None or got["conv"] is None:
+                    raise StateError(f"deserialize: layer {i} (KDA) needs both recurrent and conv")
+                layers[i] = KDAState(got["recurrent"], got["conv"])
+            else:
+                if got["latent"] is None:
+                    raise StateError(f"deserialize: layer {i} (DSA) has index_rows but no latent")
+                layers[i] = DSACache(got["latent"], got["index_rows"])
+        extra = sorted(set(tensors) - seen)
+        if extra:
+            raise StateError(f"deserialize: unexpected tensor {extra[0]!r}")
+        return cls(types, layers, int(meta["seq_len"]))
+
+
+def _metadata(data: bytes) -> dict:
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n].decode("utf-8")).get("__metadata__") or {}
