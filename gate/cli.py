@@ -19,6 +19,8 @@ EPILOG = """examples:
   glmgate contracts
   glmgate bench --mechanism kda            on a GPU: our kernels vs flash-linear-attention
   glmgate kernels                          no GPU needed: every kernel compiled for sm_90 (regs, spills)
+  glmgate checkpoint make-tiny /tmp/tiny   a random tiny checkpoint in transformers' on-disk layout
+  glmgate checkpoint inspect /tmp/tiny     every layer, its kind, MLP and state shapes (--tensors: all)
 
 reading a failure: the table names the broken check; below it, the contract line says which quantity
 (output / final_state / boundary_states / conv_state) broke, by how much against its limit (k x the
@@ -285,6 +287,37 @@ def cmd_bench(args, rest) -> int:
     return bench_kda.main(rest)
 
 
+def cmd_checkpoint(args) -> int:
+    from oracle import checkpoint as ock
+    from oracle.config import ConfigError
+
+    if args.action == "make-tiny":
+        g = _geometry(args)
+        d = ock.write_random(args.dir, g, args.seed)
+        print(f"wrote {d}/model.safetensors and config.json ({len(ock.expected_shapes(g))} tensors, "
+              f"geometry {args.config or args.geometry}, seed {args.seed})")
+        return 0
+    try:
+        w = ock.load(args.dir)
+    except (ock.CheckpointError, ConfigError, NotImplementedError, OSError) as e:
+        raise SystemExit(f"checkpoint inspect: {e}")
+    g = w.geometry
+    print(f"{args.dir}: {g.num_hidden_layers} layers, hidden {g.hidden_size}, vocab {g.vocab_size}, "
+          f"kpool {g.index_kpool} ({g.index_slots} slots), {g.n_routed_experts} experts top-{g.num_experts_per_tok}")
+    for lw in w.layers:
+        kind = "KDA" if lw.kda is not None else f"DSA({lw.indexer_type})"
+        mlp = type(lw.mlp).__name__.replace("Weights", "")
+        state = (f"state: recurrent [B,{g.linear_num_heads},{g.linear_head_dim},{g.linear_head_dim}] f32 + conv "
+                 f"[B,{g.conv_dim},{g.linear_conv_kernel_dim}]" if lw.kda is not None else
+                 f"state: latent [B,T,{g.kv_lora_rank}]" + (f" + indexer rows [B,T,{2 * g.index_head_dim + 1}]"
+                                                           if lw.indexer is not None else ""))
+        print(f"  layer {lw.index:3d}  {kind:14s} {mlp:9s} {state}")
+    if args.tensors:
+        for name, shape, dtype in ock.tensor_map(args.dir):
+            print(f"    {name:90s} {str(list(shape)):20s} {dtype}")
+    return 0
+
+
 def cmd_kernels(args, rest) -> int:
     from gate import compile_check
     return compile_check.main(rest)
@@ -318,6 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     z.add_argument("--list", action="store_true", help="list the mutants and exit")
     z.set_defaults(fn=cmd_zoo)
+
+    ck = sub.add_parser("checkpoint", help="make-tiny DIR: write a random tiny checkpoint in the on-disk layout; "
+                                           "inspect DIR: load it and print every layer, its state and tensors")
+    ck.add_argument("action", choices=["make-tiny", "inspect"])
+    ck.add_argument("dir")
+    ck.add_argument("--geometry", default="tiny", help="preset for make-tiny (default tiny)")
+    ck.add_argument("--config", default=None, help="a config.json for make-tiny instead of a preset")
+    ck.add_argument("--seed", type=int, default=0)
+    ck.add_argument("--tensors", action="store_true", help="inspect: also list every tensor (name, shape, dtype)")
+    ck.set_defaults(fn=cmd_checkpoint)
 
     kp = sub.add_parser("kernels", help="compile every Triton kernel for sm_90 without a GPU: registers, "
                                         "spills, shared memory (extra args: --arch, --kernel)")

@@ -476,3 +476,48 @@ def load(checkpoint_dir, geometry: Optional[Geometry] = None) -> Weights:
     """
     g, named = read_named(checkpoint_dir, geometry)
     return from_named(g, named)
+
+
+# ----------------------------------------------------------------------------- writing tiny checkpoints
+
+
+def write_random(directory, geometry: Geometry, seed: int = 0) -> Path:
+    """A random checkpoint in transformers' on-disk layout (`glmgate checkpoint make-tiny`).
+
+    Every tensor `expected_shapes` names, under `model.language_model.` (lm_head at the top), with the
+    parameters that init leaves inert randomized (SPEC §13: norms 1 + N(0, 0.1²), A_log / hc base and
+    scale / kpool ape / correction bias / LayerNorm bias N(0, 0.5²)), a nested config.json, float64.
+    """
+    from safetensors.numpy import save_file
+
+    directory = Path(directory)
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for rel, shape in expected_shapes(geometry).items():
+        key = rel if rel == "lm_head.weight" else "model.language_model." + rel
+        if rel.endswith(("norm.weight", "layernorm.weight")):
+            a = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif rel.endswith(("A_log", "_base", "_scale", "compress_ape", "e_score_correction_bias", "norm.bias")):
+            a = 0.5 * rng.standard_normal(shape)
+        elif rel == "embed_tokens.weight":
+            a = rng.standard_normal(shape)
+        else:
+            a = rng.standard_normal(shape) * (0.5 / np.sqrt(shape[-1]))
+        tensors[key] = np.ascontiguousarray(a)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": geometry.to_dict()},
+                                                      indent=1))
+    return directory
+
+
+def tensor_map(directory) -> list[tuple[str, tuple, str]]:
+    """(name on disk, shape, dtype) of every tensor of a checkpoint, in name order (`checkpoint inspect`)."""
+    directory = Path(directory)
+    index = directory / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else ["model.safetensors"]
+    out = []
+    for f in files:
+        for name, entry in _check_file(directory / f).items():
+            out.append((name, tuple(entry["shape"]), entry["dtype"]))
+    return sorted(out)

@@ -51,3 +51,16 @@ def test_contracts_prints_the_table(capsys):
 def test_bad_arguments_exit_with_a_message_naming_the_problem(argv, match):
     with pytest.raises(SystemExit, match=match):
         cli.main(argv)
+
+
+def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp_path, capsys):
+    assert cli.main(["checkpoint", "make-tiny", str(tmp_path / "ck"), "--seed", "3"]) == 0
+    assert cli.main(["checkpoint", "inspect", str(tmp_path / "ck"), "--tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "layer   4  DSA(shared)" in out and "recurrent [B,2,8,8] f32" in out
+    assert "model.language_model.layers.0.hc_attn_fn" in out
+
+
+def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path):
+    with pytest.raises(SystemExit, match="config.json"):
+        cli.main(["checkpoint", "inspect", str(tmp_path)])

@@ -12,7 +12,6 @@ import json
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from oracle import checkpoint as ock
 from oracle import model as om
@@ -26,23 +25,7 @@ SAME_PATH = 1e-12
 
 
 def _write_checkpoint(directory, g: Geometry, seed: int):
-    rng = np.random.default_rng(seed)
-    tensors = {}
-    for rel, shape in ock.expected_shapes(g).items():
-        key = rel if rel == "lm_head.weight" else "model.language_model." + rel
-        if rel.endswith(("norm.weight", "layernorm.weight")):
-            a = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif rel.endswith(("A_log", "_base", "_scale", "compress_ape", "e_score_correction_bias", "norm.bias")):
-            a = 0.5 * rng.standard_normal(shape)
-        elif rel == "embed_tokens.weight":
-            a = rng.standard_normal(shape)
-        else:
-            a = rng.standard_normal(shape) * (0.5 / np.sqrt(shape[-1]))
-        tensors[key] = np.ascontiguousarray(a)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps({"model_type": "glm5_next", "text_config": g.to_dict()}))
-    return directory
+    return ock.write_random(directory, g, seed)
 
 
 @pytest.fixture(scope="module")
