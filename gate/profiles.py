@@ -14,7 +14,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 DB_DIR = pathlib.Path(__file__).resolve().parent.parent / ".hypothesis-db"
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-EXAMPLES = {"dev": 8, "ci": 12, "nightly": 300, "gpu": 40}
+EXAMPLES = {"dev": 8, "ci": 20, "nightly": 300, "gpu": 40}
 
 
 def register() -> None:

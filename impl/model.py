@@ -1,0 +1,227 @@
+"""The whole text decoder on torch + Triton, mirroring oracle/model.py by name and argument order.
+
+    e = Embed[ids];  X = N copies of e
+    per layer (SPEC §5):  pre, post, C = attn_hc(X);  a = RMSNorm_in(Σ pre·X)
+                          y = KDA(a) or MLA/DSA(a, prev);  X = post ⊗ y + Cᵀ X
+                          pre, post, C = ffn_hc(X);  a = RMSNorm_post(Σ pre·X)
+                          y = DenseMLP(a) or MoE(a);    X = post ⊗ y + Cᵀ X
+    logits = RMSNorm_final(mean_n X) lm_headᵀ
+
+`load(checkpoint_dir, device, dtype, backend)` reads the checkpoint with oracle.checkpoint (float64) and
+moves every array to torch in the working dtype (float32 on the CPU, the Triton interpreter's dtype;
+bfloat16 on CUDA), keeping KDA's conv1d / dt_bias / A_log in float32 (SPEC §11). backend "triton" runs
+the impl kernels, "torch" the plain-torch baselines (impl/baseline), the low-precision reference of
+the contracts. `Model.forward(input_ids, attention_mask=None, state=None) -> (logits float32 [B,S,V],
+state)`: the given state is never mutated (a new impl.state.HybridState is returned).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+import impl  # noqa: F401  (selects the Triton interpreter on CPU-only machines)
+from impl.state import HybridState
+from oracle.checkpoint import LayerWeights, Weights
+from oracle.checkpoint import load as load_weights
+from oracle.config import DENSE, LINEAR, SHARED, Geometry
+from oracle.state import HybridState as OracleHybridState
+from oracle.state import StateError
+from oracle.types import KDAWeights, Selection
+
+__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "to_torch"]
+
+# kept in float32 whatever the working dtype (SPEC §11)
+F32_WEIGHTS = ("conv1d", "dt_bias", "A_log")
+
+
+def rmsnorm(x, w, eps: float):
+    """Weighted RMSNorm in float32 (SPEC §2): w · x · (mean(x²) + eps)^-1/2, cast back to x's dtype."""
+    u = x.float()
+    y = u * torch.rsqrt(torch.mean(u * u, dim=-1, keepdim=True) + eps)
+    return (w.float() * y).to(x.dtype)
+
+
+def effective_mask(attention_mask, B: int, S: int, device="cpu") -> torch.Tensor:
+    """SPEC §3: the last S columns of the 2-D mask as bool [B, S]; all-ones when the mask is None,
+    all ones, or S == 1 (a decode token is never padding; earlier padding lives in the caches)."""
+    if attention_mask is None or S == 1:
+        return torch.ones(B, S, dtype=torch.bool, device=device)
+    m = attention_mask if isinstance(attention_mask, torch.Tensor) else torch.as_tensor(np.asarray(attention_mask))
+    if m.ndim != 2 or m.shape[0] != B or m.shape[1] < S:
+        raise ValueError(f"attention_mask: expected 2-D [B={B}, S_total >= S={S}] (1 = real, 0 = pad), "
+                         f"got shape {tuple(m.shape)}")
+    m = m.to(device)
+    if bool(torch.all(m == 1)):
+        return torch.ones(B, S, dtype=torch.bool, device=device)
+    return m[:, -S:] != 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """The four mechanism namespaces a model runs on (impl modules or baseline instances)."""
+
+    name: str
+    kda: Any
+    mla: Any
+    moe: Any
+    mhc: Any
+
+
+def backend_for(name: str) -> Backend:
+    if name == "triton":
+        from impl import kda, mhc, mla, moe
+        return Backend(name, kda, mla, moe, mhc)
+    if name == "torch":
+        from impl.baseline import kda, mhc, mla, moe
+        return Backend(name, kda.kda, mla.mla, moe.moe, mhc.mhc)
+    raise ValueError(f"backend: {name!r}, expected 'triton' or 'torch'")
+
+
+def _hc_entry(be: Backend, w, X):
+    """(pre, post, comb, u): the fused kernel where the backend has one, else coefficients + collapse."""
+    fused = getattr(be.mhc, "fused_coefficients_collapse", None)
+    if fused is not None:
+        return fused(w, X)
+    pre, post, comb = be.mhc.coefficients(w, X)
+    return pre, post, comb, be.mhc.collapse(pre, X)
+
+
+def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[Selection],
+                  backend: Optional[Backend] = None):
+    """One decoder layer (SPEC §5); oracle.model.decoder_layer on torch tensors.
+
+    Args:
+        X: [B, S, N, D] streams;  mask: [B, S] bool tensor;  cache: the layer's KDAState / DSACache / None
+        prev: the Selection handed off by the layer directly before (used by "shared" DSA layers)
+    Returns:
+        X: [B, S, N, D];  cache: the layer's new cache entry;  sel: this layer's Selection (None on KDA)
+    """
+    be = backend if backend is not None else backend_for("triton")
+    _, post, comb, u = _hc_entry(be, lw.attn_hc, X)
+    a = rmsnorm(u, lw.input_layernorm, g.rms_norm_eps)
+    sel = None
+    if lw.attention == LINEAR:
+        y, cache = be.kda.sublayer(lw.kda, a, cache, None if bool(mask.all()) else mask)
+    else:
+        kind = lw.indexer_type
+        if kind == SHARED and prev is None:
+            raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA layer "
+                             f"directly before it (SPEC §8.8)")
+        y, cache, sel = be.mla.sublayer(lw.mla, lw.indexer, a, cache, mask, prev if kind == SHARED else None, kind)
+    X = be.mhc.write_back(post, comb, X, y.to(X.dtype))
+    _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
+    a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
+    y = be.moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else be.moe.forward(lw.mlp, a)
+    return be.mhc.write_back(post, comb, X, y.to(X.dtype)), cache, sel
+
+
+def _check_state(state, g: Geometry, B: int) -> None:
+    if not isinstance(state, OracleHybridState):
+        raise TypeError(f"state: expected a HybridState or None, got {type(state).__name__}")
+    if state.layer_types != g.layer_types:
+        raise StateError(f"state: layer types {list(state.layer_types)} do not match the model's "
+                         f"{list(g.layer_types)}")
+    if state.batch is not None and state.batch != B:
+        raise StateError(f"state: holds batch {state.batch}, input_ids has batch {B}")
+
+
+def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, attention_mask=None,
+            backend: Optional[Backend] = None):
+    """The full text forward (SPEC §3) from `state` (None = empty); returns (logits float32 [B,S,V], state).
+
+    weights: torch Weights (see `to_torch`); a float64 NumPy oracle state is converted first.
+    """
+    be = backend if backend is not None else backend_for("triton")
+    g = weights.geometry
+    device, dtype = weights.embed_tokens.device, weights.embed_tokens.dtype
+    ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(np.asarray(input_ids))
+    if ids.ndim != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise ValueError(f"input_ids: expected an int array [B, S], got {ids.dtype} {tuple(ids.shape)}")
+    B, S = ids.shape
+    if S == 0:
+        raise ValueError("input_ids: S = 0 tokens")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= g.vocab_size:
+        raise ValueError(f"input_ids: ids must lie in [0, vocab_size={g.vocab_size}), got [{lo}, {hi}]")
+    if state is None:
+        state = HybridState.empty(g)
+    _check_state(state, g, B)
+    if not isinstance(state, HybridState):
+        state = HybridState.from_oracle(state, device, dtype)
+    mask = effective_mask(attention_mask, B, S, device)
+    X = be.mhc.expand(weights.embed_tokens[ids.to(device=device, dtype=torch.long)], g.hc_mult)   # [B,S,N,D]
+    prev = None
+    layers = []
+    for lw, cache in zip(weights.layers, state.layers):
+        X, cache, sel = decoder_layer(lw, g, X, mask, cache, prev, be)
+        prev = sel
+        layers.append(cache)
+    h = rmsnorm(be.mhc.reduce(X), weights.norm, g.rms_norm_eps)                          # [B, S, D]
+    logits = (h @ weights.lm_head.T).float()
+    return logits, HybridState(g.layer_types, layers, state.seq_len + S)
+
+
+def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32) -> Weights:
+    """The float64 oracle Weights as torch tensors on `device` in `dtype` (KDA gates/conv in float32)."""
+    def t(a, d=dtype):
+        return torch.as_tensor(np.asarray(a), dtype=d, device=device)
+
+    def kda(w: KDAWeights) -> KDAWeights:
+        moved = w.map(t)
+        return dataclasses.replace(moved, **{n: t(getattr(w, n), torch.float32) for n in F32_WEIGHTS})
+
+    layers = []
+    for lw in weights.layers:
+        layers.append(dataclasses.replace(
+            lw, input_layernorm=t(lw.input_layernorm), post_attention_layernorm=t(lw.post_attention_layernorm),
+            attn_hc=lw.attn_hc.map(t), ffn_hc=lw.ffn_hc.map(t),
+            kda=None if lw.kda is None else kda(lw.kda), mla=None if lw.mla is None else lw.mla.map(t),
+            indexer=None if lw.indexer is None else lw.indexer.map(t), mlp=lw.mlp.map(t)))
+    return Weights(weights.geometry, t(weights.embed_tokens), t(weights.norm), t(weights.lm_head), tuple(layers))
+
+
+class Model:
+    """The whole decoder on torch (+ Triton kernels with backend "triton")."""
+
+    def __init__(self, weights: Weights, backend: str = "triton"):
+        self.weights = weights
+        self.geometry = weights.geometry
+        self.backend = backend_for(backend)
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.embed_tokens.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.embed_tokens.dtype
+
+    def new_state(self) -> HybridState:
+        """An empty cache for this model."""
+        return HybridState.empty(self.geometry)
+
+    def forward(self, input_ids, attention_mask=None, state: Optional[HybridState] = None):
+        """(logits float32 [B, S, V], state): state None starts empty; the given state is not mutated.
+
+        attention_mask: optional 2-D [B, S_total] (1 = real, 0 = pad), S_total >= S; its last S columns
+        mask the current tokens (SPEC §3); earlier padding is remembered by the DSA caches' valid flags.
+        """
+        with torch.no_grad():
+            return forward(self.weights, input_ids, state, attention_mask, self.backend)
+
+    __call__ = forward
+
+
+def load(checkpoint_dir, device="cpu", dtype: Optional[torch.dtype] = None, backend: str = "triton") -> Model:
+    """oracle.checkpoint.load + every array to torch on `device` in the working dtype -> Model.
+
+    dtype: default float32 on the CPU (the Triton interpreter), bfloat16 on CUDA.
+    """
+    device = torch.device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    backend_for(backend)
+    return Model(to_torch(load_weights(checkpoint_dir), device, dtype), backend)
