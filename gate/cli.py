@@ -238,7 +238,10 @@ def cmd_zoo(args) -> int:
     from invariants.matrix import checks_for
 
     register()
-    names = args.mutant or sorted(mutants.MUTANTS)
+    from invariants.matrix import CHECKS
+    in_matrix = {c.mechanism for c in CHECKS}
+    names = args.mutant or sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in in_matrix)
+    elsewhere = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism not in in_matrix)
     if args.list:
         for n in sorted(mutants.MUTANTS):
             m = mutants.MUTANTS[n]
@@ -247,6 +250,10 @@ def cmd_zoo(args) -> int:
     unknown = [n for n in names if n not in mutants.MUTANTS]
     if unknown:
         raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
+    not_here = [n for n in names if n in elsewhere]
+    if not_here:
+        raise SystemExit(f"zoo: {not_here} break the serving engine, not a mechanism: the serving state "
+                         f"machine catches them (pytest tests/test_serving_state.py)")
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     geometry = _geometry(args)
     console = _rich()
@@ -276,6 +283,9 @@ def cmd_zoo(args) -> int:
             table.add_row(n, "[bold red]ESCAPED[/]", "-", "-")
             console.print(f"{n}: ESCAPED every {m.mechanism} check", markup=False)
     console.print(table)
+    if elsewhere and not args.mutant:
+        console.print(f"not run here: {', '.join(elsewhere)} (serving-engine mutants; the serving state "
+                      f"machine in tests/test_serving_state.py catches them)", markup=False)
     return 1 if escaped else 0
 
 

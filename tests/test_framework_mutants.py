@@ -24,7 +24,12 @@ def _check_of(m):
     return BY_NAME[max(names, key=len)]
 
 
-@pytest.mark.parametrize("name", sorted(mutants.MUTANTS))
+MATRIX_MECHANISMS = {c.mechanism for c in CHECKS}
+# serving-state mutants break an engine, not a mechanism: the serving state machine catches them
+STATE_MACHINE = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism == "serving")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in MATRIX_MECHANISMS))
 def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name):
     m = mutants.MUTANTS[name]
     chk = _check_of(m)
@@ -39,3 +44,14 @@ def test_every_check_of_the_matrix_is_some_mutants_designated_catcher():
     covered = {_check_of(m).name for m in mutants.MUTANTS.values()}
     missing = [c.name for c in CHECKS if c.name not in covered]
     assert not missing, f"checks no planted mutant is designed to break: {missing}"
+
+
+def test_every_mutant_belongs_to_the_matrix_or_the_serving_state_machine():
+    other = sorted(n for n, m in mutants.MUTANTS.items()
+                   if m.mechanism not in MATRIX_MECHANISMS and m.mechanism != "serving")
+    assert not other, f"mutants no check and no state machine runs: {other}"
+    if STATE_MACHINE:
+        import pathlib
+        text = (pathlib.Path(__file__).with_name("test_serving_state.py")).read_text()
+        missing = [n for n in STATE_MACHINE if n not in text]
+        assert not missing, f"serving mutants tests/test_serving_state.py never runs: {missing}"
