@@ -241,13 +241,15 @@ def cmd_zoo(args) -> int:
     from invariants.matrix import CHECKS
     in_matrix = {c.mechanism for c in CHECKS}
     names = args.mutant or sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in in_matrix)
-    elsewhere = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism not in in_matrix)
+    elsewhere = sorted([n for n, m in mutants.MUTANTS.items() if m.mechanism not in in_matrix]
+                       + list(getattr(mutants, "SERVING_MUTANTS", {})))
     if args.list:
-        for n in sorted(mutants.MUTANTS):
-            m = mutants.MUTANTS[n]
-            print(f"{n:40s} {m.mechanism:6s} {m.description}")
+        table = {**mutants.MUTANTS, **getattr(mutants, "SERVING_MUTANTS", {})}
+        for n in sorted(table):
+            m = table[n]
+            print(f"{n:40s} {m.mechanism:8s} {m.description}")
         return 0
-    unknown = [n for n in names if n not in mutants.MUTANTS]
+    unknown = [n for n in names if n not in mutants.MUTANTS and n not in elsewhere]
     if unknown:
         raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
     not_here = [n for n in names if n in elsewhere]

@@ -402,3 +402,50 @@ MUTANTS.update((
     _dsa_mla_row(Nvfp4ScalesReadLinear, "nvfp4_scales_read_linear", "nvfp4.dequantize.weights"),
     _dsa_mla_row(Nvfp4ArgminRounding, "nvfp4_argmin_rounding", "nvfp4.quantize.codes"),
 ))
+
+
+# ---------------------------------------------------------------------------------------- serving
+# Engine subclasses (impl/serving.py), one hook overridden each; caught by tests/test_serving_state.py.
+# Kept in their own table: MUTANTS rows must name a check of invariants/matrix.py (registry.get
+# "mutant:<name>" swaps a mechanism namespace), which the serving state machine is not (yet).
+# factory() returns the Engine class; build it with Engine(model).
+
+from impl.serving import Engine  # noqa: E402
+
+
+class ServingRollbackKeepsConvWindow(Engine):
+    """Rollback restores the KDA recurrent state and DSA caches but keeps the post-speculation conv window."""
+
+    def _restore(self, snapshot, current):
+        s = snapshot.snapshot()
+        s.layers = [KDAState(e.recurrent, c.conv) if isinstance(e, KDAState) else e
+                    for e, c in zip(s.layers, current.layers)]
+        return s
+
+
+class ServingForkAliasesBuffers(Engine):
+    """Fork shares the donor's state object (and its in-place KDA buffers) instead of deep-copying."""
+
+    def _fork_state(self, state):
+        return state
+
+
+class ServingPrefixHitDropsIndexerRows(Engine):
+    """A prefix-cache hit restores the latent caches but zeroed indexer rows."""
+
+    def _prefix_state(self, state):
+        from oracle.types import DSACache
+        state.layers = [DSACache(e.latent, e.index_rows * 0)
+                        if isinstance(e, DSACache) and e.index_rows is not None else e for e in state.layers]
+        return state
+
+
+def _serving_row(cls, name: str) -> tuple[str, Mutant]:
+    return name, Mutant(name, "serving", cls.__doc__.strip(), "serving.state_machine.state", lambda: cls)
+
+
+SERVING_MUTANTS: dict[str, Mutant] = dict((
+    _serving_row(ServingRollbackKeepsConvWindow, "serving_rollback_keeps_conv_window"),
+    _serving_row(ServingForkAliasesBuffers, "serving_fork_aliases_buffers"),
+    _serving_row(ServingPrefixHitDropsIndexerRows, "serving_prefix_hit_drops_indexer_rows"),
+))

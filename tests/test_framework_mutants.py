@@ -26,7 +26,8 @@ def _check_of(m):
 
 MATRIX_MECHANISMS = {c.mechanism for c in CHECKS}
 # serving-state mutants break an engine, not a mechanism: the serving state machine catches them
-STATE_MACHINE = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism == "serving")
+STATE_MACHINE = sorted(n for n, m in {**mutants.MUTANTS, **getattr(mutants, "SERVING_MUTANTS", {})}.items()
+                       if m.mechanism == "serving")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in MATRIX_MECHANISMS))
