@@ -22,7 +22,6 @@ from oracle.types import DSACache, KDAState
 
 __all__ = ["HybridState", "StateError"]
 
-_FORMAT = "glmgate.HybridState"
 _VERSION = "1"
 
 Entry = Union[KDAState, DSACache, None]
@@ -30,16 +29,6 @@ Entry = Union[KDAState, DSACache, None]
 
 class StateError(ValueError):
     """A state operation the cache cannot do (e.g. truncating a KDA recurrent state)."""
-
-
-def _copy(a):
-    return None if a is None else np.array(a, dtype=np.float64, copy=True)
-
-
-def _copy_entry(e: Entry) -> Entry:
-    if e is None:
-        return None
-    return e.map(_copy)
 
 
 @dataclasses.dataclass
@@ -55,6 +44,28 @@ class HybridState:
     layer_types: tuple[str, ...]
     layers: list
     seq_len: int = 0
+
+    # the array primitives: the only part a state over other arrays (impl.state, torch) replaces
+    FORMAT = "glmgate.HybridState"
+
+    @staticmethod
+    def _copy(a):
+        return None if a is None else np.array(a, dtype=np.float64, copy=True)
+
+    @staticmethod
+    def _same(x, y) -> bool:
+        return np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)
+
+    @staticmethod
+    def _save(tensors: dict, meta: dict) -> bytes:
+        return st_save({k: np.ascontiguousarray(a, dtype=np.float64) for k, a in tensors.items()}, metadata=meta)
+
+    @staticmethod
+    def _load(data: bytes, **kw) -> dict:
+        return st_load(data)
+
+    def _copy_entry(self, e: Entry) -> Entry:
+        return None if e is None else e.map(self._copy)
 
     def __post_init__(self) -> None:
         self.layer_types = tuple(self.layer_types)
@@ -113,7 +124,7 @@ class HybridState:
             for x, y in zip(a, b):
                 if (x is None) != (y is None):
                     return False
-                if x is not None and not (np.shape(x) == np.shape(y) and np.array_equal(x, y, equal_nan=True)):
+                if x is not None and not self._same(x, y):
                     return False
         return True
 
@@ -121,7 +132,7 @@ class HybridState:
 
     def snapshot(self) -> "HybridState":
         """A deep copy: later forwards or in-place edits of either never reach the other."""
-        return HybridState(self.layer_types, [_copy_entry(e) for e in self.layers], self.seq_len)
+        return type(self)(self.layer_types, [self._copy_entry(e) for e in self.layers], self.seq_len)
 
     def fork(self) -> "HybridState":
         """A new independent branch from this point (prefix-cache hit, speculation): a deep copy."""
@@ -148,40 +159,41 @@ class HybridState:
         layers = []
         for e in self.layers:
             if isinstance(e, DSACache):
-                e = DSACache(_copy(e.latent[:, :n_tokens]),
-                             None if e.index_rows is None else _copy(e.index_rows[:, :n_tokens]))
+                e = DSACache(self._copy(e.latent[:, :n_tokens]),
+                             None if e.index_rows is None else self._copy(e.index_rows[:, :n_tokens]))
             else:
-                e = _copy_entry(e)
+                e = self._copy_entry(e)
             layers.append(e)
-        return HybridState(self.layer_types, layers, n_tokens)
+        return type(self)(self.layer_types, layers, n_tokens)
 
     # ------------------------------------------------------------------ bytes
 
     def serialize(self) -> bytes:
-        """safetensors bytes of every cached array (float64, exact), with the layer types and seq_len."""
+        """safetensors bytes of every cached array (exact), with the layer types and seq_len."""
         tensors = {}
         for i, e in enumerate(self.layers):
             if e is None:
                 continue
             for field, a in zip(e._fields, e):
                 if a is not None:
-                    tensors[f"layers.{i}.{field}"] = np.ascontiguousarray(a, dtype=np.float64)
-        meta = {"format": _FORMAT, "version": _VERSION, "seq_len": str(self.seq_len),
+                    tensors[f"layers.{i}.{field}"] = a
+        meta = {"format": self.FORMAT, "version": _VERSION, "seq_len": str(self.seq_len),
                 "layer_types": json.dumps(list(self.layer_types))}
-        return st_save(tensors, metadata=meta)
+        return self._save(tensors, meta)
 
     @classmethod
-    def deserialize(cls, data: bytes) -> "HybridState":
-        """Inverse of serialize; raises StateError on bytes that are not a serialized HybridState."""
+    def deserialize(cls, data: bytes, **kw) -> "HybridState":
+        """Inverse of serialize; raises StateError on bytes that are not a serialized HybridState.
+        Keyword arguments go to the array loader (impl.state: `device`)."""
         try:
-            tensors = st_load(bytes(data))
+            tensors = cls._load(bytes(data), **kw)
             meta = _metadata(bytes(data))
         except StateError:
             raise
         except Exception as e:
             raise StateError(f"deserialize: not a serialized HybridState ({e})") from e
-        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-            raise StateError(f"deserialize: metadata {meta!r}, expected format {_FORMAT!r} version {_VERSION!r}")
+        if meta.get("format") != cls.FORMAT or meta.get("version") != _VERSION:
+            raise StateError(f"deserialize: metadata {meta!r}, expected format {cls.FORMAT!r} version {_VERSION!r}")
         types = tuple(json.loads(meta["layer_types"]))
         layers: list = [None] * len(types)
         seen = set()
