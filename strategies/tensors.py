@@ -116,3 +116,22 @@ def mhc_weights(rng, N, D, iters, family="normal", hc_eps=1e-6, rms_eps=1e-5):
     return MHCWeights(fn=boost * 0.02 * rng.standard_normal(((2 + N) * N, N * D)),
                       base=0.5 * rng.standard_normal((2 + N) * N), scale=1.0 + 0.5 * rng.standard_normal(3),
                       hc_mult=N, sinkhorn_iters=iters, hc_eps=hc_eps, rms_eps=rms_eps)
+
+
+def moe_weights(rng, *, experts=8, top_k=2, n_group=2, topk_group=1, hidden=32, width=16, shared=1,
+                gain=40 * 0.02 * 32 ** 0.5):
+    """Random float64 MoE weights (tiny defaults of SPEC §13): fan-in-scaled normals, gate/up scaled by
+    `gain` so the ±10 SwiGLU clamps fire, correction bias N(0, 0.5²), `shared` shared experts."""
+    from oracle.types import MoEWeights
+
+    def n(*shape, g=1.0):
+        return g * rng.normal(size=shape) / shape[-1] ** 0.5
+
+    F = width * shared
+    return MoEWeights(
+        router=n(experts, hidden), e_score_correction_bias=0.5 * rng.normal(size=experts),
+        gate_up_proj=n(experts, 2 * width, hidden, g=gain), down_proj=n(experts, hidden, width),
+        shared_gate_proj=n(F, hidden, g=gain) if shared else None,
+        shared_up_proj=n(F, hidden, g=gain) if shared else None,
+        shared_down_proj=n(hidden, F) if shared else None,
+        top_k=top_k, n_group=n_group, topk_group=topk_group)

@@ -20,26 +20,11 @@ from impl import nvfp4 as inv
 from oracle import moe as omoe
 from oracle import nvfp4 as onv
 from oracle.types import MoEWeights, Routing
+from strategies.tensors import moe_weights
 
 D, E, I, K_E = 32, 8, 16, 2
 TOL = 1e-5
 TIE_EPS = 1e-6
-
-
-def _n(rng, *shape, gain=1.0):
-    return gain * rng.normal(size=shape) / math.sqrt(shape[-1])
-
-
-def moe_weights(rng, *, experts=E, top_k=K_E, n_group=2, topk_group=1, hidden=D, width=I, shared=1,
-                gain=40 * 0.02 * math.sqrt(D)) -> MoEWeights:
-    F = width * shared
-    return MoEWeights(
-        router=_n(rng, experts, hidden), e_score_correction_bias=0.5 * rng.normal(size=experts),
-        gate_up_proj=_n(rng, experts, 2 * width, hidden, gain=gain), down_proj=_n(rng, experts, hidden, width),
-        shared_gate_proj=_n(rng, F, hidden, gain=gain) if shared else None,
-        shared_up_proj=_n(rng, F, hidden, gain=gain) if shared else None,
-        shared_down_proj=_n(rng, hidden, F) if shared else None,
-        top_k=top_k, n_group=n_group, topk_group=topk_group)
 
 
 def t32(a):

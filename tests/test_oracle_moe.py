@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from oracle import moe
 from oracle.types import DenseMLPWeights, MoEWeights, Routing
+from strategies.tensors import moe_weights
 
 D, E, I, K_E = 32, 8, 16, 2
 L = 10.0
@@ -23,19 +24,6 @@ L = 10.0
 
 def _n(rng, *shape, gain=1.0):
     return gain * rng.normal(size=shape) / math.sqrt(shape[-1])
-
-
-def moe_weights(rng, *, experts=E, top_k=K_E, n_group=2, topk_group=1, hidden=D, width=I,
-                shared=1, gain=40 * 0.02 * math.sqrt(D)) -> MoEWeights:
-    """Random MoE weights; gate/up scaled up so the ±10 clamps fire (SPEC §13), bias N(0, 0.5²)."""
-    F = width * shared
-    return MoEWeights(
-        router=_n(rng, experts, hidden), e_score_correction_bias=0.5 * rng.normal(size=experts),
-        gate_up_proj=_n(rng, experts, 2 * width, hidden, gain=gain), down_proj=_n(rng, experts, hidden, width),
-        shared_gate_proj=_n(rng, F, hidden, gain=gain) if shared else None,
-        shared_up_proj=_n(rng, F, hidden, gain=gain) if shared else None,
-        shared_down_proj=_n(rng, hidden, F) if shared else None,
-        top_k=top_k, n_group=n_group, topk_group=topk_group)
 
 
 def router_only(logits, bias=None, **scalars) -> MoEWeights:
