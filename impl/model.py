@@ -11,8 +11,11 @@
 moves every array to torch in the working dtype (float32 on the CPU, the Triton interpreter's dtype;
 bfloat16 on CUDA), keeping KDA's conv1d / dt_bias / A_log in float32 (SPEC §11). backend "triton" runs
 the impl kernels, "torch" the plain-torch baselines (impl/baseline), the low-precision reference of
-the contracts. `Model.forward(input_ids, attention_mask=None, state=None) -> (logits float32 [B,S,V],
-state)`: the given state is never mutated (a new impl.state.HybridState is returned).
+the contracts. An NVFP4 checkpoint's routed experts (NVFP4.md A5) run the W4A16 kernels on their codes
+and scales with backend "triton" (MoEWeights.nvfp4 becomes an impl.nvfp4.NVFP4Experts); the torch
+backend runs their dequantized values. `Model.forward(input_ids, attention_mask=None, state=None) ->
+(logits float32 [B,S,V], state)`: the given state is never mutated (a new impl.state.HybridState is
+returned).
 """
 from __future__ import annotations
 
@@ -29,9 +32,9 @@ from oracle.checkpoint import load as load_weights
 from oracle.config import DENSE, LINEAR, SHARED, Geometry
 from oracle.state import HybridState as OracleHybridState
 from oracle.state import StateError
-from oracle.types import KDAWeights, Selection
+from oracle.types import KDAWeights, MoEWeights, NVFP4ExpertWeights, NVFP4Tensor, Selection
 
-__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "to_torch"]
+__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "to_torch", "nvfp4_experts"]
 
 # kept in float32 whatever the working dtype (SPEC §11)
 F32_WEIGHTS = ("conv1d", "dt_bias", "A_log")
@@ -114,7 +117,12 @@ def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[
     X = be.mhc.write_back(post, comb, X, y.to(X.dtype))
     _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
     a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
-    y = be.moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else be.moe.forward(lw.mlp, a)
+    if g.mlp_layer_types[lw.index] == DENSE:
+        y = be.moe.dense_mlp(lw.mlp, a)
+    elif be.name == "triton" and lw.mlp.nvfp4 is not None:
+        y = be.moe.forward(lw.mlp, a, nvfp4=lw.mlp.nvfp4)          # W4A16 on the checkpoint's codes
+    else:
+        y = be.moe.forward(lw.mlp, a)                                # dense (dequantized) experts
     return be.mhc.write_back(post, comb, X, y.to(X.dtype)), cache, sel
 
 
@@ -164,10 +172,40 @@ def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, at
     return logits, HybridState(g.layer_types, layers, state.seq_len + S)
 
 
-def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32) -> Weights:
-    """The float64 oracle Weights as torch tensors on `device` in `dtype` (KDA gates/conv in float32)."""
+def nvfp4_experts(nv: NVFP4ExpertWeights, device="cpu"):
+    """The oracle's NVFP4 experts (NumPy, gate and up apart) -> impl.nvfp4.NVFP4Experts on `device`
+    (gate_up fused: one global scale per expert, NVFP4.md A5); codes and fp8 scales bit for bit."""
+    from impl.nvfp4 import FP8, NVFP4Experts
+
+    def move(t: NVFP4Tensor) -> NVFP4Tensor:
+        def arr(a):
+            a = np.ascontiguousarray(a)
+            if a.dtype.name == "float8_e4m3fn":                   # no NumPy fp8 in torch: go through the bits
+                return torch.from_numpy(a.view(np.uint8).copy()).view(FP8).to(device)
+            return torch.from_numpy(a.copy()).to(device)
+        return t.map(arr)
+    return NVFP4Experts(move(nv.gate_up()), move(nv.down))
+
+
+def _moe(w: MoEWeights, t, device, nvfp4: bool) -> MoEWeights:
+    """MoEWeights to torch; its NVFP4 experts as NVFP4Experts (nvfp4=True) or dropped (dequantized only)."""
+    moved = w.map(t)
+    if w.nvfp4 is None or not nvfp4:
+        return dataclasses.replace(moved, nvfp4=None)
+    return dataclasses.replace(moved, nvfp4=nvfp4_experts(w.nvfp4, device))
+
+
+def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32, nvfp4: bool = True) -> Weights:
+    """The float64 oracle Weights as torch tensors on `device` in `dtype` (KDA gates/conv in float32).
+
+    nvfp4: keep an NVFP4 checkpoint's expert codes and scales (MoEWeights.nvfp4, for the triton
+    backend's W4A16 kernels); False drops them (the dequantized gate_up_proj / down_proj remain).
+    """
     def t(a, d=dtype):
         return torch.as_tensor(np.asarray(a), dtype=d, device=device)
+
+    def mlp(w):
+        return _moe(w, t, device, nvfp4) if isinstance(w, MoEWeights) else w.map(t)
 
     def kda(w: KDAWeights) -> KDAWeights:
         moved = w.map(t)
@@ -179,7 +217,7 @@ def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32)
             lw, input_layernorm=t(lw.input_layernorm), post_attention_layernorm=t(lw.post_attention_layernorm),
             attn_hc=lw.attn_hc.map(t), ffn_hc=lw.ffn_hc.map(t),
             kda=None if lw.kda is None else kda(lw.kda), mla=None if lw.mla is None else lw.mla.map(t),
-            indexer=None if lw.indexer is None else lw.indexer.map(t), mlp=lw.mlp.map(t)))
+            indexer=None if lw.indexer is None else lw.indexer.map(t), mlp=mlp(lw.mlp)))
     return Weights(weights.geometry, t(weights.embed_tokens), t(weights.norm), t(weights.lm_head), tuple(layers))
 
 
@@ -218,10 +256,11 @@ class Model:
 def load(checkpoint_dir, device="cpu", dtype: Optional[torch.dtype] = None, backend: str = "triton") -> Model:
     """oracle.checkpoint.load + every array to torch on `device` in the working dtype -> Model.
 
-    dtype: default float32 on the CPU (the Triton interpreter), bfloat16 on CUDA.
+    dtype: default float32 on the CPU (the Triton interpreter), bfloat16 on CUDA. An NVFP4 checkpoint
+    (either layout) runs its experts' codes and scales on "triton", their dequantization on "torch".
     """
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backend_for(backend)
-    return Model(to_torch(load_weights(checkpoint_dir), device, dtype), backend)
+    return Model(to_torch(load_weights(checkpoint_dir), device, dtype, nvfp4=backend == "triton"), backend)

@@ -16,7 +16,17 @@ Ignored: the MTP layer (`layers.{num_hidden_layers}.*`), `layers.*.shared_head.*
 (`model.visual.*`). Every other tensor must be one the config implies, with the shape it implies.
 Errors (CheckpointError) name the FILE and the TENSOR: missing, unexpected, duplicated, mis-shaped,
 non-float, or lying beyond the end of a truncated file. Pickle (`*.bin`, `*.pt`) is never read.
-NVFP4 tensors (`weight_packed`, `weight_global_scale`, ...) raise NotImplementedError for now.
+
+NVFP4 routed experts (NVFP4.md A5), per expert and projection `mlp.experts.{e}.{gate,up,down}_proj.`:
+* compressed-tensors: `weight_packed` U8 [N, K/2], `weight_scale` F8_E4M3 [N, K/16], `weight_global_scale`
+  F32 [1] (ENCODE 2688/amax), optional `input_global_scale` F32 [1] (ENCODE)
+* ModelOpt: `weight` U8 [N, K/2], `weight_scale` F8_E4M3 [N, K/16], `weight_scale_2` F32 [] (DECODE
+  amax/2688), optional `input_scale` F32 [] (DECODE)
+The layout comes from config.json `quantization_config` (or ModelOpt's hf_quant_config.json) and the
+keys, which must agree; one layout per checkpoint, every routed expert quantized, nothing else. The
+experts load as their exact float64 dequantization (so the oracle runs unchanged) and, on
+MoEWeights.nvfp4, as the codes and scales themselves (NVFP4ExpertWeights) for the quantized kernels.
+`quantize_checkpoint` / `write_random(..., nvfp4=layout)` write either layout.
 """
 from __future__ import annotations
 
@@ -31,11 +41,14 @@ import ml_dtypes  # noqa: F401  (registers bfloat16 / float8 with NumPy: safeten
 import numpy as np
 from safetensors import safe_open
 
-from oracle.config import DENSE, FULL, LINEAR, Geometry
-from oracle.types import DenseMLPWeights, IndexerWeights, KDAWeights, MHCWeights, MLAWeights, MoEWeights
+from oracle import nvfp4 as onv
+from oracle.config import DENSE, FULL, LINEAR, SPARSE, Geometry
+from oracle.types import (DenseMLPWeights, IndexerWeights, KDAWeights, MHCWeights, MLAWeights, MoEWeights,
+                          NVFP4ExpertWeights, NVFP4Tensor)
 
 __all__ = ["CheckpointError", "LayerWeights", "Weights", "load", "read_named", "expected_shapes",
-           "SINGLE_FILE", "INDEX_FILE"]
+           "SINGLE_FILE", "INDEX_FILE", "NVFP4_LAYOUTS", "nvfp4_layout", "quantize_checkpoint",
+           "write_random", "tensor_map"]
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -44,6 +57,10 @@ _IGNORED_OUTSIDE_TEXT = ("model.visual.",)
 _NVFP4_SUFFIXES = (".weight_packed", ".weight_global_scale", ".input_global_scale", ".weight_scale",
                    ".weight_scale_2", ".input_scale")
 _FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+_RAW_DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+               "BF16": np.dtype(ml_dtypes.bfloat16), "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+               "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2), "I64": np.dtype("<i8"), "I32": np.dtype("<i4"),
+               "I16": np.dtype("<i2"), "I8": np.dtype("i1"), "U8": np.dtype("u1"), "BOOL": np.dtype(bool)}
 _SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
                       "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8}
 
@@ -322,6 +339,23 @@ class _Reader:
             raise CheckpointError(f"{file}: tensor {key!r}: cannot read ({e})", file, key) from e
         return np.asarray(a).astype(np.float64)
 
+    def raw(self, key: str) -> np.ndarray:
+        """The tensor in its stored dtype, read from the header's byte range (safetensors' NumPy reader
+        cannot make float8 arrays)."""
+        file, info = self.where[key], self.headers[self.where[key]][key]
+        dtype = _RAW_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise CheckpointError(f"{file}: tensor {key!r} has dtype {info['dtype']}, which the oracle "
+                                  f"does not read", file, key)
+        begin, end = (int(x) for x in info["data_offsets"])
+        try:
+            with open(file, "rb") as f:
+                f.seek(8 + struct.unpack("<Q", f.read(8))[0] + begin)
+                data = f.read(end - begin)
+        except OSError as e:
+            raise CheckpointError(f"{file}: tensor {key!r}: cannot read ({e.strerror or e})", file, key) from e
+        return np.frombuffer(data, dtype=dtype).reshape(self.shape(key)).copy()
+
 
 def _text_prefix(keys, listing: Path) -> str:
     for prefix in _TEXT_PREFIXES:
@@ -332,6 +366,198 @@ def _text_prefix(keys, listing: Path) -> str:
                           listing, "embed_tokens.weight")
 
 
+# ----------------------------------------------------------------------------- NVFP4 experts (NVFP4.md A5)
+
+CT, MODELOPT = "compressed-tensors", "modelopt"
+NVFP4_LAYOUTS = (CT, MODELOPT)
+PROJECTIONS = ("gate", "up", "down")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Leaves:
+    """One layout's tensor names under `<module>.` and their dtypes / global-scale shape."""
+
+    packed: str
+    scale: str
+    global_scale: str
+    input_scale: str
+    global_shape: tuple        # as the tool writes it; both () and (1,) are read
+    markers: tuple             # leaves only this layout has (weight_scale and weight are shared / plain)
+
+
+_LEAVES = {CT: _Leaves("weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", (1,),
+                       ("weight_packed", "weight_global_scale", "input_global_scale")),
+           MODELOPT: _Leaves("weight", "weight_scale", "weight_scale_2", "input_scale", (),
+                             ("weight_scale_2", "input_scale"))}
+_ROUTED = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.(\w+)$")
+
+
+def _expert_dims(g: Geometry, proj: str) -> tuple[int, int]:
+    """(N, K) of one expert's projection: gate/up [I, D], down [D, I] (SPEC §11)."""
+    D, I = g.hidden_size, g.moe_intermediate_size
+    return (D, I) if proj == "down" else (I, D)
+
+
+def _config_layout(directory: Path) -> tuple[Optional[str], Optional[Path]]:
+    """The NVFP4 layout config.json's `quantization_config` (or hf_quant_config.json) declares, and where."""
+    config = directory / "config.json"
+    try:
+        q = json.loads(config.read_text(encoding="utf-8")).get("quantization_config")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        q = None                      # Geometry.from_pretrained reports an unreadable config.json
+    if isinstance(q, dict):
+        method = str(q.get("quant_method", "")).lower()
+        formats = {str(q.get("format", ""))} | {str(c.get("format", "")) for c in
+                                                (q.get("config_groups") or {}).values() if isinstance(c, dict)}
+        if method == CT and "nvfp4-pack-quantized" in formats:
+            return CT, config
+        if method == MODELOPT and "NVFP4" in str(q.get("quant_algo", "")).upper():
+            return MODELOPT, config
+        raise CheckpointError(f"{config}: quantization_config {json.dumps(q)[:200]} is not an NVFP4 layout the "
+                              f"oracle reads (compressed-tensors nvfp4-pack-quantized, or modelopt NVFP4)", config)
+    hf = directory / "hf_quant_config.json"
+    if hf.is_file():
+        try:
+            algo = str(json.loads(hf.read_text(encoding="utf-8"))["quantization"]["quant_algo"])
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{hf}: expected JSON with quantization.quant_algo ({e})", hf) from e
+        if "NVFP4" not in algo.upper():
+            raise CheckpointError(f"{hf}: quant_algo {algo!r} is not NVFP4", hf)
+        return MODELOPT, hf
+    return None, None
+
+
+def _detect_layout(directory: Path, where: dict[str, Path], prefix: str, g: Geometry) -> Optional[str]:
+    """One NVFP4 layout for the whole checkpoint (config and keys agree), or None for plain experts."""
+    declared, source = _config_layout(directory)
+    seen: dict[str, str] = {}                       # layout -> first key that marks it
+    for key in sorted(where):
+        if not key.endswith(_NVFP4_SUFFIXES) or not key.startswith(prefix):
+            continue                                # the vision tower is ignored, quantized or not
+        rel = key[len(prefix):]
+        m = _ROUTED.match(rel)
+        if m is None and _ignored(rel, g):
+            continue
+        if m is None:
+            raise CheckpointError(f"{where[key]}: tensor {key!r} is NVFP4-quantized, but only routed experts "
+                                  f"(mlp.experts.{{e}}.{{gate,up,down}}_proj) are read quantized", where[key], key)
+        for layout, leaves in _LEAVES.items():
+            if m.group(4) in leaves.markers:
+                seen.setdefault(layout, key)
+    if len(seen) > 1:
+        a, b = seen[CT], seen[MODELOPT]
+        raise CheckpointError(f"{where[b]}: mixes NVFP4 layouts: {a!r} is compressed-tensors, {b!r} is ModelOpt "
+                              f"(one layout per checkpoint)", where[b], b)
+    found = next(iter(seen), None)
+    if declared is not None and found is not None and declared != found:
+        raise CheckpointError(f"{where[seen[found]]}: tensor {seen[found]!r} is {found} NVFP4, but {source} "
+                              f"declares {declared}", where[seen[found]], seen[found])
+    layout = declared or found
+    if layout is None:
+        scale = next((k for k in sorted(where) if k.endswith(".weight_scale")), None)
+        if scale is not None:
+            raise CheckpointError(f"{where[scale]}: tensor {scale!r} is an NVFP4 block scale, but neither a "
+                                  f"global scale (weight_global_scale / weight_scale_2) nor config.json's "
+                                  f"quantization_config says which layout", where[scale], scale)
+    return layout
+
+
+def _read_module(reader: "_Reader", layout: str, module: str, shape: tuple[int, int], config: Path,
+                 used: set) -> NVFP4Tensor:
+    """One expert projection's NVFP4Tensor; CheckpointError naming the file and tensor on any defect."""
+    L, (N, K) = _LEAVES[layout], shape
+    want = {L.packed: ("U8", (N, K // 2), "[N, K/2] packed codes"),
+            L.scale: ("F8_E4M3", (N, K // onv.BLOCK), "[N, K/16] block scales"),
+            L.global_scale: ("F32", L.global_shape, "one float32 global scale")}
+    if module + "." + L.packed not in reader.where and module + ".weight" in reader.where:
+        key = module + ".weight"       # a bf16 expert in an NVFP4 checkpoint (compressed-tensors naming)
+        raise CheckpointError(f"{reader.where[key]}: tensor {key!r} is unquantized ({reader.dtype(key)}), but "
+                              f"this is a {layout} NVFP4 checkpoint: mixes NVFP4 and plain experts",
+                              reader.where[key], key)
+    tensors = {}
+    for leaf, (dtype, dims, what) in want.items():
+        key = f"{module}.{leaf}"
+        if key not in reader.where:
+            raise CheckpointError(f"{reader.listing}: missing tensor {key!r} ({layout} NVFP4 needs {what})",
+                                  reader.listing, key)
+        file, got = reader.where[key], reader.shape(key)
+        if reader.dtype(key) != dtype:
+            hint = " (mixes NVFP4 and plain experts)" if leaf == "weight" else ""
+            raise CheckpointError(f"{file}: tensor {key!r} has dtype {reader.dtype(key)}, expected {dtype} "
+                                  f"({layout} NVFP4){hint}", file, key)
+        ok = got in ((), (1,)) if leaf == L.global_scale else got == dims
+        if not ok:
+            raise CheckpointError(f"{file}: tensor {key!r} has shape {list(got)}, but {config} implies "
+                                  f"{list(dims)} = {what} of a [{N}, {K}] expert weight", file, key)
+        tensors[key] = reader.raw(key)
+    key = f"{module}.{L.input_scale}"
+    if key in reader.where:
+        got = reader.shape(key)
+        if reader.dtype(key) != "F32" or got not in ((), (1,)):
+            raise CheckpointError(f"{reader.where[key]}: tensor {key!r} is {reader.dtype(key)} {list(got)}, "
+                                  f"expected one float32 activation global scale", reader.where[key], key)
+        tensors[key] = reader.raw(key)
+    used.update(tensors)
+    try:
+        return (onv.from_compressed_tensors if layout == CT else onv.from_modelopt)(tensors, module)
+    except ValueError as e:            # the reader names the tensor first: map it back to its file
+        bad = next((k for k in sorted(tensors, key=len, reverse=True) if str(e).startswith(k)), module)
+        file = reader.where.get(bad, reader.listing)
+        raise CheckpointError(f"{file}: {e}", file, bad) from e
+
+
+def _stack(modules: list[NVFP4Tensor], names: list[str], listing: Path) -> NVFP4Tensor:
+    """Per-expert NVFP4Tensors -> stacked over E (global_decode [E]; input scales all or none)."""
+    has_input = [t.input_global_scale is not None for t in modules]
+    if any(has_input) and not all(has_input):
+        bad = names[has_input.index(False)]
+        raise CheckpointError(f"{listing}: {bad!r} has no activation global scale while other experts of its "
+                              f"layer and projection do (all or none)", listing, bad)
+    g_in = np.array([t.input_global_scale for t in modules], np.float32) if all(has_input) else None
+    return NVFP4Tensor(np.stack([t.packed for t in modules]), np.stack([t.block_scale for t in modules]),
+                       np.array([t.global_decode for t in modules], np.float32), g_in)
+
+
+def _dequantized(t: NVFP4Tensor) -> np.ndarray:
+    """Stacked NVFP4Tensor -> float64 [E, N, K], exact (oracle.nvfp4.dequantize per expert)."""
+    return np.stack([onv.dequantize(NVFP4Tensor(t.packed[e], t.block_scale[e], np.float32(t.global_decode[e])))
+                     for e in range(t.packed.shape[0])])
+
+
+def _read_experts(reader: "_Reader", g: Geometry, prefix: str, layout: str, config: Path,
+                  used: set) -> tuple[dict[str, np.ndarray], dict[int, NVFP4ExpertWeights]]:
+    """Every sparse layer's routed experts: ({module name: dequantized float64}, {layer: NVFP4 data})."""
+    named, quant = {}, {}
+    for i in range(g.num_hidden_layers):
+        if g.mlp_layer_types[i] != SPARSE:
+            continue
+        stacked = {}
+        for proj in PROJECTIONS:
+            mods = [f"{prefix}layers.{i}.mlp.experts.{e}.{proj}_proj" for e in range(g.n_routed_experts)]
+            stacked[proj] = _stack([_read_module(reader, layout, m, _expert_dims(g, proj), config, used)
+                                    for m in mods], mods, reader.listing)
+        m = f"layers.{i}.mlp.experts."
+        named[m + "gate_up_proj"] = np.concatenate([_dequantized(stacked["gate"]), _dequantized(stacked["up"])],
+                                                   axis=1)
+        named[m + "down_proj"] = _dequantized(stacked["down"])
+        quant[i] = NVFP4ExpertWeights(stacked["gate"], stacked["up"], stacked["down"], layout)
+    return named, quant
+
+
+def nvfp4_layout(checkpoint_dir) -> Optional[str]:
+    """"compressed-tensors", "modelopt" or None (plain experts) for a checkpoint directory (NVFP4.md A5)."""
+    directory = Path(checkpoint_dir)
+    where, listing = _locate(directory)
+    _Reader(where, listing)                          # checks every header first
+    g = Geometry.from_pretrained(directory)
+    return _detect_layout(directory, where, _text_prefix(where, listing), g)
+
+
+def _ignored(rel: str, g: Geometry) -> bool:
+    """The MTP layer and shared_head tensors (relative to the text prefix), which the oracle skips."""
+    return re.match(rf"^layers\.{g.num_hidden_layers}\.|^layers\.\d+\.shared_head\.", rel) is not None
+
+
 # ----------------------------------------------------------------------------- loading
 
 
@@ -339,25 +565,33 @@ def read_named(checkpoint_dir, geometry: Optional[Geometry] = None) -> tuple[Geo
     """Every text-model tensor as float64 under its MODULE name (SPEC §11), renames applied.
 
     Returns (geometry, {name: array}); names are relative to the text prefix, `lm_head.weight` top level,
-    `self_attn.conv1d.weight` keeps its [3·h·d, 1, K] shape.
+    `self_attn.conv1d.weight` keeps its [3·h·d, 1, K] shape. NVFP4 experts come dequantized (exact).
     """
+    g, named, _ = _read(checkpoint_dir, geometry)
+    return g, named
+
+
+def _read(checkpoint_dir, geometry: Optional[Geometry]):
+    """(geometry, {module name: float64}, {sparse layer: NVFP4ExpertWeights} (empty for plain experts))."""
     directory = Path(checkpoint_dir)
     g = geometry if geometry is not None else Geometry.from_pretrained(directory)
     where, listing = _locate(directory)
-    for key, file in where.items():
-        if key.endswith(_NVFP4_SUFFIXES):
-            raise NotImplementedError(f"{file}: tensor {key!r} is NVFP4-quantized; loading NVFP4 checkpoints "
-                                      f"into the float64 oracle is not implemented yet")
     reader = _Reader(where, listing)
     prefix = _text_prefix(where, listing)
     config = directory / "config.json"
+    layout = _detect_layout(directory, where, prefix, g)
 
     def disk_key(rel: str) -> str:
         return rel if rel == "lm_head.weight" else prefix + rel
 
     used: set[str] = set()
     out: dict[str, np.ndarray] = {}
+    quant: dict[int, NVFP4ExpertWeights] = {}
+    if layout is not None:
+        out, quant = _read_experts(reader, g, prefix, layout, config, used)
     for entry in _entries(g):
+        if entry.name in out:                                   # NVFP4 experts, read above
+            continue
         present = [[disk_key(p.rel) in where for p in parts] for parts, _ in entry.forms]
         full = [i for i, pr in enumerate(present) if all(pr)]
         if len(full) > 1:
@@ -390,18 +624,17 @@ def read_named(checkpoint_dir, geometry: Optional[Geometry] = None) -> tuple[Geo
         out[entry.name] = combine(arrays)
     if g.tie_word_embeddings:
         out["lm_head.weight"] = out["embed_tokens.weight"]
-    mtp = re.compile(rf"^layers\.{g.num_hidden_layers}\.|^layers\.\d+\.shared_head\.")
     for key in sorted(where):
         if key in used:
             continue
         if key.startswith(prefix):
-            if mtp.match(key[len(prefix):]):
+            if _ignored(key[len(prefix):], g):
                 continue
         elif key.startswith(_IGNORED_OUTSIDE_TEXT):
             continue
         raise CheckpointError(f"{where[key]}: unexpected tensor {key!r} (not part of the text model that "
                               f"{config} describes)", where[key], key)
-    return g, out
+    return g, out, quant
 
 
 def _mhc(g: Geometry, named: dict, name: str) -> MHCWeights:
@@ -409,7 +642,7 @@ def _mhc(g: Geometry, named: dict, name: str) -> MHCWeights:
                       g.hc_sinkhorn_iters, g.hc_eps, g.rms_norm_eps)
 
 
-def _layer(g: Geometry, named: dict, i: int) -> LayerWeights:
+def _layer(g: Geometry, named: dict, i: int, nvfp4: Optional[NVFP4ExpertWeights] = None) -> LayerWeights:
     p = f"layers.{i}."
     a = p + "self_attn."
     kda = mla = indexer = None
@@ -454,17 +687,22 @@ def _layer(g: Geometry, named: dict, i: int) -> LayerWeights:
             shared_gate_proj=named.get(s + "gate_proj.weight"), shared_up_proj=named.get(s + "up_proj.weight"),
             shared_down_proj=named.get(s + "down_proj.weight"), top_k=g.num_experts_per_tok, n_group=g.n_group,
             topk_group=g.topk_group, norm_topk_prob=g.norm_topk_prob,
-            routed_scaling_factor=g.routed_scaling_factor, swiglu_limit=g.swiglu_limit)
+            routed_scaling_factor=g.routed_scaling_factor, swiglu_limit=g.swiglu_limit, nvfp4=nvfp4)
     mlp.validate(g.hidden_size)
     return LayerWeights(i, g.layer_types[i], g.indexer_types[i], named[p + "input_layernorm.weight"],
                         named[p + "post_attention_layernorm.weight"], _mhc(g, named, p + "attn_hc"),
                         _mhc(g, named, p + "ffn_hc"), kda, mla, indexer, mlp)
 
 
-def from_named(geometry: Geometry, named: dict[str, Any]) -> Weights:
-    """Group module-named float64 arrays (read_named's output) into the oracle containers."""
+def from_named(geometry: Geometry, named: dict[str, Any],
+               nvfp4: Optional[dict[int, NVFP4ExpertWeights]] = None) -> Weights:
+    """Group module-named float64 arrays (read_named's output) into the oracle containers.
+
+    nvfp4: {sparse layer index: NVFP4ExpertWeights} for a quantized checkpoint (MoEWeights.nvfp4).
+    """
     named = {k: np.asarray(v, dtype=np.float64) for k, v in named.items()}
-    layers = tuple(_layer(geometry, named, i) for i in range(geometry.num_hidden_layers))
+    nvfp4 = nvfp4 or {}
+    layers = tuple(_layer(geometry, named, i, nvfp4.get(i)) for i in range(geometry.num_hidden_layers))
     return Weights(geometry, named["embed_tokens.weight"], named["norm.weight"], named["lm_head.weight"], layers)
 
 
@@ -472,22 +710,161 @@ def load(checkpoint_dir, geometry: Optional[Geometry] = None) -> Weights:
     """Read `checkpoint_dir` (config.json + safetensors) into float64 Weights (SPEC §11).
 
     geometry: override config.json (default: Geometry.from_pretrained(checkpoint_dir), strict).
-    Raises CheckpointError naming the file and tensor; NotImplementedError for NVFP4 tensors.
+    NVFP4 experts (either layout, NVFP4.md A5) load as their exact dequantization, the codes and scales
+    kept on MoEWeights.nvfp4. Raises CheckpointError naming the file and tensor.
     """
-    g, named = read_named(checkpoint_dir, geometry)
-    return from_named(g, named)
+    g, named, quant = _read(checkpoint_dir, geometry)
+    return from_named(g, named, quant)
 
 
 # ----------------------------------------------------------------------------- writing tiny checkpoints
 
+# what config.json's quantization_config says, per layout: the minimum each tool's loader keys on
+# (compressed-tensors: quant_method + format + one config group; ModelOpt: quant_method + quant_algo +
+# group_size, with the same fields in hf_quant_config.json). Only routed experts are quantized.
+_EXPERT_TARGET = r"re:.*mlp\.experts\.\d+\.(gate|up|down)_proj$"
+_MODELOPT_EXCLUDE = ["lm_head", "*self_attn*", "*shared_experts*", "*mlp.gate", "*mlp.gate_proj", "*mlp.up_proj",
+                     "*mlp.down_proj", "*hc_*"]
 
-def write_random(directory, geometry: Geometry, seed: int = 0) -> Path:
+
+def _quantization_config(layout: str, w4a4: bool) -> tuple[dict, Optional[dict]]:
+    """(config.json quantization_config, hf_quant_config.json or None) for `layout` (NVFP4.md A5).
+
+    compressed-tensors: preset NVFP4A16 (weights tensor_group, group 16, fp8 scales) or NVFP4 (W4A4:
+    input_activations dynamic "local", only the global scale static). ModelOpt: quant_algo "NVFP4"
+    (W4A4, input_scale present) or "NVFP4_W4A16" (weights only).
+    """
+    if layout == CT:
+        weights = {"num_bits": 4, "type": "float", "symmetric": True, "strategy": "tensor_group",
+                   "group_size": onv.BLOCK, "dynamic": False, "observer": "minmax"}
+        acts = dict(weights, dynamic="local") if w4a4 else None
+        group = {"targets": [_EXPERT_TARGET], "weights": weights, "input_activations": acts,
+                 "output_activations": None, "format": "nvfp4-pack-quantized"}
+        return {"quant_method": CT, "format": "nvfp4-pack-quantized", "quantization_status": "compressed",
+                "config_groups": {"group_0": group}, "ignore": ["lm_head"], "kv_cache_scheme": None}, None
+    algo = "NVFP4" if w4a4 else "NVFP4_W4A16"
+    quant = {"quant_algo": algo, "kv_cache_quant_algo": None, "group_size": onv.BLOCK,
+             "exclude_modules": list(_MODELOPT_EXCLUDE)}
+    producer = {"name": "glmgate", "version": "0"}
+    return dict(quant_method=MODELOPT, producer=producer, **quant), {"producer": producer, "quantization": quant}
+
+
+def _quantize_layer(gate_up: np.ndarray, down: np.ndarray, modules: list[str], share_gate_up_scale: bool,
+                    input_amax: Optional[float], listing: Path) -> dict[str, NVFP4Tensor]:
+    """{module key: NVFP4Tensor} for one layer's experts gate_up [E, 2I, D], down [E, D, I] (NVFP4.md A3).
+
+    modules[e] is `<prefix>layers.{i}.mlp.experts.{e}.`. Global scale from the float32 amax; gate and
+    up share max(amax_gate, amax_up) when share_gate_up_scale, as llm-compressor and ModelOpt export a
+    fused w13 pair (the fused kernel takes one scale per expert). input_amax: the static activation
+    amax of every projection (W4A4), as a float32 reciprocal so both directions round-trip exactly.
+    """
+    I = gate_up.shape[1] // 2
+    g_in = None if input_amax is None else np.float32(onv.flip_global_scale(onv.global_scale_decode(input_amax)))
+    out = {}
+    for e, module in enumerate(modules):
+        w = {"gate": gate_up[e, :I], "up": gate_up[e, I:], "down": down[e]}
+        amax = {p: float(np.abs(a.astype(np.float32)).max(initial=0.0)) for p, a in w.items()}
+        if share_gate_up_scale:
+            amax["gate"] = amax["up"] = max(amax["gate"], amax["up"])
+        for proj, a in w.items():
+            key = f"{module}{proj}_proj"
+            if amax[proj] == 0:
+                raise CheckpointError(f"{listing}: tensor {key + '.weight'!r} is all zero: NVFP4 has no global "
+                                      f"scale for it (2688 / 0)", listing, key + ".weight")
+            t = onv.quantize(a, onv.global_scale_encode(amax[proj]))
+            out[key] = t._replace(input_global_scale=g_in)
+    return out
+
+
+def quantize_checkpoint(src_dir, dst_dir, layout: str, *, share_gate_up_scale: bool = True,
+                        input_amax: Optional[float] = None) -> Path:
+    """Quantize a bf16/f32 checkpoint's routed experts to NVFP4 in `layout` (NVFP4.md A3, A5).
+
+    Every routed expert of every sparse layer (gate, up, down as separate tensors, per-expert stacked
+    `experts.gate_up_proj` / `down_proj` split first) is quantized with the oracle's recipe; every other
+    tensor is copied byte for byte under its name and dtype, into the file of the same name (shards and
+    the index kept). config.json gets `quantization_config`, ModelOpt also hf_quant_config.json; other
+    files are copied. Loading the result gives experts equal to oracle.nvfp4.dequantize(quantize(w, G)).
+
+    layout: "compressed-tensors" or "modelopt";  share_gate_up_scale: one global scale per (gate, up)
+    pair (default; what a fused w13 kernel needs) or one per tensor;  input_amax: write static activation
+    global scales (input_global_scale / input_scale) from this amax, for W4A4; None = weight-only.
+    """
+    from safetensors.numpy import save_file
+
+    if layout not in NVFP4_LAYOUTS:
+        raise ValueError(f"layout: {layout!r}, expected one of {NVFP4_LAYOUTS}")
+    src, dst = Path(src_dir), Path(dst_dir)
+    if dst.exists() and src.resolve() == dst.resolve():
+        raise ValueError(f"dst_dir: {dst} is the source checkpoint; write the quantized copy elsewhere")
+    g, named, quant = _read(src, None)
+    where, listing = _locate(src)
+    if quant:
+        raise CheckpointError(f"{src}: already NVFP4 ({next(iter(quant.values())).layout})", src)
+    reader, prefix = _Reader(where, listing), _text_prefix(where, listing)
+    stacked = re.compile(r"^layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
+    files: dict[str, dict[str, np.ndarray]] = {f.name: {} for f in set(where.values())}
+    home: dict[int, str] = {}                     # layer -> the file that held its experts
+    for key, file in sorted(where.items()):
+        rel = key[len(prefix):] if key.startswith(prefix) else None
+        m = rel is not None and (_ROUTED.match(rel) or stacked.match(rel))
+        if m and int(m.group(1)) < g.num_hidden_layers:
+            home.setdefault(int(m.group(1)), file.name)
+            continue
+        files[file.name][key] = reader.raw(key)
+    write = onv.to_compressed_tensors if layout == CT else onv.to_modelopt
+    for i, name in sorted(home.items()):
+        m = f"layers.{i}.mlp.experts."
+        modules = [f"{prefix}{m}{e}." for e in range(g.n_routed_experts)]
+        for key, t in _quantize_layer(named[m + "gate_up_proj"], named[m + "down_proj"], modules,
+                                      share_gate_up_scale, input_amax, listing).items():
+            files[name].update(write(key, t))
+    dst.mkdir(parents=True, exist_ok=True)
+    for name, tensors in files.items():
+        save_file(tensors, str(dst / name), metadata={"format": "pt"})
+    if listing.name == INDEX_FILE:
+        weight_map = {k: n for n, ts in files.items() for k in ts}
+        (dst / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": dict(sorted(weight_map.items()))},
+                                                 indent=1))
+    _write_configs(src, dst, layout, input_amax is not None)
+    return dst
+
+
+def _write_configs(src: Path, dst: Path, layout: str, w4a4: bool) -> None:
+    """config.json with quantization_config (+ hf_quant_config.json for ModelOpt); other small files copied."""
+    import shutil
+
+    for f in src.iterdir():
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in (INDEX_FILE, "config.json",
+                                                                        "hf_quant_config.json"):
+            shutil.copy2(f, dst / f.name)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"], hf = _quantization_config(layout, w4a4)
+    (dst / "config.json").write_text(json.dumps(config, indent=1))
+    if hf is not None:
+        (dst / "hf_quant_config.json").write_text(json.dumps(hf, indent=1))
+
+
+def write_random(directory, geometry: Geometry, seed: int = 0, nvfp4: Optional[str] = None,
+                 input_amax: Optional[float] = None) -> Path:
     """A random checkpoint in transformers' on-disk layout (`glmgate checkpoint make-tiny`).
 
     Every tensor `expected_shapes` names, under `model.language_model.` (lm_head at the top), with the
     parameters that init leaves inert randomized (SPEC §13: norms 1 + N(0, 0.1²), A_log / hc base and
     scale / kpool ape / correction bias / LayerNorm bias N(0, 0.5²)), a nested config.json, float64.
+
+    nvfp4: None, "compressed-tensors" or "modelopt": the same random weights (same seed = same masters),
+    routed experts quantized by `quantize_checkpoint` (gate/up sharing a global scale; input_amax as
+    there). So write_random(a, g, s) and write_random(b, g, s, nvfp4=...) differ only by the NVFP4 error.
     """
+    if nvfp4 is not None:
+        import tempfile
+
+        if nvfp4 not in NVFP4_LAYOUTS:
+            raise ValueError(f"nvfp4: {nvfp4!r}, expected None or one of {NVFP4_LAYOUTS}")
+        with tempfile.TemporaryDirectory(prefix="glmgate-master-") as tmp:
+            write_random(tmp, geometry, seed)
+            return quantize_checkpoint(tmp, directory, nvfp4, input_amax=input_amax)
     from safetensors.numpy import save_file
 
     directory = Path(directory)

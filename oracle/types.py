@@ -434,6 +434,7 @@ class MoEWeights:
         top_k: k_e (num_experts_per_tok);  n_group, topk_group: group-limited routing
         norm_topk_prob: renormalize the k weights;  routed_scaling_factor: x after renormalizing
         swiglu_limit: L of the clamps, shared by routed and shared experts
+        nvfp4: None, or the NVFP4 routed experts behind gate_up_proj / down_proj (NVFP4.md A5)
     """
 
     router: Any
@@ -449,6 +450,10 @@ class MoEWeights:
     norm_topk_prob: bool = True
     routed_scaling_factor: float = 2.5
     swiglu_limit: float = 10.0
+    # the routed experts as read from an NVFP4 checkpoint (NVFP4ExpertWeights on the oracle side,
+    # impl.nvfp4.NVFP4Experts on the impl side); gate_up_proj / down_proj then hold their exact
+    # dequantization. `map` leaves it alone: its codes and fp8 scales must never be cast.
+    nvfp4: Any = None
 
     @property
     def num_experts(self) -> int:
@@ -558,3 +563,34 @@ class NVFP4Tensor(NamedTuple):
         """Apply `fn` to every array field (input_global_scale only where present)."""
         g_in = None if self.input_global_scale is None else fn(self.input_global_scale)
         return NVFP4Tensor(fn(self.packed), fn(self.block_scale), fn(self.global_decode), g_in)
+
+
+class NVFP4ExpertWeights(NamedTuple):
+    """One MoE layer's routed experts as an NVFP4 checkpoint stores them (NVFP4.md A5, SPEC §11).
+
+    gate, up: NVFP4Tensor stacked over E (NumPy): packed uint8 [E, I, D/2], block_scale float8_e4m3fn
+              [E, I, D/16] (linear), global_decode float32 [E] (DECODE), input_global_scale float32
+              [E] (ENCODE) or None
+    down:     the same for down_proj: [E, D, I/2], [E, D, I/16], [E], [E] or None
+    layout:   "compressed-tensors" or "modelopt" (where it was read from; the values are the same)
+    Gate and up stay apart because each has its own global scale on disk.
+    """
+
+    gate: NVFP4Tensor
+    up: NVFP4Tensor
+    down: NVFP4Tensor
+    layout: str
+
+    def gate_up(self) -> NVFP4Tensor:
+        """gate rows then up rows ([E, 2I, D/2], [E, 2I, D/16]) with one global scale per expert, as
+        fused w13 kernels take it; ValueError when gate's and up's global or input scales differ."""
+        import numpy as np  # the containers stay math-free; this is a concatenation only
+
+        for field in ("global_decode", "input_global_scale"):
+            a, b = getattr(self.gate, field), getattr(self.up, field)
+            if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+                raise ValueError(f"NVFP4ExpertWeights.{field}: gate and up differ, but a fused gate_up "
+                                 f"takes one value per expert (NVFP4.md A5: give both halves one scale)")
+        return NVFP4Tensor(np.concatenate([self.gate.packed, self.up.packed], axis=1),
+                           np.concatenate([self.gate.block_scale, self.up.block_scale], axis=1),
+                           self.gate.global_decode, self.gate.input_global_scale)
