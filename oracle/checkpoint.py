@@ -506,13 +506,13 @@ def _read_module(reader: "_Reader", layout: str, module: str, shape: tuple[int, 
         raise CheckpointError(f"{file}: {e}", file, bad) from e
 
 
-def _stack(modules: list[NVFP4Tensor], names: list[str], listing: Path) -> NVFP4Tensor:
+def _stack(modules: list[NVFP4Tensor], input_keys: list[str], listing: Path) -> NVFP4Tensor:
     """Per-expert NVFP4Tensors -> stacked over E (global_decode [E]; input scales all or none)."""
     has_input = [t.input_global_scale is not None for t in modules]
     if any(has_input) and not all(has_input):
-        bad = names[has_input.index(False)]
-        raise CheckpointError(f"{listing}: {bad!r} has no activation global scale while other experts of its "
-                              f"layer and projection do (all or none)", listing, bad)
+        bad, other = input_keys[has_input.index(False)], input_keys[has_input.index(True)]
+        raise CheckpointError(f"{listing}: missing tensor {bad!r}: the activation global scale is there for "
+                              f"{other!r} (all experts of a layer and projection, or none)", listing, bad)
     g_in = np.array([t.input_global_scale for t in modules], np.float32) if all(has_input) else None
     return NVFP4Tensor(np.stack([t.packed for t in modules]), np.stack([t.block_scale for t in modules]),
                        np.array([t.global_decode for t in modules], np.float32), g_in)
@@ -535,7 +535,8 @@ def _read_experts(reader: "_Reader", g: Geometry, prefix: str, layout: str, conf
         for proj in PROJECTIONS:
             mods = [f"{prefix}layers.{i}.mlp.experts.{e}.{proj}_proj" for e in range(g.n_routed_experts)]
             stacked[proj] = _stack([_read_module(reader, layout, m, _expert_dims(g, proj), config, used)
-                                    for m in mods], mods, reader.listing)
+                                    for m in mods], [f"{m}.{_LEAVES[layout].input_scale}" for m in mods],
+                                   reader.listing)
         m = f"layers.{i}.mlp.experts."
         named[m + "gate_up_proj"] = np.concatenate([_dequantized(stacked["gate"]), _dequantized(stacked["up"])],
                                                    axis=1)
