@@ -294,3 +294,29 @@ def test_cli_make_tiny_and_inspect(tmp_path, capsys):
     assert "layers.2.mlp.experts.0.gate_proj.weight_scale_2" in out and "F8_E4M3  [16, 2]" in out
     assert ock.nvfp4_layout(d) == MO and (d / "hf_quant_config.json").is_file()
     assert isinstance(ock.load(d).layers[2].mlp.nvfp4.down, NVFP4Tensor)
+
+
+def test_quantize_keeps_shards_and_splits_stacked_experts(ckpts, tmp_path):
+    """A sharded source with the experts stored stacked (module names, SPEC §11) quantizes to the same
+    NVFP4 data as the single-file on-disk source; shard names and the index are kept."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ckpts["plain"] / "config.json", src / "config.json")
+    tensors = load_numpy(ckpts["plain"] / "model.safetensors")
+    for i in (2, 3, 4):
+        m = f"model.language_model.layers.{i}.mlp.experts."
+        gu = [np.concatenate([tensors.pop(f"{m}{e}.gate_proj.weight"), tensors.pop(f"{m}{e}.up_proj.weight")])
+              for e in range(8)]
+        tensors[m + "gate_up_proj"] = np.stack(gu)
+        tensors[m + "down_proj"] = np.stack([tensors.pop(f"{m}{e}.down_proj.weight") for e in range(8)])
+    keys = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for name, ks in shards.items():
+        save_numpy({k: tensors[k] for k in ks}, str(src / name), metadata={"format": "pt"})
+    (src / ock.INDEX_FILE).write_text(json.dumps({"weight_map": {k: n for n, ks in shards.items() for k in ks}}))
+    d = ock.quantize_checkpoint(src, tmp_path / "q", CT)
+    assert sorted(p.name for p in d.glob("*.safetensors")) == sorted(shards)
+    a, b = ock.load(d), ock.load(ckpts[CT])
+    for la, lb in zip(_sparse(a), _sparse(b)):
+        assert np.array_equal(la.mlp.gate_up_proj, lb.mlp.gate_up_proj)
+        assert all(_same_bits(x, y) for x, y in zip(la.mlp.nvfp4.down[:3], lb.mlp.nvfp4.down[:3]))
