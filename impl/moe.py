@@ -17,7 +17,10 @@ I expert width, P = N·k (token, slot) pairs, BM pair-rows per block.
 Weights: bf16 / f16 / f32 (dots in x's dtype on a GPU; float32 operands under the interpreter, whose
 bf16 tl.dot is wrong, and "ieee" precision for float32 inputs), or NVFP4 W4A16 expert weights
 (impl/nvfp4.py NVFP4Experts: packed codes + LINEAR fp8 block scales + a per-expert decode scale read
-inside the kernel), dequantized in registers. float64 inputs run in float32 and return float64.
+inside the kernel), dequantized in registers; `w4a4=True` adds the W4A4 emulation (NVFP4.md A6): the
+A-tile of each GEMM (x, then h, kept in float32) is quantize-dequantized in the kernel's prologue with
+the expert's static input scale or the dynamic one, bit-identical to oracle.nvfp4.qdq_activation.
+float64 inputs run in float32 and return float64.
 Validation (shapes, id range, NVFP4 scales) syncs the host once per call, not per expert.
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ import triton.language as tl
 import impl
 from impl.baseline import moe as _base
 from impl.kernels.moe import moe_down_fwd_kernel, moe_gate_up_fwd_kernel, moe_router_fwd_kernel
-from impl.nvfp4 import NVFP4Experts, check_experts
+from impl.nvfp4 import NVFP4Experts, check_experts, dynamic_input_scale
 from oracle.types import DenseMLPWeights, MoEWeights, Routing
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -135,27 +138,40 @@ def align(ids, num_experts: int, block_m: int):
     return sorted_ids, block_expert
 
 
-def _tiles(D: int, I: int):
-    """(BM, BN, BK, num_warps): small tiles under the interpreter, H200 tiles on a GPU."""
+def _tiles(D: int, I: int, w4a4: bool = False):
+    """(BM, BN, BK, num_warps): small tiles under the interpreter, H200 tiles on a GPU (W4A4: 8 warps,
+    the prologue's extra tile spilled 112 B at 4 warps in the sm_90 compile check; 135 registers at 8)."""
     if impl.interpreted():
         return 16, 16, 32, 4
-    return 64, 64, 64, 4
+    return 64, 64, 64, 8 if w4a4 else 4
 
 
-def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0):
-    """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4."""
+def _input_scales(t, acts, E: int) -> torch.Tensor:
+    """[E] float32 ENCODE scales of one W4A4 GEMM input: the static input_global_scale, else one dynamic
+    value for all experts (impl.nvfp4.dynamic_input_scale, on the device: no host sync)."""
+    if t.input_global_scale is not None:
+        return t.input_global_scale.float().contiguous()
+    return dynamic_input_scale(acts).reshape(1).expand(E).contiguous()
+
+
+def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0,
+             w4a4: bool = False):
+    """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
+    (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue)."""
     N, D = x2.shape
     k = ids.shape[1]
     P = N * k
     work = _work_dtype(x2.dtype)
     xs = x2.to(work).contiguous()
-    BM, BN, BK, nw = _tiles(D, I)
+    BM, BN, BK, nw = _tiles(D, I, w4a4)
     sorted_ids, block_expert = align(ids, E, BM)
     NB = block_expert.shape[0]
-    h = torch.empty(P, I, device=x2.device, dtype=work)
+    # W4A4 keeps h in float32 so its quantization sees the accumulator, not a bf16 rounding of it
+    h = torch.empty(P, I, device=x2.device, dtype=torch.float32 if w4a4 else work)
     out = torch.empty(P, D, device=x2.device, dtype=torch.float32)
     precision = "ieee" if work == torch.float32 else "tf32"
-    common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, DOT=_DOT[work], PRECISION=precision, num_warps=nw)
+    common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, W4A4=w4a4, DOT=_DOT[work], PRECISION=precision,
+                  num_warps=nw)
     if nv is None:
         gu, dn = (a.to(work).contiguous() for a in dense)
         gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)
@@ -164,10 +180,12 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
                    nv.gate_up.global_decode.contiguous())
         dn_args = (None, nv.down.packed.contiguous(), nv.down.block_scale.contiguous(),
                    nv.down.global_decode.contiguous())
+    gin_x = _input_scales(nv.gate_up, xs, E) if w4a4 else None
     moe_gate_up_fwd_kernel[(NB, triton.cdiv(I, BN))](
-        xs, *gu_args, sorted_ids, block_expert, h, P, float(limit), D=D, I=I, TOP_K=k, **common)
+        xs, *gu_args, gin_x, sorted_ids, block_expert, h, P, float(limit), D=D, I=I, TOP_K=k, **common)
+    gin_h = _input_scales(nv.down, h, E) if w4a4 else None       # after gate_up: a dynamic scale needs all of h
     moe_down_fwd_kernel[(NB, triton.cdiv(D, BN))](
-        h, *dn_args, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I, **common)
+        h, *dn_args, gin_h, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I, **common)
     out = out.view(N, k, D)
     y = out[:, 0]
     for s in range(1, k):                                   # slot order: a fixed, deterministic sum
@@ -175,14 +193,18 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     return y
 
 
-def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None):
+def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False):
     """oracle.moe.experts: y [..., D] = Σ_{e∈sel} w_e · expert_e(x), in x's dtype.
 
     Args:
         x: [..., D];  routing: from `route` (or the oracle's, as tensors) on the same x
         nvfp4: NVFP4 W4A16 expert weights (impl/nvfp4.py); None runs w.gate_up_proj / w.down_proj,
             which may then be None
+        w4a4: W4A4 emulation: x and h quantize-dequantized to NVFP4 in the GEMM prologues with the
+            experts' input_global_scale (or the dynamic scale when None; see oracle.nvfp4)
     """
+    if w4a4 and nvfp4 is None:
+        raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
     if nvfp4 is None:
         w.validate()
         E, I = w.num_experts, w.expert_dim
@@ -204,7 +226,7 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
         return torch.zeros_like(x)
     ids = ids.to(device=x.device, dtype=torch.int64)
     y = _grouped(xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None,
-                 nvfp4, w.swiglu_limit)
+                 nvfp4, w.swiglu_limit, w4a4)
     return y.to(x.dtype).reshape(x.shape)
 
 
@@ -232,9 +254,9 @@ def shared_expert(w: MoEWeights, x):
     return dense_mlp(w.shared, x)
 
 
-def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None):
-    """oracle.moe.forward: routed mixture (bf16/f32 or NVFP4 experts) + shared expert (dense)."""
-    return experts(w, x, route(w, x), nvfp4) + shared_expert(w, x)
+def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False):
+    """oracle.moe.forward: routed mixture (bf16/f32, NVFP4 W4A16 or W4A4 experts) + shared expert (dense)."""
+    return experts(w, x, route(w, x), nvfp4, w4a4) + shared_expert(w, x)
 
 
 swiglu = _base.swiglu

@@ -404,6 +404,34 @@ MUTANTS.update((
 ))
 
 
+class Nvfp4W4A4NeighbourBlockScale(TorchNVFP4):
+    """W4A4 activation qdq scales each 16-block by its right neighbour's scale (the last block by the first's)."""
+
+    def qdq_activation(self, x, input_global_scale):
+        x32 = x.float()
+        G = torch.as_tensor(input_global_scale, dtype=torch.float32, device=x32.device).reshape(())
+        blocks = x32.reshape(*x32.shape[:-1], -1, 16)
+        amax = blocks.abs().amax(dim=-1).roll(-1, dims=-1)                      # the wrong block's amax
+        s = torch.clamp_max(G * (amax / 6.0), 448.0).to(torch.float8_e4m3fn).float()[..., None]
+        v = torch.where(s > 0, (blocks * G) / torch.where(s > 0, s, 1.0), 0.0).clamp(-6.0, 6.0)
+        return (self.dequantize_e2m1(self.quantize_e2m1(v)) * s / G).reshape(x32.shape)
+
+
+class Nvfp4W4A4InputScaleDecodeDirection(TorchNVFP4):
+    """W4A4 activation qdq takes the DECODE input scale (ModelOpt input_scale = 1/G) where the ENCODE G belongs."""
+
+    def qdq_activation(self, x, input_global_scale):
+        return super().qdq_activation(x, 1.0 / torch.as_tensor(input_global_scale, dtype=torch.float32))
+
+
+# caught only by the quantization gate's kernel comparison: no cheaper check runs the activation quantizer
+MUTANTS.update((
+    _dsa_mla_row(Nvfp4W4A4NeighbourBlockScale, "nvfp4_w4a4_neighbour_block_scale", "nvfp4.gate.kernel_w4a4"),
+    _dsa_mla_row(Nvfp4W4A4InputScaleDecodeDirection, "nvfp4_w4a4_input_scale_decode_direction",
+                 "nvfp4.gate.kernel_w4a4"),
+))
+
+
 # ---------------------------------------------------------------------------------------- serving
 # Engine subclasses (impl/serving.py), one hook overridden each; caught by tests/test_serving_state.py.
 # Kept in their own table: MUTANTS rows must name a check of invariants/matrix.py (registry.get

@@ -15,15 +15,19 @@ Expert layout (`NVFP4Experts`): per projection an NVFP4Tensor of stacked tensors
 (a loader that swizzled them for CUTLASS must hand the kernels the unswizzled copy), global_decode
 float32 [E] (DECODE direction, one per expert; the fused gate_up shares one value per expert, as
 SGLang/vLLM's w13 does). The kernels read global_decode[e] from device memory: no host sync per expert.
+W4A4 adds input_global_scale float32 [E] (ENCODE) per projection, or None for the dynamic scale of
+`dynamic_input_scale` (computed on the device at call time). `qdq_activation` runs the W4A4 GEMMs'
+activation prologue on its own (impl/kernels/moe.py nvfp4_qdq_fwd_kernel).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
+import triton
 
 from impl.baseline import nvfp4 as _base
 from impl.baseline.nvfp4 import BLOCK, FP8
+from impl.kernels.moe import nvfp4_qdq_fwd_kernel
+from oracle import nvfp4 as _onv
 from oracle.types import NVFP4Tensor
 
 quantize_e2m1 = _base.quantize_e2m1
@@ -35,21 +39,66 @@ global_scale_decode = _base.global_scale_decode
 flip_global_scale = _base.flip_global_scale
 quantize = _base.quantize
 dequantize = _base.dequantize
-qdq_activation = _base.qdq_activation
 check_tensor = _base.check_tensor
 swizzle_scales = _base.swizzle_scales
 unswizzle_scales = _base.unswizzle_scales
 dequantize_swizzled = _base.dequantize_swizzled
 
 
-class NVFP4Experts(NamedTuple):
-    """NVFP4 routed-expert weights: gate_up [E, 2I, D] (rows 0..I-1 gate) and down [E, D, I], stacked."""
+# NVFP4 routed-expert weights: gate_up [E, 2I, D] (rows 0..I-1 gate) and down [E, D, I], stacked; the
+# oracle's container (one class on both sides), here with torch fields
+NVFP4Experts = _onv.NVFP4Experts
+fused_experts = _onv.fused_experts
 
-    gate_up: NVFP4Tensor
-    down: NVFP4Tensor
 
-    def map(self, fn) -> "NVFP4Experts":
-        return NVFP4Experts(self.gate_up.map(fn), self.down.map(fn))
+def tensor(a, device=None) -> torch.Tensor:
+    """A NumPy field of an NVFP4 container (uint8, float8_e4m3fn, float32) -> torch, bits unchanged."""
+    if isinstance(a, torch.Tensor):
+        return a if device is None else a.to(device)
+    import numpy as np
+    a = np.asarray(a)
+    if a.dtype.name == "float8_e4m3fn":
+        return torch.from_numpy(a.view(np.uint8).copy()).view(FP8).to(device)
+    return torch.from_numpy(a.copy()).to(device)
+
+
+def experts_to(nv, device=None) -> NVFP4Experts:
+    """oracle NVFP4Experts (or a checkpoint's NVFP4ExpertWeights) with NumPy fields -> torch fields on `device`."""
+    return fused_experts(nv).map(lambda a: tensor(a, device))
+
+
+def with_input_scales(nv: NVFP4Experts, gate_up_input, down_input) -> NVFP4Experts:
+    """oracle.nvfp4.with_input_scales: static W4A4 input scales (ENCODE, float32 [E]; None = dynamic)."""
+    def f(a, like):
+        return None if a is None else torch.as_tensor(a, dtype=torch.float32, device=like.device).reshape(-1)
+    return NVFP4Experts(nv.gate_up._replace(input_global_scale=f(gate_up_input, nv.gate_up.packed)),
+                        nv.down._replace(input_global_scale=f(down_input, nv.down.packed)))
+
+
+def dynamic_input_scale(a) -> torch.Tensor:
+    """oracle.nvfp4.dynamic_input_scale on the device (no host sync): float32 0-dim 2688 / amax(a), 1 if a == 0."""
+    amax = a.detach().abs().amax().float() if a.numel() else torch.zeros((), device=a.device)
+    return torch.where(amax > 0, torch.full_like(amax, _base.GLOBAL_NUMERATOR) / amax, torch.ones_like(amax))
+
+
+def qdq_activation(x, input_global_scale):
+    """oracle.nvfp4.qdq_activation through the W4A4 GEMM prologue (nvfp4_qdq_fwd_kernel): float32 (float64
+    for float64 x) [..., K]; bit-exact against the oracle's result cast to that dtype."""
+    x32 = _base._f32(x)
+    _base._check_k(x32.shape[-1] if x32.ndim else 1, "x")
+    if not torch.isfinite(x32).all():
+        raise ValueError("x: contains NaN or inf (in float32), expected finite activations")
+    G = _base._positive_finite("input_global_scale", input_global_scale).reshape(())
+    K = x32.shape[-1]
+    rows = x32.reshape(-1, K).contiguous()
+    qs = torch.empty_like(rows)
+    if rows.numel():
+        BM, BK = 16, 64
+        nvfp4_qdq_fwd_kernel[(triton.cdiv(rows.shape[0], BM), triton.cdiv(K, BK))](
+            rows, qs, rows.shape[0], float(G), K=K, BM=BM, BK=BK)
+    acc = torch.float64 if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else torch.float32
+    # q · s is exact; one correctly rounded division by G (float32 '/' in torch is IEEE)
+    return (qs.to(acc) / G.to(device=qs.device, dtype=acc)).reshape(x32.shape)
 
 
 def stack(tensors) -> NVFP4Tensor:
@@ -108,6 +157,13 @@ def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None
         if not torch.isfinite(g).all() or (g <= 0).any():
             raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
                              f"1/0 = inf and inf · 0 = NaN: a BF16 module in an NVFP4 slot, NVFP4.md A5)")
+        gi = t.input_global_scale
+        if gi is not None and (not isinstance(gi, torch.Tensor) or gi.dtype != torch.float32
+                               or tuple(gi.shape) != (E,)):
+            raise ValueError(f"{name}.input_global_scale: expected None or a float32 tensor [E] = [{E}] "
+                             f"(ENCODE), got {getattr(gi, 'dtype', type(gi))} {tuple(getattr(gi, 'shape', ()))}")
+        if gi is not None and (not torch.isfinite(gi).all() or (gi <= 0).any()):
+            raise ValueError(f"{name}.input_global_scale: {gi.tolist()}, expected finite values > 0")
         if device is not None:
             for part, a in (("packed", p), ("block_scale", s), ("global_decode", g)):
                 if a.device != device:

@@ -14,7 +14,10 @@ import tomllib
 from invariants.compare import Metrics, bitwise_equal, metrics
 
 CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
-KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "reference")
+KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "reference",
+         "quantization_gate")
+# a quantization_gate bounds four numbers per dtype (invariants/quant_gate.py): KLs from above, top-1 from below
+GATE_FIELDS = ("mean_kl", "p99_kl", "max_kl", "top1")
 
 
 class UndeclaredContract(LookupError):
@@ -31,6 +34,15 @@ class Contract(NamedTuple):
     floor: dict
     bound: dict
     reason: str
+    gate: dict = {}           # quantization_gate: {field: {dtype: bound}} for GATE_FIELDS, and "tie_eps"
+
+    def gate_bounds(self, dtype: str) -> dict:
+        """{mean_kl, p99_kl, max_kl, top1} for this dtype (quantization_gate only)."""
+        missing = [f for f in GATE_FIELDS if dtype not in self.gate.get(f, {})]
+        if missing:
+            raise UndeclaredContract(f"contract {self.key}: no {missing} declared for dtype {dtype!r} "
+                                     f"in {CONTRACTS_FILE.name}")
+        return {f: float(self.gate[f][dtype]) for f in GATE_FIELDS}
 
     def limit(self, dtype: str, baseline_err: Optional[float] = None) -> float:
         """The bound for this dtype (kernel_replacement: k · baseline error + floor)."""
@@ -74,6 +86,8 @@ def load(path: Optional[str] = None) -> dict:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
         if e["kind"] == "selection" and "eps" not in e:
             raise ValueError(f"{file.name}: contract #{i}: selection needs eps (the score tie tolerance)")
+        if e["kind"] == "quantization_gate":
+            _check_gate(file.name, i, e)
         for p in _as_list(e["path"]):
             for q in _as_list(e["quantity"]):
                 key = (e["mechanism"], p, q, e["kind"])
@@ -81,8 +95,33 @@ def load(path: Optional[str] = None) -> dict:
                     raise ValueError(f"{file.name}: contract {key} declared twice")
                 table[key] = Contract(e["mechanism"], p, q, e["kind"], e.get("metric", default_metric),
                                       float(e.get("k", 0.0)), dict(e.get("floor", {})),
-                                      dict(e.get("bound", e.get("eps", {}))), e["reason"])
+                                      dict(e.get("bound", e.get("eps", {}))), e["reason"],
+                                      {f: (dict(e[f]) if isinstance(e[f], dict) else float(e[f]))
+                                       for f in (*GATE_FIELDS, "tie_eps") if f in e})
     return table
+
+
+def _check_gate(name: str, i: int, e: dict) -> None:
+    """A quantization_gate needs the four GATE_FIELDS as {dtype: value} tables over the same dtypes,
+    KL bounds >= 0 and top-1 in [0, 1]; tie_eps (logit units, default 0) is optional."""
+    missing = [f for f in GATE_FIELDS if f not in e]
+    if missing:
+        raise ValueError(f"{name}: contract #{i}: quantization_gate needs {list(GATE_FIELDS)}, missing {missing}")
+    dtypes = None
+    for f in GATE_FIELDS:
+        t = e[f]
+        if not isinstance(t, dict) or not t:
+            raise ValueError(f"{name}: contract #{i}: {f} must be a table {{dtype = bound}}, got {t!r}")
+        if dtypes is not None and set(t) != dtypes:
+            raise ValueError(f"{name}: contract #{i}: {f} declares dtypes {sorted(t)}, expected {sorted(dtypes)}")
+        dtypes = set(t)
+        for d, v in t.items():
+            ok = 0.0 <= v <= 1.0 if f == "top1" else v >= 0.0
+            if not isinstance(v, (int, float)) or not ok:
+                raise ValueError(f"{name}: contract #{i}: {f}[{d}] = {v!r} out of range "
+                                 f"({'[0, 1]' if f == 'top1' else '>= 0'})")
+    if float(e.get("tie_eps", 0.0)) < 0:
+        raise ValueError(f"{name}: contract #{i}: tie_eps must be >= 0")
 
 
 def lookup(mechanism: str, path: str, quantity: str, kind: str = "kernel_replacement") -> Contract:
@@ -127,6 +166,8 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
         return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None)
+    if contract.kind == "quantization_gate":
+        return judge_gate(contract, dtype, candidate, reference)
     cs, rs = tuple(getattr(candidate, "shape", ())), tuple(getattr(reference, "shape", ()))
     if cs != rs:
         # a different shape (e.g. another number of kept pools) is a broken contract, not a crash
@@ -142,6 +183,26 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -
             raise ValueError(f"{contract.key}: the baseline itself has a non-finite mismatch "
                              f"at {bm.worst_index}: the baseline is broken, not the candidate")
     return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base)
+
+
+def judge_gate(contract: Contract, dtype: str, candidate, reference) -> Verdict:
+    """Logits under a `quantization_gate`: value = the worst of mean/p99/max KL over their bounds and
+    (1 - top1) over (1 - its bound); limit 1 (so `ratio` is that worst fraction of the budget)."""
+    from invariants.labels import label
+    from invariants.quant_gate import gate_metrics
+
+    b = contract.gate_bounds(dtype)
+    m = gate_metrics(reference, candidate, float(contract.gate.get("tie_eps", 0.0)))
+    if m.ties:
+        label("top-1 near-tie in the reference logits")
+
+    def frac(v, bound):
+        return v / bound if bound > 0 else (0.0 if v <= 0 else float("inf"))
+    value = max(frac(m.mean_kl, b["mean_kl"]), frac(m.p99_kl, b["p99_kl"]), frac(m.max_kl, b["max_kl"]),
+                frac(1.0 - m.top1, 1.0 - b["top1"]))
+    detail = (f"{m.line()} (bounds: mean {b['mean_kl']:g}, p99 {b['p99_kl']:g}, max {b['max_kl']:g}, "
+              f"top-1 >= {100 * b['top1']:g}%); worst fraction of the budget {value:.3g}")
+    return Verdict(contract, dtype, value, 1.0, None, None, detail)
 
 
 def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Verdict:

@@ -58,6 +58,8 @@ CHECKS = (
           "codes, block scales and global scale bit-exact (ties to even, zero blocks, fp8 subnormals)"),
     Check("nvfp4.dequantize", "nvfp4", sc.nvfp4_cases, mc.run_dequantize,
           "dequantization bit-exact, from linear and from 128x4-swizzled scales"),
+    Check("nvfp4.gate", "nvfp4", sc.quant_gate_cases, mc.run_gate,
+          "MoE layer + fixed vocab projection, W4A16 and W4A4: KL / top-1 vs oracle NVFP4 and vs unquantized"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}

@@ -173,3 +173,117 @@ def run_dequantize(case: sc.NVFP4Case, cand: Target, base: Target):
         got_sw = cand.impl.nvfp4.dequantize_swizzled(qt.packed, sw_t, qt.global_decode)
     return [Comparison("dequantize", "weights", got.float(), torch.as_tensor(want), kind="exact"),
             Comparison("dequantize", "weights_from_swizzled", got_sw.float(), torch.as_tensor(want), kind="exact")]
+
+
+# ----------------------------------------------------------------------------- the quantization gate
+
+
+def _calibrated_scales(w, nv, x_cal):
+    """Static W4A4 input scales per expert (ENCODE, [E] each) from a calibration batch, as a static
+    min-max observer would: x's amax over the tokens routed to e, h's over e's W4A16 hidden rows;
+    an expert no calibration token reaches gets the whole batch's amax."""
+    r = omoe.route(w, x_cal)
+    gu, _ = onv.dequantize_experts(nv)
+    I = gu.shape[1] // 2
+    ax, ah = [], []
+    for e in range(w.num_experts):
+        n = np.nonzero((r.expert_ids == e).any(axis=1))[0]
+        xe = x_cal[n] if len(n) else x_cal
+        g = xe @ gu[e].T
+        ax.append(np.abs(xe.astype(np.float32)).max())
+        ah.append(np.abs(omoe.swiglu(g[:, :I], g[:, I:], w.swiglu_limit).astype(np.float32)).max())
+    return onv.global_scale_encode(np.array(ax)), onv.global_scale_encode(np.array(ah))
+
+
+def gate_inputs(case: sc.QuantGateCase):
+    """(MoE weights float64, x [N, D], oracle NVFP4Experts with or without static input scales)."""
+    w, x = moe_inputs(case.moe_case())
+    rng = np.random.default_rng([case.seed, 1])
+    nv = onv.quantize_experts(w.gate_up_proj, w.down_proj)
+    if case.input_scales == "static":
+        nv = onv.with_input_scales(nv, *_calibrated_scales(w, nv, rng.standard_normal((64, case.hidden))))
+        label("static W4A4 input scales")
+    if case.family == "outliers":
+        x[::3] *= 8.0                         # past the calibration: the 448 clamp and ±6 saturation fire
+        label("activation outliers")
+    return w, x, nv
+
+
+def composed_experts(nv_ns, w, x, routing, nv, w4a4: bool):
+    """The NVFP4 routed mixture in plain torch from an nvfp4 namespace's primitives (dequantize,
+    qdq_activation, global_scale_encode): the baseline when the moe namespace has no fused NVFP4 path.
+    Same math and scale conventions as oracle.moe.experts(nvfp4=..., w4a4=...), in float32."""
+    D = x.shape[-1]
+    xs = x.reshape(-1, D).float()
+    gu, dn = nv_ns.dequantize(nv.gate_up), nv_ns.dequantize(nv.down)               # [E, 2I, D], [E, D, I]
+    I, E = gu.shape[1] // 2, gu.shape[0]
+
+    def scales(t, acts):
+        if t.input_global_scale is not None:
+            return t.input_global_scale.float()
+        amax = acts.abs().amax() if acts.numel() else acts.new_zeros(())
+        return (nv_ns.global_scale_encode(amax) if amax > 0 else torch.ones((), device=acts.device)).expand(E)
+
+    ids, wts = routing.expert_ids, routing.weights.float()
+    gx = scales(nv.gate_up, xs) if w4a4 else None
+    rows = {}
+    for e in torch.unique(ids).tolist():
+        n, slot = torch.nonzero(ids == e, as_tuple=True)
+        a = nv_ns.qdq_activation(xs[n], gx[e]).float() if w4a4 else xs[n]
+        g = a @ gu[e].T
+        h = torch.nn.functional.silu(g[:, :I].clamp(max=w.swiglu_limit)) * g[:, I:].clamp(-w.swiglu_limit,
+                                                                                          w.swiglu_limit)
+        rows[e] = (n, slot, h)
+    gh = scales(nv.down, torch.cat([h for _, _, h in rows.values()])) if w4a4 and rows else None
+    y = torch.zeros_like(xs)
+    for e, (n, slot, h) in rows.items():
+        hq = nv_ns.qdq_activation(h, gh[e]).float() if w4a4 else h
+        y.index_add_(0, n, wts[n, slot, None] * (hq @ dn[e].T))
+    return y.to(x.dtype).reshape(x.shape)
+
+
+def _candidate_experts(t: Target, w, x, routing, nv, w4a4: bool):
+    """The candidate's fused NVFP4 path (moe.experts(..., nvfp4=, w4a4=)) if it has one, else composed."""
+    import inspect
+
+    from impl.nvfp4 import experts_to
+    nvt = experts_to(nv, t.device)
+    if "w4a4" in inspect.signature(t.impl.moe.experts).parameters:
+        return t.impl.moe.experts(w, x, routing, nvfp4=nvt, w4a4=w4a4)
+    return composed_experts(t.impl.nvfp4, w, x, routing, nvt, w4a4)
+
+
+EVAL_TOKENS = 256
+
+
+def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
+    """The NVFP4 MoE layer through a fixed vocabulary projection (invariants/quant_gate.py), W4A16 and W4A4.
+
+    kernel_*: the candidate vs the oracle's NVFP4 math on the case's tokens (routing = the oracle's, so
+    the gate sees the experts only). quantization_*: the oracle's NVFP4 math vs the oracle unquantized
+    on EVAL_TOKENS fresh N(0, 1) tokens (oracle only, cheap; enough tokens for p99 and top-1 to mean
+    something; no outliers: a static scale's saturation is unbounded by construction).
+    """
+    from invariants import quant_gate as qg
+    from oracle.types import Routing
+
+    if case.family == "clamps":
+        label("SwiGLU clamps firing")
+    w, x, nv = gate_inputs(case)
+    P = qg.projection(case.hidden, case.vocab, case.seed)
+    r = omoe.route(w, x)
+    shared = omoe.shared_expert(w, x)
+    wt, xt = _moe_target(cand, w), cand.tensor(x)
+    rt = Routing(torch.as_tensor(r.expert_ids, device=cand.device),
+                 torch.as_tensor(r.weights, dtype=torch.float32, device=cand.device), None, None, None)
+    x_eval = np.random.default_rng([case.seed, 2]).standard_normal((EVAL_TOKENS, case.hidden))
+    exact = qg.layer_logits(omoe.forward(w, x_eval), P)
+    out = []
+    for w4a4, tag in ((False, "w4a16"), (True, "w4a4")):
+        ref = qg.layer_logits(omoe.experts(w, x, r, nvfp4=nv, w4a4=w4a4) + shared, P)
+        with poisoned_memory():
+            y = _candidate_experts(cand, wt, xt, rt, nv, w4a4) + cand.impl.moe.shared_expert(wt, xt)
+        out.append(Comparison("gate", f"kernel_{tag}", qg.layer_logits(y, P), ref, kind="quantization_gate"))
+        quant = qg.layer_logits(omoe.forward(w, x_eval, nvfp4=nv, w4a4=w4a4), P)
+        out.append(Comparison("gate", f"quantization_{tag}", quant, exact, kind="quantization_gate"))
+    return out

@@ -21,9 +21,12 @@ when a kept expert's biased score is negative.)
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import scipy.special
 
+from oracle import nvfp4 as onv
 from oracle.types import DenseMLPWeights, MoEWeights, Routing
 
 NORM_EPS = 1e-20
@@ -146,11 +149,15 @@ def expert(w: MoEWeights, e: int, x):
     return swiglu(gu[:, :I], gu[:, I:], w.swiglu_limit) @ _f64(w.down_proj[e]).T
 
 
-def experts(w: MoEWeights, x, routing: Routing):
+def experts(w: MoEWeights, x, routing: Routing, nvfp4=None, w4a4: bool = False):
     """The routed mixture y = Σ_{e∈sel} w_e · expert_e(x) (SPEC §9.3), each expert run on its tokens.
 
     Args:
         x: [..., D];  routing: from `route` on the same x (N = the product of x's leading axes)
+        nvfp4: None (w.gate_up_proj / w.down_proj as they are), or NVFP4 routed experts
+            (oracle.nvfp4.NVFP4Experts or a checkpoint's NVFP4ExpertWeights): the weights are then
+            their exact float64 dequantization (W4A16)
+        w4a4: also quantize-dequantize each GEMM input to NVFP4 (`nvfp4` required): see `_w4a4_experts`
     Returns:
         y: [..., D]
     """
@@ -164,6 +171,12 @@ def experts(w: MoEWeights, x, routing: Routing):
     if ids.size and (ids.min() < 0 or ids.max() >= w.num_experts):
         raise ValueError(f"routing.expert_ids: expected ids in [0, E={w.num_experts}), "
                          f"found [{ids.min()}, {ids.max()}]")
+    if w4a4 and nvfp4 is None:
+        raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
+    if nvfp4 is not None:
+        w = _dequantized(w, nvfp4)
+    if w4a4:
+        return _w4a4_experts(w, xs, ids, wts, onv.fused_experts(nvfp4)).reshape(np.shape(x))
     y = np.zeros_like(xs)                                                        # [N, D]
     for e in np.unique(ids):
         n, slot = np.nonzero(ids == e)
@@ -172,12 +185,49 @@ def experts(w: MoEWeights, x, routing: Routing):
     return y.reshape(np.shape(x))
 
 
-def forward(w: MoEWeights, x):
-    """The MoE layer: routed mixture + shared expert (SPEC §9.3).
+def _dequantized(w: MoEWeights, nvfp4) -> MoEWeights:
+    """w with gate_up_proj / down_proj replaced by the exact float64 dequantization of `nvfp4`."""
+    gu, dn = onv.dequantize_experts(nvfp4)
+    E, D = w.num_experts, int(w.router.shape[-1])
+    if gu.shape[0] != E or gu.shape[2] != D or dn.shape != (E, D, gu.shape[1] // 2):
+        raise ValueError(f"nvfp4: gate_up {gu.shape} / down {dn.shape} do not fit E={E}, D={D}")
+    return dataclasses.replace(w, gate_up_proj=gu, down_proj=dn)
+
+
+def _input_scales(t, acts) -> np.ndarray:
+    """[E] ENCODE scales of one GEMM's input: the static input_global_scale, else one dynamic value."""
+    if t.input_global_scale is not None:
+        return np.asarray(t.input_global_scale, dtype=np.float32).reshape(-1)
+    return np.full(np.asarray(t.global_decode).shape[0], onv.dynamic_input_scale(acts), dtype=np.float32)
+
+
+def _w4a4_experts(w: MoEWeights, xs, ids, wts, nv):
+    """W4A4 emulation (NVFP4.md A6): y = Σ w_e · qdq(h_e, G_h[e]) down_e^T with
+    h_e = act(qdq(x, G_x[e]) gate_up_e^T), qdq per token row and 16-element block along K, weights
+    the exact dequantization. G from the checkpoint's input_global_scale or `dynamic_input_scale`
+    (x: all N tokens; h: every routed row of every expert, so all h first, then one amax)."""
+    I = w.expert_dim
+    gx = _input_scales(nv.gate_up, xs)
+    rows = {}
+    for e in np.unique(ids):
+        n, slot = np.nonzero(ids == e)
+        gu = onv.qdq_activation(xs[n], gx[e]) @ _f64(w.gate_up_proj[e]).T          # [n, 2I]
+        rows[int(e)] = (n, slot, swiglu(gu[:, :I], gu[:, I:], w.swiglu_limit))    # h [n, I]
+    hs = np.concatenate([h for _, _, h in rows.values()]) if rows else np.zeros((0, I))
+    gh = _input_scales(nv.down, hs)
+    y = np.zeros_like(xs)
+    for e, (n, slot, h) in rows.items():
+        y[n] += wts[n, slot, None] * (onv.qdq_activation(h, gh[e]) @ _f64(w.down_proj[e]).T)
+    return y
+
+
+def forward(w: MoEWeights, x, nvfp4=None, w4a4: bool = False):
+    """The MoE layer: routed mixture + shared expert (SPEC §9.3); `nvfp4` / `w4a4` quantize the routed
+    experts only (the shared expert stays unquantized, as in GLM-5.3-Flash-NVFP4: NVFP4.md A5).
 
     Args:
         x: [..., D]
     Returns:
         y: [..., D]
     """
-    return experts(w, x, route(w, x)) + shared_expert(w, x)
+    return experts(w, x, route(w, x), nvfp4, w4a4) + shared_expert(w, x)

@@ -25,7 +25,7 @@ Every zero is encoded as code 0 (+0), never code 8 (-0): compare zeros by value,
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 import ml_dtypes
 import numpy as np
@@ -390,3 +390,78 @@ def _optional_global(tensors, name: str) -> Optional[np.float32]:
         return None
     _check_global(name, tensors[name])
     return np.float32(np.asarray(tensors[name]).reshape(()))
+
+
+# ----------------------------------------------------------------------------- MoE experts (A5, A6)
+
+
+class NVFP4Experts(NamedTuple):
+    """Stacked NVFP4 routed experts as fused-w13 kernels take them (NVFP4.md A5, A7).
+
+    gate_up: NVFP4Tensor of [E, 2I, D] (rows 0..I-1 gate): packed [E, 2I, D/2], block_scale [E, 2I, D/16]
+             LINEAR, global_decode float32 [E] (DECODE, one per expert for both halves),
+             input_global_scale float32 [E] (ENCODE, W4A4's static scale of x) or None
+    down:    the same for down_proj [E, D, I]; input_global_scale is the static scale of h
+    NumPy fields on the oracle side, torch on the impl side (impl.nvfp4 re-exports this class).
+    """
+
+    gate_up: NVFP4Tensor
+    down: NVFP4Tensor
+
+    def map(self, fn) -> "NVFP4Experts":
+        return NVFP4Experts(self.gate_up.map(fn), self.down.map(fn))
+
+
+def fused_experts(nv) -> NVFP4Experts:
+    """NVFP4Experts as is, or a checkpoint's NVFP4ExpertWeights (gate, up, down) with gate and up fused."""
+    if isinstance(nv, NVFP4Experts):
+        return nv
+    if callable(getattr(nv, "gate_up", None)):
+        return NVFP4Experts(nv.gate_up(), nv.down)
+    raise ValueError(f"nvfp4: expected NVFP4Experts or NVFP4ExpertWeights, got {type(nv).__name__}")
+
+
+def expert_tensor(t: NVFP4Tensor, e: int) -> NVFP4Tensor:
+    """Expert e of a stacked NVFP4Tensor, as the 2-D tensor `dequantize` takes."""
+    g_in = None if t.input_global_scale is None else np.float32(np.asarray(t.input_global_scale)[e])
+    return NVFP4Tensor(np.asarray(t.packed)[e], np.asarray(t.block_scale)[e],
+                       np.float32(np.asarray(t.global_decode, np.float32)[e]), g_in)
+
+
+def dequantize_experts(nv) -> tuple[np.ndarray, np.ndarray]:
+    """(gate_up [E, 2I, D], down [E, D, I]) float64: the exact dequantization of every expert."""
+    nv = fused_experts(nv)
+    E = int(np.asarray(nv.gate_up.packed).shape[0])
+    return (np.stack([dequantize(expert_tensor(nv.gate_up, e)) for e in range(E)]),
+            np.stack([dequantize(expert_tensor(nv.down, e)) for e in range(E)]))
+
+
+def quantize_experts(gate_up, down) -> NVFP4Experts:
+    """Quantize gate_up [E, 2I, D] and down [E, D, I] with one global scale per expert and projection
+    (the fused gate_up's covers both halves); no input scales (set them with `with_input_scales`)."""
+    def stacked(ws):
+        qs = [quantize(w) for w in ws]
+        return NVFP4Tensor(np.stack([q.packed for q in qs]), np.stack([q.block_scale for q in qs]),
+                           np.array([q.global_decode for q in qs], dtype=np.float32))
+    return NVFP4Experts(stacked(np.asarray(gate_up)), stacked(np.asarray(down)))
+
+
+def with_input_scales(nv: NVFP4Experts, gate_up_input, down_input) -> NVFP4Experts:
+    """Static W4A4 input scales, ENCODE direction, one per expert ([E] each; None = dynamic, see
+    `dynamic_input_scale`): gate_up_input quantizes x, down_input quantizes h (NVFP4.md A5, A6)."""
+    def f(a):
+        return None if a is None else _positive_finite("input_global_scale", np.atleast_1d(a)).astype(np.float32)
+    return NVFP4Experts(nv.gate_up._replace(input_global_scale=f(gate_up_input)),
+                        nv.down._replace(input_global_scale=f(down_input)))
+
+
+def dynamic_input_scale(a) -> np.float32:
+    """The ENCODE scale of an activation tensor taken at call time: 2688 / amax over ALL of `a` in float32.
+
+    This is our convention when a checkpoint gives no input_global_scale: one value per GEMM input
+    tensor (every token of x for gate_up; every routed (token, expert) row of h for down, shared by
+    all experts), so a token's output depends on the batch it rides in (like any per-tensor dynamic
+    scale). An all-zero tensor gets 1.0 (any value quantizes zeros to zeros).
+    """
+    amax = np.float32(np.abs(np.asarray(a, dtype=np.float32)).max(initial=0.0))
+    return np.float32(global_scale_encode(amax)) if amax > 0 else np.float32(1.0)

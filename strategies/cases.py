@@ -223,8 +223,40 @@ def nvfp4_cases(draw, base) -> NVFP4Case:
                      draw(st.sampled_from(("normal", "zero_blocks", "subnormal_scales", "ties"))), draw(SEEDS))
 
 
+class QuantGateCase(NamedTuple):
+    """One NVFP4 MoE layer read through a fixed vocabulary projection (invariants/quant_gate.py).
+
+    The MoE fields are MoECase's (`moe_case` gives it back); input_scales "static" calibrates one W4A4
+    input scale per expert on another batch, "dynamic" takes them from the activations at call time;
+    family "outliers" scales some tokens x8 past the static calibration (448 clamp, ±6 saturation).
+    """
+
+    hidden: int
+    experts: int
+    top_k: int
+    groups: int
+    topk_group: int
+    inter: int
+    tokens: int
+    family: str
+    input_scales: str
+    vocab: int
+    seed: int
+
+    def moe_case(self) -> MoECase:
+        return MoECase(*self[:7], self.family if self.family in ("normal", "clamps") else "normal", self.seed)
+
+
+@st.composite
+def quant_gate_cases(draw, base) -> QuantGateCase:
+    m = draw(moe_cases(base))
+    return QuantGateCase(*m[:7], draw(st.sampled_from(("normal", "clamps", "outliers"))),
+                         draw(st.sampled_from(("dynamic", "static"))),
+                         draw(st.sampled_from(sorted({base.vocab_size, 256}))), m.seed)
+
+
 CASE_TYPES = {c.__name__: c for c in (CoreCase, SublayerCase, PackedCase, DecodeCase, IndexCase, MLACase,
-                                      MHCCase, MoECase, NVFP4Case)}
+                                      MHCCase, MoECase, NVFP4Case, QuantGateCase)}
 
 
 def case_to_json(case) -> dict:

@@ -17,6 +17,12 @@ NVFP4 (W4A16): packed uint8 [E, Nw, Kw/2] (element 2j in the low nibble), fp8-e4
 expert loaded from a device tensor. The tile is dequantized in registers: E2M1 by arithmetic
 (2^(e-1)·(1 + m/2), 0.5·m for e = 0), times the fp8 scale (exact in float32 and in bf16), cast to the
 dot dtype; the per-expert global decode multiplies the float32 accumulator in the epilogue.
+
+NVFP4 W4A4 emulation (W4A4 constexpr, NVFP4.md A6): the A-tile (x for gate_up, h for down) is
+quantize-dequantized in the prologue, per row and 16-element block along K, with the expert's ENCODE
+input scale G_a (`gin` [E], loaded from device memory): the dot takes q · s_a (exact in bf16) and the
+epilogue multiplies by g_w / G_a, the FP4 GEMM's alpha. q and s_a are bit-identical to
+oracle.nvfp4.qdq_activation (nvfp4_qdq_fwd_kernel runs the same prologue alone, for the tests).
 """
 import triton
 import triton.language as tl
@@ -123,12 +129,62 @@ def _nvfp4_tile(packed, scale, row0, o_n, mask_n, o_k, mask_k, KW: tl.constexpr,
 
 
 @triton.jit
+def _fp8_e4m3_rne(b_v):
+    """float32 0 <= v <= 448 -> the nearest float8_e4m3fn value (ties to even), as float32.
+
+    By bit arithmetic, not .to(tl.float8e4nv): the interpreter's cast misrounds a carry into the next
+    binade (31.5 -> 16). Normal (v >= 2^-6): keep 3 of 23 mantissa bits, rounding half to even.
+    Subnormal: multiples of 2^-9, rounded by adding 2^23 (float32 addition rounds to nearest even).
+    """
+    b_bits = b_v.to(tl.int32, bitcast=True)
+    b_bits = (b_bits + 0x7FFFF + ((b_bits >> 20) & 1)) & -1048576                 # -1048576 = ~0xFFFFF
+    b_norm = b_bits.to(tl.float32, bitcast=True)
+    b_sub = ((b_v * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000).to(tl.float32) * (1.0 / 512.0)
+    return tl.where(b_v < 0.015625, b_sub, b_norm)
+
+
+@triton.jit
+def _nvfp4_qdq_tile(b_x, G, BM: tl.constexpr, BK: tl.constexpr):
+    """W4A4 activation quant-dequant of a float32 [BM, BK] tile, BK % 16 == 0 (NVFP4.md A6, oracle qdq_activation).
+
+    s = fp8(min(G · (amax_b / 6), 448)), v = (x · G) / s, q = rne_e2m1(clip(v, ±6)); returns q · s
+    (exact in float32 and in bf16: 2 + 4 significant bits); the 1/G factor is left to the caller's
+    epilogue. Divisions are div_rn (a plain '/' compiles to an approximate division on the GPU),
+    so q and s are bit-identical to the oracle's. Zero blocks (s = 0) give zeros; zeros are +0.
+    """
+    b_x3 = tl.reshape(b_x, (BM, BK // 16, 16))
+    b_amax = tl.max(tl.abs(b_x3), axis=2)                                        # [BM, BK/16]
+    b_s = _fp8_e4m3_rne(tl.minimum(G * tl.math.div_rn(b_amax, 6.0), 448.0))
+    b_s3 = tl.broadcast_to(b_s[:, :, None], (BM, BK // 16, 16))
+    b_v = tl.math.div_rn(b_x3 * G, tl.where(b_s3 > 0, b_s3, 1.0))
+    b_v = tl.where(b_s3 > 0, tl.minimum(tl.maximum(b_v, -6.0), 6.0), 0.)
+    b_m = tl.abs(b_v)
+    # the A3 threshold table, ties to the even code: 0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4
+    b_q = (0.5 * (b_m > 0.25).to(tl.float32) + 0.5 * (b_m >= 0.75).to(tl.float32)
+           + 0.5 * (b_m > 1.25).to(tl.float32) + 0.5 * (b_m >= 1.75).to(tl.float32)
+           + (b_m > 2.5).to(tl.float32) + (b_m >= 3.5).to(tl.float32) + 2.0 * (b_m > 5.0).to(tl.float32))
+    b_q = tl.where((b_v < 0) & (b_q > 0), -b_q, b_q)
+    return tl.reshape(b_q * b_s3, (BM, BK))
+
+
+@triton.jit
+def nvfp4_qdq_fwd_kernel(x, out, M, G, K: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+    """out[m, k] = q · s of the activation rows (1/G applied by the host): the W4A4 prologue alone."""
+    i_m, i_k = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_m = i_m * BM + tl.arange(0, BM)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m = (o_m < M)[:, None] & (o_k < K)[None, :]
+    b_x = tl.load(x + o_m[:, None] * K + o_k[None, :], mask=m, other=0.).to(tl.float32)
+    tl.store(out + o_m[:, None] * K + o_k[None, :], _nvfp4_qdq_tile(b_x, G, BM, BK), mask=m)
+
+
+@triton.jit
 def moe_gate_up_fwd_kernel(
-    x, w, packed, scale, gscale, sorted_ids, block_expert, h,
+    x, w, packed, scale, gscale, gin, sorted_ids, block_expert, h,
     P, limit,
     D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -142,11 +198,16 @@ def moe_gate_up_fwd_kernel(
         mask_n = o_n < I
         b_g = tl.zeros([BM, BN], dtype=tl.float32)
         b_u = tl.zeros([BM, BN], dtype=tl.float32)
+        if W4A4:
+            b_gin = tl.load(gin + i_e).to(tl.float32)                        # ENCODE scale of x for expert e
         for i_k in range(tl.cdiv(D, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             mask_k = o_k < D
             b_x = tl.load(x + b_tok[:, None] * D + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                          other=0.).to(DOT)
+                          other=0.)
+            if W4A4:
+                b_x = _nvfp4_qdq_tile(b_x.to(tl.float32), b_gin, BM, BK)
+            b_x = b_x.to(DOT)
             if NVFP4:
                 b_wg = _nvfp4_tile(packed, scale, i_e * (2 * I), o_n, mask_n, o_k, mask_k, D, DOT)
                 b_wu = _nvfp4_tile(packed, scale, i_e * (2 * I) + I, o_n, mask_n, o_k, mask_k, D, DOT)
@@ -159,6 +220,8 @@ def moe_gate_up_fwd_kernel(
             b_u = tl.dot(b_x, tl.trans(b_wu), b_u, input_precision=PRECISION)
         if NVFP4:
             b_gd = tl.load(gscale + i_e).to(tl.float32)
+            if W4A4:
+                b_gd = tl.math.div_rn(b_gd, b_gin)                               # alpha = g_w / G_a (A6)
             b_g = b_g * b_gd
             b_u = b_u * b_gd
         b_g = tl.minimum(b_g, limit)                                             # gate: from above only
@@ -170,11 +233,11 @@ def moe_gate_up_fwd_kernel(
 
 @triton.jit
 def moe_down_fwd_kernel(
-    h, w, packed, scale, gscale, sorted_ids, block_expert, weights, out,
+    h, w, packed, scale, gscale, gin, sorted_ids, block_expert, weights, out,
     P,
     D: tl.constexpr, I: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, DOT: tl.constexpr,
-    PRECISION: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32)."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -187,11 +250,16 @@ def moe_down_fwd_kernel(
         o_n = i_n * BN + tl.arange(0, BN)
         mask_n = o_n < D
         b_acc = tl.zeros([BM, BN], dtype=tl.float32)
+        if W4A4:
+            b_gin = tl.load(gin + i_e).to(tl.float32)                        # ENCODE scale of h for expert e
         for i_k in range(tl.cdiv(I, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             mask_k = o_k < I
             b_h = tl.load(h + b_row[:, None] * I + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                          other=0.).to(DOT)
+                          other=0.)
+            if W4A4:
+                b_h = _nvfp4_qdq_tile(b_h.to(tl.float32), b_gin, BM, BK)
+            b_h = b_h.to(DOT)
             if NVFP4:
                 b_w = _nvfp4_tile(packed, scale, i_e * D, o_n, mask_n, o_k, mask_k, I, DOT)
             else:
@@ -201,5 +269,7 @@ def moe_down_fwd_kernel(
         b_wt = tl.load(weights + b_row, mask=mask_m, other=0.).to(tl.float32)
         if NVFP4:
             b_wt = b_wt * tl.load(gscale + i_e).to(tl.float32)
+            if W4A4:
+                b_wt = tl.math.div_rn(b_wt, b_gin)
         tl.store(out + b_pair[:, None] * D + o_n[None, :], b_acc * b_wt[:, None],
                  mask=mask_m[:, None] & mask_n[None, :])
