@@ -17,8 +17,13 @@ import json
 import sys
 import time
 
-import numpy as np
 import torch
+
+from gate.benchlib import copy_ceiling as _copy_ceiling
+from gate.benchlib import graph as _graph
+from gate.benchlib import kernel_times as _kernel_times
+from gate.benchlib import rel_l2 as _rel_l2
+from gate.benchlib import to_np as _np
 
 try:
     from invariants.contracts import bench_bound
@@ -29,26 +34,6 @@ except ImportError:  # the contracts module not written yet: the bench still gat
 PREFILL_SHAPES = ((64, 4096), (64, 16384), (64, 65536), (8, 16384))
 DECODE_BATCHES = (1, 16, 64, 256)
 K = V = 128
-
-
-def _rel_l2(a, b) -> float:
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
-
-
-def _np(t):
-    return t.detach().float().cpu().numpy().astype(np.float64)
-
-
-def _copy_ceiling(do_bench) -> float:
-    """Bytes read + written per second of a 2 GiB device-to-device copy."""
-    n = 1 << 29
-    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src))
-    del src, dst
-    return 2 * n * 4 / (ms * 1e-3)
 
 
 def _prefill_inputs(H, T, seed=0):
@@ -85,37 +70,6 @@ def _decode_setup(B, H, seed=0):
     z, f, b = r(B, C), r(B, H * K, dtype=torch.float32), r(B, H)
     state = KDAState(r(B, H, K, K, scale=0.1, dtype=torch.float32), r(B, C, W))
     return w, z, f, b, state
-
-
-def _kernel_times(fn, calls=5):
-    """{kernel name: microseconds per call} from the profiler (where the time goes)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if t:
-            out[e.key[:60]] = round(t / calls, 1)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:12])
-
-
-def _graph(fn):
-    """Capture fn() (after a warm-up on a side stream) and return the replay callable."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 def main(argv=None) -> int:

@@ -14,10 +14,15 @@ EPILOG = """examples:
   glmgate run                              tiny geometry, Triton kernels in the CPU interpreter
   glmgate run --device cuda --examples 50  the same on a GPU (bf16)
   glmgate run --impl torch --check kda.chunked
+  glmgate run --mechanism model            whole decoder paths + the cross-check against transformers 5.23
+  glmgate run --require-reference          also exit 1 when that cross-check cannot run (no transformers)
   glmgate zoo                              every planted mutant must be caught
   glmgate repro '<json printed by a failure>'
   glmgate contracts
   glmgate bench --mechanism kda            on a GPU: our kernels vs flash-linear-attention
+  glmgate bench --mechanism mla            sparse absorbed decode vs dense SDPA; index scoring vs torch
+  glmgate bench --mechanism moe            fused MoE bf16 / NVFP4 W4A16 / W4A4 vs a torch expert loop
+  glmgate bench --mechanism layer          a full decoder layer of each kind, stage shares measured
   glmgate kernels                          no GPU needed: every kernel compiled for sm_90 (regs, spills)
   glmgate checkpoint make-tiny /tmp/tiny   a random tiny checkpoint in transformers' on-disk layout
                                            (--nvfp4 compressed-tensors|modelopt: NVFP4 routed experts)
@@ -106,11 +111,26 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
         for chk in checks:
             prog.update(task, description=f"{title}: {chk.name}")
             r = run_check(chk, geometry, cand, base, profile, examples, seed=seed,
-                          on_example=lambda: prog.advance(task))
+                          on_example=_ticker(prog, task, console, chk.name, per))
             results.append(r)
             if not console.is_terminal:
                 console.print(f"  {chk.name}: {r.status} ({r.examples} examples, {r.seconds:.1f}s)")
     return results
+
+
+def _ticker(prog, task, console, name: str, per: int, quiet_s: float = 10.0):
+    """Advance the bar; without a terminal (CI logs) print a line per example once a check has run
+    longer than quiet_s (model.paths takes minutes in the interpreter: show it is alive)."""
+    import time
+
+    t0, n = time.time(), [0]
+
+    def tick():
+        prog.advance(task)
+        n[0] += 1
+        if not console.is_terminal and time.time() - t0 > quiet_s:
+            console.print(f"    {name}: example {n[0]}/{per} ({time.time() - t0:.0f}s)", style="dim")
+    return tick
 
 
 def _table(results, title):
@@ -121,7 +141,7 @@ def _table(results, title):
         t.add_column(col)
     for r in results:
         ratio = "-" if r.worst_ratio < 0 else f"{r.worst_ratio:.3g}"
-        status = "[green]pass[/]" if r.status == "pass" else "[bold red]FAIL[/]"
+        status = {"pass": "[green]pass[/]", "not run": "[bold yellow]NOT RUN[/]"}.get(r.status, "[bold red]FAIL[/]")
         t.add_row(r.mechanism, r.check, str(r.examples), ratio, status)
     return t
 
@@ -129,8 +149,9 @@ def _table(results, title):
 def cmd_run(args) -> int:
     _setup_device(args.device)
     from gate.profiles import default_profile, register
-    from gate.runner import results_json
+    from gate.runner import REFERENCE_CHECK, results_json, run_reference
     from invariants.matrix import BY_NAME, checks_for
+    from invariants.reference import VERSION
 
     register()
     profile = args.profile or default_profile()
@@ -142,24 +163,40 @@ def cmd_run(args) -> int:
             checks_for(sorted({c.mechanism for c in BY_NAME.values()}))
     except ValueError as e:
         raise SystemExit(f"--mechanism: {e}")
+    # the oracle-vs-transformers cross-check belongs to mechanism "model" (no Hypothesis, no candidate)
+    reference = any(c.mechanism == "model" for c in checks)
     if args.check:
-        unknown = [c for c in args.check if c not in BY_NAME]
+        unknown = [c for c in args.check if c not in BY_NAME and c != REFERENCE_CHECK]
         if unknown:
-            raise SystemExit(f"--check: unknown {unknown}; known: {sorted(BY_NAME)}")
+            raise SystemExit(f"--check: unknown {unknown}; known: {sorted([*BY_NAME, REFERENCE_CHECK])}")
+        reference = reference and REFERENCE_CHECK in args.check
         checks = [c for c in checks if c.name in args.check]
     # with --json - the JSON owns stdout; the human report goes to stderr
     console = _rich(stderr=args.json == "-")
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
     results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run")
+    if reference:
+        console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (SPEC §13 tiny config) ...")
+        results.append(run_reference())
+        r = results[-1]
+        console.print(f"  {r.check}: {r.status} ({r.examples} paths, {r.seconds:.1f}s)")
     console.print(_table(results, "glmgate: contracts"))
     for r in results:
-        console.print(f"  {r.check}: worst seen {r.worst_line or '-'}", style="dim")
-    failed = [r for r in results if r.status != "pass"]
-    for r in failed:
-        console.print(f"\n[bold red]{r.check} broke a contract[/]\n  {r.message}")
-        console.print(f"  shrunk scenario: {json.dumps(r.shrunk_case)}")
-        console.print(f"  worst case seen: {json.dumps(r.worst_case)}")
+        console.print(f"  {r.check}: worst seen {r.worst_line or '-'}", style="dim", markup=False)
+    not_run = [r for r in results if r.status == "not run"]
+    for r in not_run:
+        console.print(f"\n[bold yellow]{r.check} NOT RUN[/]")
+        console.print(f"  {r.message}" + ("" if args.require_reference else
+                                          " (not an error without --require-reference)"), markup=False)
+    failed = [r for r in results if r.status == "fail" or (r.status == "not run" and args.require_reference)]
+    for r in (r for r in failed if r.status == "fail"):
+        console.print(f"\n[bold red]{r.check} broke a contract[/]")
+        console.print(f"  {r.message}", markup=False)
+        if r.repro is None:                        # model.reference: fixed paths, nothing to shrink
+            continue
+        console.print(f"  shrunk scenario: {json.dumps(r.shrunk_case)}", markup=False)
+        console.print(f"  worst case seen: {json.dumps(r.worst_case)}", markup=False)
         console.print(f"  {r.repro}", soft_wrap=True, markup=False)
     if args.json:
         meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile}
@@ -292,12 +329,16 @@ def cmd_zoo(args) -> int:
     return 1 if escaped else 0
 
 
+BENCHES = {"kda": "bench_kda", "mla": "bench_mla", "dsa": "bench_mla", "moe": "bench_moe", "nvfp4": "bench_moe",
+           "layer": "bench_layer"}
+
+
 def cmd_bench(args, rest) -> int:
     mech = args.mechanism or "kda"
-    if mech != "kda":
-        raise SystemExit(f"bench --mechanism: only 'kda' has a benchmark so far, got {mech!r}")
-    from gate import bench_kda
-    return bench_kda.main(rest)
+    if mech not in BENCHES:
+        raise SystemExit(f"bench --mechanism: {mech!r} has no benchmark; choose one of {sorted(BENCHES)}")
+    import importlib
+    return importlib.import_module(f"gate.{BENCHES[mech]}").main(rest)
 
 
 def cmd_checkpoint(args) -> int:
@@ -358,8 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the correctness matrix (exit 1 on a broken contract)")
     _common(r)
-    r.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all: kda)")
-    r.add_argument("--check", action="append", help="run only this check (repeatable), e.g. kda.chunked")
+    r.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all of kda, dsa, mla, "
+                                                     "mhc, moe, nvfp4, model)")
+    r.add_argument("--check", action="append", help="run only this check (repeatable), e.g. kda.chunked or "
+                                                    "model.reference")
+    r.add_argument("--require-reference", action="store_true",
+                   help="exit 1 when the model.reference cross-check (the float64 oracle vs transformers 5.23, "
+                        "run with mechanism model) cannot run because transformers is missing; without this "
+                        "flag it is reported as NOT RUN with the install line (pip install -e '.[reference]') "
+                        "and does not change the exit code")
     r.add_argument("--impl", default="triton", help="triton (default), torch, mutant:<name>, pkg.mod:obj")
     r.add_argument("--json", default=None, help="write results as JSON to this path ('-' = stdout)")
     r.set_defaults(fn=cmd_run)
@@ -397,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     kp.set_defaults(fn=None)
 
     b = sub.add_parser("bench", help="GPU benchmarks against peers (extra args go to the benchmark)")
-    b.add_argument("--mechanism", default="kda")
+    b.add_argument("--mechanism", default="kda", help="kda (default), mla or dsa, moe or nvfp4, layer; "
+                                                     "`glmgate bench --mechanism X -- --help` lists its options")
     b.set_defaults(fn=None)
     return p
 

@@ -20,7 +20,7 @@ import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import dsa, interpreted
-from impl.kernels.mla import mla_sparse_absorbed_fwd_kernel
+from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -121,12 +121,27 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 # ----------------------------------------------------------------------------- attention
 
 
-def sparse_absorbed(q_abs, latent, indices, lengths, scale: float):
+def _splits(device, programs: int, W: int, BW: int) -> int:
+    """Selection splits for flash-decoding: enough programs for two waves of the SMs, each split at
+    least 2 blocks of BW entries (below that the partial outputs cost more bytes than the rows)."""
+    if interpreted() or device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if programs >= 2 * sms:
+        return 1
+    return max(1, min(triton.cdiv(2 * sms, programs), W // (2 * BW)))
+
+
+def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
+                    config: Optional[dict] = None):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
 
     Args:
         q_abs: [B, S, H, R] queries folded through W_UK;  latent: [B, T, R];  indices: [B, S, W] int64;
-        lengths: [B] int64;  scale: the softmax scale (d_n^-1/2)
+        lengths: [B] int64;  scale: the softmax scale (d_n^-1/2);  splits: selection splits
+            (flash-decoding: few query rows, e.g. decode at small batch, fill the SMs by splitting the
+            selection and merging the partial softmaxes); None picks from the SM count;
+        config: launch overrides {bh, bw, num_warps, num_stages} (the benchmark sweeps them)
     Returns:
         out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection)
     """
@@ -141,15 +156,31 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float):
     latent = _work(latent.to(q_abs.dtype))
     BR = triton.next_power_of_2(max(R, 16))
     # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
-    BH = 16
-    BW = 16 if interpreted() else (64 if BR <= 128 else 32)
-    grid = (B * S, triton.cdiv(H, BH))
-    mla_sparse_absorbed_fwd_kernel[grid](
-        q_abs, latent, indices.contiguous(), lengths.contiguous(), out,
-        S, T, W, scale,
-        H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
-        num_warps=4 if BR <= 128 else 8,
-    )
+    cfg = dict(config or {})
+    BH = cfg.pop("bh", 16)
+    BW = cfg.pop("bw", 16 if interpreted() else (64 if BR <= 128 else 32))
+    warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
+    stages = cfg.pop("num_stages", None)
+    if cfg:
+        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages)")
+    n_hb = triton.cdiv(H, BH)
+    NS = _splits(q_abs.device, B * S * n_hb, W, BW) if splits is None else int(splits)
+    if NS < 1:
+        raise ValueError(f"splits: {splits}, expected >= 1")
+    W_SPLIT = triton.cdiv(max(W, 1), NS)
+    NS = triton.cdiv(max(W, 1), W_SPLIT)
+    meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
+                num_warps=warps, **({} if stages is None else {"num_stages": stages}))
+    idx, lengths = indices.contiguous(), lengths.contiguous()
+    if NS == 1:
+        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
+            q_abs, latent, idx, lengths, out, out, S, T, W, W_SPLIT, scale, SPLIT=False, **meta)
+        return out
+    part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
+    lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
+    mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
+        q_abs, latent, idx, lengths, part, lse, S, T, W, W_SPLIT, scale, SPLIT=True, **meta)
+    mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
     return out
 
 
@@ -167,27 +198,36 @@ def _allowed(idx, T: int):
     return out[..., :T]
 
 
-def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: bool = False):
+def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: bool = False,
+             splits: Optional[int] = None):
     """Sparse attention in absorbed form through the Triton kernel; oracle.mla.absorbed.
 
     Args:
         q: [B, S, H, N];  latent: [B, T, R] the normalized cache;  indices: [B, S, W] int (-1 = none;
         no position twice in a row);  lengths: [B] per-row cache lengths (decode with ragged caches:
         row b's cache is latent[b, :lengths[b]]), None = T for every row;
-        return_scores: also compute the [B, S, H, T] scores (a dense torch pass, for tests only)
+        return_scores: also compute the [B, S, H, T] scores (a dense torch pass, for tests only);
+        splits: flash-decoding selection splits (None: chosen from the SM count; 1 on the interpreter)
     Returns:
         o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection) when
         return_scores, else None: the kernel never materialises them
     """
     idx, lengths = _check_attention(w, q, latent, indices, lengths)
-    B, S, H, _ = q.shape
-    W_UK, W_UV = _split_kv_b(w)
+    o, q_abs = attend(w, q, latent, idx, lengths, splits)
     scale = w.nope_dim ** -0.5
-    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
-    lat = sparse_absorbed(q_abs, latent, idx, lengths, scale)                            # [B, S, H, R] f32
-    o = torch.einsum("bshr,hvr->bshv", lat, W_UV.float()).to(q.dtype)                    # [B, S, H, V]
     scores = _dense_scores(q_abs, latent, _allowed(idx, latent.shape[1]), scale) if return_scores else None
     return o, scores
+
+
+def attend(w: MLAWeights, q, latent, idx, lengths, splits: Optional[int] = None):
+    """`absorbed` without the validation pass (no host sync: what a CUDA-graph decode step calls once
+    the caller has validated idx [B, S, W] int64 and lengths [B] int64). Returns (o, q_abs)."""
+    W_UK, W_UV = _split_kv_b(w)
+    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
+    lat = sparse_absorbed(q_abs, latent, idx, lengths, w.nope_dim ** -0.5, splits)       # [B, S, H, R] f32
+    # W_UV in q's dtype: a float32 [H, V, R] copy per call would cost more bytes than the selected rows
+    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    return o, q_abs
 
 
 def expanded(w: MLAWeights, q, latent, indices, lengths=None):

@@ -7,6 +7,8 @@ same codes and scales dequantize to the same numbers).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -254,6 +256,11 @@ def _candidate_experts(t: Target, w, x, routing, nv, w4a4: bool):
 
 
 EVAL_TOKENS = 256
+SHARED_FIELDS = ("shared_gate_proj", "shared_up_proj", "shared_down_proj")
+
+
+def _as_f64(t) -> np.ndarray:
+    return t.detach().to(torch.float64).cpu().numpy()
 
 
 def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
@@ -272,15 +279,20 @@ def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
     w, x, nv = gate_inputs(case)
     P = qg.projection(case.hidden, case.vocab, case.seed)
     r = omoe.route(w, x)
-    shared = omoe.shared_expert(w, x)
     wt, xt = _moe_target(cand, w), cand.tensor(x)
     rt = Routing(torch.as_tensor(r.expert_ids, device=cand.device),
                  torch.as_tensor(r.weights, dtype=torch.float32, device=cand.device), None, None, None)
     x_eval = np.random.default_rng([case.seed, 2]).standard_normal((EVAL_TOKENS, case.hidden))
     exact = qg.layer_logits(omoe.forward(w, x_eval), P)
+    # the kernel gate's reference sees what the candidate sees: x and the shared expert's weights as
+    # the target dtype holds them (bf16 on a GPU), so the gate measures the kernels, not the inputs'
+    # rounding (identity in float32 up to the float32 rounding of float64 draws)
+    x_t = _as_f64(xt)
+    w_t = dataclasses.replace(w, **{f: _as_f64(getattr(wt, f)) for f in SHARED_FIELDS if getattr(w, f) is not None})
+    shared_t = omoe.shared_expert(w_t, x_t)
     out = []
     for w4a4, tag in ((False, "w4a16"), (True, "w4a4")):
-        ref = qg.layer_logits(omoe.experts(w, x, r, nvfp4=nv, w4a4=w4a4) + shared, P)
+        ref = qg.layer_logits(omoe.experts(w, x_t, r, nvfp4=nv, w4a4=w4a4) + shared_t, P)
         with poisoned_memory():
             y = _candidate_experts(cand, wt, xt, rt, nv, w4a4) + cand.impl.moe.shared_expert(wt, xt)
         out.append(Comparison("gate", f"kernel_{tag}", qg.layer_logits(y, P), ref, kind="quantization_gate"))

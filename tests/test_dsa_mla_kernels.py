@@ -276,6 +276,32 @@ def test_absorbed_decode_ragged_cache_lengths():
     assert rel_err(o.numpy(), np.stack(want)) <= OUT_TOL
 
 
+@pytest.mark.parametrize("splits", [2, 3, 7], ids=lambda n: f"splits={n}")
+def test_absorbed_flash_decoding_splits_merge_to_the_oracle(splits):
+    """Decode rows with the selection split across programs (partial softmaxes merged by log-sum-exp):
+    ragged caches, a row whose selection is empty, and splits that hold only -1 entries."""
+    rng = np.random.default_rng(14 + splits)
+    w = mla_weights(rng)
+    lengths = (9, 64, 30)
+    Tmax = max(lengths)
+    latent = np.full((3, Tmax, RKV), np.nan)
+    q = rng.standard_normal((3, 1, H, DN))
+    idx = np.full((3, 1, TOPK + KPOOL - 1), -1)
+    for b, T in enumerate(lengths):
+        latent[b, :T] = omla.rmsnorm(rng.standard_normal((T, RKV)), 1.0, 1e-5)
+        if b != 2:                                   # row 2: empty selection -> exactly 0
+            n = min(T, idx.shape[-1] - 2)
+            idx[b, 0, 2:2 + n] = rng.permutation(T)[:n]      # -1 first: the first split may be empty
+    want = omla.absorbed(w, q, np.nan_to_num(latent), idx)[0]
+    o, _ = imla.absorbed(w.map(t32), t32(q), t32(latent), torch.from_numpy(idx),
+                         lengths=torch.tensor(lengths), splits=splits)
+    assert torch.isfinite(o).all() and (o[2] == 0).all()
+    assert rel_err(o.numpy(), want) <= OUT_TOL
+    one, _ = imla.absorbed(w.map(t32), t32(q), t32(latent), torch.from_numpy(idx),
+                           lengths=torch.tensor(lengths), splits=1)
+    assert rel_err(o.numpy(), one.numpy()) <= OUT_TOL
+
+
 # ----------------------------------------------------------------------------- mla: sublayer
 
 

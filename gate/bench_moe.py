@@ -1,0 +1,189 @@
+"""Benchmark of the fused MoE grouped GEMMs (impl/moe.py), bf16 and NVFP4, gated by the float64 oracle.
+
+Full size (GLM-5.3): 288 routed experts, top-8, hidden 4096, expert width 2048. Tokens N in
+{1, 8, 32, 128} (decode) and 4096 (prefill), each routed to 8 distinct experts drawn uniformly.
+Timed, all in the same process:
+  torch    the plain torch per-expert loop (impl/baseline/moe.py TorchMoE.experts, bf16 weights)
+  bf16     our fused grouped GEMM with bf16 weights (gate_up + clamped SwiGLU, down + routing weight)
+  nvfp4    the same kernels with NVFP4 weights dequantized in registers (W4A16)
+  w4a4     the W4A4 emulation (activations quantize-dequantized in the GEMM prologues), if present
+Ours are replayed from CUDA graphs (the routing is an input: no host sync inside). Weight bytes are
+those of the experts the batch touches (distinct ids); bandwidth is reported against the copy
+ceiling measured in the same run (bytes per second over a device copy's bytes read + written per second).
+
+Before timing, each path's output on two tokens is compared with oracle/moe.py in float64 (bf16
+weights as they are; NVFP4 through the oracle's exact dequantization); above the declared bench bound
+the benchmark refuses to time and exits 1.
+
+    python -m gate.bench_moe --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+
+from gate.benchlib import copy_ceiling, do_bench, graph, header, kernel_times, rel_l2, to_np, write_json
+from invariants.contracts import bench_bound
+
+E, K_TOP, D, I = 288, 8, 4096, 2048
+TOKENS = (1, 8, 32, 128, 4096)
+
+
+def _weights(gen):
+    from oracle.types import MoEWeights
+    s = D ** -0.5
+    gu = (torch.randn(E, 2 * I, D, device="cuda", generator=gen) * s).bfloat16()
+    dn = (torch.randn(E, D, I, device="cuda", generator=gen) * I ** -0.5).bfloat16()
+    router = (torch.randn(E, D, device="cuda", generator=gen) * s).bfloat16()
+    bias = torch.zeros(E, device="cuda")
+    return MoEWeights(router, bias, gu, dn, None, None, None, top_k=K_TOP)
+
+
+def _routing(N: int, gen):
+    ids = torch.rand(N, E, device="cuda", generator=gen).argsort(-1)[:, :K_TOP].contiguous()
+    wts = torch.softmax(torch.randn(N, K_TOP, device="cuda", generator=gen), -1) * 2.5
+    return ids, wts.float().contiguous()
+
+
+def _sub_nvfp4(nv, experts):
+    """The oracle's NVFP4Experts (NumPy fields) of a few experts: bits unchanged."""
+    import ml_dtypes
+
+    from oracle import nvfp4 as onv
+    from oracle.types import NVFP4Tensor
+
+    def sub(t):
+        sc = t.block_scale[experts].view(torch.uint8).cpu().numpy().view(ml_dtypes.float8_e4m3fn)
+        return NVFP4Tensor(t.packed[experts].cpu().numpy(), sc, t.global_decode[experts].cpu().numpy())
+    return onv.NVFP4Experts(sub(nv.gate_up), sub(nv.down))
+
+
+def _static_scales(x) -> tuple[float, float]:
+    """W4A4 input scales (ENCODE) fixed per run so that the oracle, fed two tokens, quantizes exactly
+    as the kernel fed all N: x from its amax; h from a bound (|h| <= L (L + 1) = 110 with the clamps
+    at L = 10, so 128 never saturates)."""
+    return 2688.0 / float(x.float().abs().max()), 2688.0 / 128.0
+
+
+def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
+    """rel-L2 vs the float64 oracle on `tokens`, computed over only the experts they use."""
+    import oracle.moe as om
+    from oracle.types import MoEWeights, Routing
+    n = [t % x.shape[0] for t in tokens]
+    used = torch.unique(ids[n]).tolist()
+    remap = {e: j for j, e in enumerate(used)}
+    sub_ids = np.vectorize(remap.get)(ids[n].cpu().numpy())
+    routing = Routing(sub_ids, to_np(wts[n]), None, None, None)
+    ws = MoEWeights(np.zeros((len(used), D)), np.zeros(len(used)), to_np(w.gate_up_proj[used]),
+                    to_np(w.down_proj[used]), None, None, None, top_k=K_TOP)
+    x64 = to_np(x[n])
+    refs = {"bf16": om.experts(ws, x64, routing)}
+    if nv is not None:
+        sub = _sub_nvfp4(nv, used)
+        refs["nvfp4"] = om.experts(ws, x64, routing, nvfp4=sub)
+        gx, gh = _static_scales(x)
+        from oracle import nvfp4 as onv
+        static = onv.with_input_scales(sub, np.full(len(used), gx), np.full(len(used), gh))
+        refs["w4a4"] = om.experts(ws, x64, routing, nvfp4=static, w4a4=True)
+    return {k: rel_l2(to_np(o[n]), refs[k]) for k, o in outs.items()}
+
+
+def _paths(w, nv, x, ids, wts, w4a4: bool):
+    """{name: callable} of our fused paths over the same routing (the graph-capturable core)."""
+    from impl import moe as imoe
+    paths = {"bf16": lambda: imoe._grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
+    if nv is not None:
+        paths["nvfp4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv)
+        if w4a4:
+            from impl import nvfp4 as inv
+            gx, gh = _static_scales(x)
+            static = inv.with_input_scales(nv, torch.full((E,), gx), torch.full((E,), gh))
+            paths["w4a4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=static, w4a4=True)
+    return paths
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="glmgate bench --mechanism moe", description=__doc__.split("\n")[0])
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--tokens", default=None, help="token counts (default 1,8,32,128,4096)")
+    p.add_argument("--skip-torch", action="store_true", help="do not time the per-expert torch loop")
+    p.add_argument("--no-w4a4", action="store_true")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_moe: no CUDA device; nothing timed", file=sys.stderr)
+        return 2
+    from impl import nvfp4 as inv
+    from impl.baseline.moe import TorchMoE
+    from oracle.types import Routing
+    results = header({"rows": []})
+    copy_bw = copy_ceiling()
+    results["copy_bytes_per_s"] = copy_bw
+    print(f"device {results['device']}; copy ceiling {copy_bw / 1e12:.2f} TB/s (read + write)")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = _weights(gen)
+    nv = inv.quantize_experts(w.gate_up_proj, w.down_proj)
+    per_expert = {"bf16": 3 * I * D * 2, "nvfp4": 3 * I * D // 2 + 3 * I * D // 16 + 8}
+    per_expert["w4a4"] = per_expert["nvfp4"]
+    w4a4 = not args.no_w4a4
+    bounds = {"bf16": bench_bound("moe", "experts", "output", "bfloat16"),
+              "nvfp4": bench_bound("nvfp4", "experts", "output", "bfloat16")}
+    bounds["w4a4"] = bounds["nvfp4"]
+    tokens = TOKENS if args.tokens is None else [int(t) for t in args.tokens.split(",")]
+    print(f"\nfused MoE E={E} top-{K_TOP} D={D} I={I}; gate rel-L2 <= {bounds}")
+    print(f"{'N':>5} {'experts':>7} {'torch us':>9} {'bf16 us':>9} {'nvfp4 us':>9} {'w4a4 us':>9} "
+          f"{'bf16 %copy':>10} {'nvfp4 %copy':>11} {'nvfp4/bf16':>10} {'bf16/torch':>10}")
+    refused = False
+    for N in tokens:
+        x = torch.randn(N, D, device="cuda", generator=gen).bfloat16()
+        ids, wts = _routing(N, gen)
+        paths = _paths(w, nv, x, ids, wts, w4a4)
+        outs = {}
+        for name in list(paths):
+            try:
+                outs[name] = paths[name]()
+            except TypeError as e:              # an older _grouped without the W4A4 path
+                print(f"  {name}: not run ({e})")
+                del paths[name]
+        errs = _check(w, nv, x, ids, wts, outs)
+        row = {"N": N, "experts_touched": int(torch.unique(ids).numel()), "err": errs}
+        bad = {k: v for k, v in errs.items() if not v <= bounds[k]}
+        if bad:
+            print(f"REFUSED N={N}: rel-L2 vs oracle {bad} above {bounds}")
+            row["refused"] = True
+            results["rows"].append(row)
+            refused = True
+            continue
+        for name, fn in paths.items():
+            t = do_bench(graph(fn) if N <= 128 else fn) * 1e3
+            row[f"{name}_us"] = t
+            byts = row["experts_touched"] * per_expert[name]
+            row[f"{name}_weight_bytes"] = byts
+            row[f"{name}_pct_copy"] = 100 * byts / (t * 1e-6) / copy_bw
+        if not args.skip_torch:
+            base = TorchMoE()
+            row["torch_us"] = do_bench(lambda: base.experts(w, x, Routing(ids, wts, None, None, None))) * 1e3
+            row["torch_pct_copy"] = 100 * row["experts_touched"] * per_expert["bf16"] / (row["torch_us"] * 1e-6) / copy_bw
+            row["bf16_vs_torch"] = row["torch_us"] / row["bf16_us"]
+        if "nvfp4_us" in row:
+            row["nvfp4_speedup_vs_bf16"] = row["bf16_us"] / row["nvfp4_us"]
+        if N in (8, 4096):
+            row["kernels"] = {k: kernel_times(fn, calls=3) for k, fn in paths.items()}
+        if N >= 1024:
+            row["tflops"] = {k: 2 * N * K_TOP * 3 * I * D / (row[f"{k}_us"] * 1e-6) / 1e12 for k in paths}
+        results["rows"].append(row)
+        nan = float("nan")
+        print(f"{N:>5} {row['experts_touched']:>7} {row.get('torch_us', nan):>9.1f} {row['bf16_us']:>9.1f} "
+              f"{row.get('nvfp4_us', nan):>9.1f} {row.get('w4a4_us', nan):>9.1f} {row['bf16_pct_copy']:>10.1f} "
+              f"{row.get('nvfp4_pct_copy', nan):>11.1f} {row.get('nvfp4_speedup_vs_bf16', nan):>10.2f} "
+              f"{row.get('bf16_vs_torch', nan):>10.2f}  err {', '.join(f'{k} {v:.1e}' for k, v in errs.items())}")
+        del x, outs
+        torch.cuda.empty_cache()
+    write_json(args.json, results)
+    return 1 if refused else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
