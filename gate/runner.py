@@ -26,7 +26,7 @@ class CheckCrashed(AssertionError):
 class CheckResult(NamedTuple):
     check: str
     mechanism: str
-    status: str                  # "pass" | "fail"
+    status: str                  # "pass" | "fail" | "not run" (the reference cross-check without transformers)
     examples: int
     worst_ratio: float           # max over examples of error / limit
     worst_line: str              # the worst verdict seen, described
@@ -94,6 +94,35 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             message = "; ".join(describe(v) for v in e.verdicts if not v.ok)
     return CheckResult(check.name, check.mechanism, status, stats["n"], stats["worst"], stats["line"],
                        stats["case"], shrunk, message, repro, dict(labels.COUNTS), time.time() - t0)
+
+
+REFERENCE_CHECK = "model.reference"
+
+
+def run_reference(on_example: Callable[[], None] = lambda: None) -> CheckResult:
+    """SPEC §14: the float64 oracle's logits vs transformers 5.23's on fixed paths (invariants/reference.py)
+    under the `reference` contract; status "not run", saying why and how to install, without transformers."""
+    from invariants import reference
+    from invariants.contracts import judge, lookup
+
+    t0 = time.time()
+    missing = reference.unavailable()
+    if missing:
+        return CheckResult(REFERENCE_CHECK, "model", "not run", 0, -1.0, "", None, None,
+                           f"the cross-check against the published reference was NOT run: {missing}", None, {},
+                           time.time() - t0)
+    contract = lookup("model", "reference", "output", "reference")
+    n, worst, line, broken = 0, -1.0, "", []
+    for what, got, want in reference.scenarios():
+        n += 1
+        on_example()
+        v = judge(contract, "float64", got, want)
+        if v.ratio > worst:
+            worst, line = v.ratio, f"{what}: {describe(v)}"
+        if not v.ok:
+            broken.append(f"{what}: {describe(v)}")
+    return CheckResult(REFERENCE_CHECK, "model", "fail" if broken else "pass", n, worst, line, None, None,
+                       "; ".join(broken), None, {}, time.time() - t0)
 
 
 def results_json(results, meta: dict) -> str:

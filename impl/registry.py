@@ -13,7 +13,10 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "mla": ("project", "expanded", "absorbed", "sublayer"),
              "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),
              "moe": ("route", "experts", "forward"),
-             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "pack", "unpack")}
+             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "pack", "unpack"),
+             # the whole decoder over the other namespaces: impl.model.forward, impl.state's deserialize;
+             # None (the default) means those two; model mutants (impl/mutants.py) bring their own
+             "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
 
 
@@ -27,6 +30,7 @@ class Implementation(NamedTuple):
     mhc: Any = None
     moe: Any = None
     nvfp4: Any = None
+    model: Any = None
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)

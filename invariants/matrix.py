@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple
 from invariants import dsa_checks as dc
 from invariants import kda_checks as kc
 from invariants import mhc_checks as hc
+from invariants import model_checks as mdc
 from invariants import moe_checks as mc
 from invariants import paths
 from invariants.contracts import Verdict, judge, judge_selection, lookup
@@ -60,6 +61,9 @@ CHECKS = (
           "dequantization bit-exact, from linear and from 128x4-swizzled scales"),
     Check("nvfp4.gate", "nvfp4", sc.quant_gate_cases, mc.run_gate,
           "MoE layer + fixed vocab projection, W4A16 and W4A4: KL / top-1 vs oracle NVFP4 and vs unquantized"),
+    Check("model.paths", "model", mdc.model_cases, mdc.run_model_paths,
+          "whole decoder: split prefill, token decode, serialize+restore, left-padded rows vs the oracle's one "
+          "prefill: logits and every state array; the oracle's own paths agree")
 )
 
 BY_NAME = {c.name: c for c in CHECKS}

@@ -14,6 +14,9 @@ implementation matched these logits to 4e-8 with randomized weights and to 1.1e-
 and hc_sinkhorn_iters = 3; the reference's own f32 islands set that floor. REL_L2_BOUND = 1e-5 leaves
 ~10x over the boosted case and stays ~200x below the >= 2e-3 of every planted mistake (SPEC §14).
 
+The builders (random reference model, save_pretrained, oracle load) live in invariants/reference.py:
+`glmgate run` cross-checks with the same ones (check model.reference).
+
 Needs the `reference` extra (`pip install -e .[reference]`, which .ci/run installs).
 """
 from __future__ import annotations
@@ -29,59 +32,19 @@ sys.modules.setdefault("fla", None)
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the reference cross-check needs `pip install -e .[reference]`")
 from safetensors.numpy import load_file, save_file  # noqa: E402
-from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration  # noqa: E402
 
+from invariants.reference import build, ids_for, reference_logits  # noqa: E402
 from oracle import checkpoint as ock  # noqa: E402
 from oracle import model as om  # noqa: E402
 from oracle.config import Geometry  # noqa: E402
 
 REL_L2_BOUND = 1e-5
 TINY = Geometry.preset("tiny")
-VISION = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32,
-              projection_intermediate_size=32, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
 MEASURED: list[tuple[str, float, float]] = []
 
 
-def _randomize(model, rng, boosted: bool) -> None:
-    """SPEC §13: make the parameters that init leaves inert non-trivial; `boosted` makes the SwiGLU
-    clamps fire (gate/up x40) and mHC mixing far from uniform (fn x20)."""
-    named = dict(model.named_parameters())
-    named.update(dict(model.named_buffers()))
-    with torch.no_grad():
-        for name, p in named.items():
-            if "language_model" not in name or not p.is_floating_point():
-                continue
-            n = lambda s: torch.tensor(rng.normal(0.0, s, tuple(p.shape)), dtype=p.dtype)  # noqa: E731
-            leaf = name.rsplit(".", 1)[-1]
-            if name.endswith(("A_log", "_hc.base", "index_kpool_compress_gate", "index_kpool_compress_ape",
-                              "e_score_correction_bias")):
-                p.copy_(n(0.5))
-            elif name.endswith("_hc.scale"):
-                p.copy_(1.0 + n(0.5))
-            elif name.endswith("k_norm.bias"):
-                p.copy_(n(0.5))
-            elif "norm" in name and leaf == "weight":
-                p.copy_(1.0 + n(0.1))
-            if boosted and (name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight", "experts.gate_up_proj",
-                                           "shared_experts.gate_proj.weight", "shared_experts.up_proj.weight"))):
-                p.mul_(40.0)
-            if boosted and name.endswith("_hc.fn"):
-                p.mul_(20.0)
-
-
 def _build(tmp_path_factory, variant: str):
-    boosted = variant == "boosted"
-    torch.manual_seed(11 if boosted else 7)
-    text = TINY.to_dict()
-    if boosted:
-        text["hc_sinkhorn_iters"] = 3
-    cfg = Glm5NextConfig(text_config=text, vision_config=VISION)
-    ref = Glm5NextForConditionalGeneration._from_config(cfg, dtype=torch.float64, attn_implementation="sdpa",
-                                                        experts_implementation="eager").eval()
-    _randomize(ref, np.random.default_rng(3 if boosted else 2), boosted)
-    out = tmp_path_factory.mktemp(f"ckpt_{variant}")
-    ref.save_pretrained(out)
-    return ref, om.load(out), out
+    return build(tmp_path_factory.mktemp(f"ckpt_{variant}"), boosted=variant == "boosted")
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +79,8 @@ def _agree(what, got, want, bound=REL_L2_BOUND):
                           f"transformers {want[worst]:.9g} vs oracle {got[worst]:.9g})")
 
 
-def _ids(seed, shape):
-    return np.random.default_rng(seed).integers(1, TINY.vocab_size, shape)
-
-
-def _ref_logits(ref, ids, mask=None, cache=None):
-    kw = {} if mask is None else {"attention_mask": torch.tensor(mask, dtype=torch.long)}
-    with torch.no_grad():
-        out = ref(input_ids=torch.tensor(ids), past_key_values=cache, use_cache=True, **kw)
-    return out.logits.numpy(), out.past_key_values
+_ids = ids_for
+_ref_logits = reference_logits
 
 
 @pytest.mark.parametrize("length", [23, 70])
@@ -256,12 +212,15 @@ def test_truncated_file_names_file_and_tensor(plain, tmp_path):
     assert str(file) in str(e.value)
 
 
-def test_nvfp4_tensors_are_refused_by_name(plain, tmp_path):
+def test_incomplete_nvfp4_expert_names_the_missing_tensor(plain, tmp_path):
+    """NVFP4 experts are read now (oracle.checkpoint): packed codes without their block scales are a
+    CheckpointError naming the missing tensor, never a silent fallback to the unquantized weight."""
     file = _copy(plain[2], tmp_path / "ck")
     key = "model.language_model.layers.2.mlp.experts.0.gate_proj.weight_packed"
     _rewrite(file, lambda t: t.__setitem__(key, np.zeros((16, 16), dtype=np.uint8)))
-    with pytest.raises(NotImplementedError, match="weight_packed"):
+    with pytest.raises(ock.CheckpointError, match="weight_scale") as e:
         om.load(file.parent)
+    assert key.replace("weight_packed", "weight_scale") in str(e.value)
 
 
 def test_sharded_module_named_and_mtp_checkpoint_loads_the_same(plain, tmp_path):

@@ -1,0 +1,142 @@
+"""The whole-decoder path check (invariants/model_checks.py, check model.paths) and the cross-check in
+`glmgate run` (model.reference).
+
+- impl (Triton, CPU interpreter, float32) passes on a case that crosses every path: left padding that
+  spans two prefill calls, one-token decode steps, serialize -> deserialize -> continue;
+- each model mutant breaks the property it was planted for (and the per-mechanism checks cannot
+  see it: every mechanism namespace of a model mutant is the torch baseline);
+- a bug planted in the ORACLE breaks the oracle's own self-consistency (no impl mutant can);
+- `glmgate run --mechanism model` reports both checks; without transformers the cross-check says
+  NOT RUN and how to install it, and fails only under --require-reference.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gate import cli
+from gate.runner import run_check
+from impl import mutants, registry
+from invariants import model_checks as mc
+from invariants import reference
+from invariants.matrix import BY_NAME, evaluate
+from invariants.target import Target, cpu_targets
+from oracle.config import Geometry
+from strategies.cases import case_from_json, case_to_json
+
+TINY = Geometry.preset("tiny")
+CHECK = BY_NAME["model.paths"]
+BASE = Target(registry.get("torch"), "cpu", torch.float32)
+MODEL_MUTANTS = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism == "model")
+
+
+def _case(batch=2, length=6, pad=(0, 3), splits=(2, 4), steps=2, model_seed=0, seed=1) -> mc.ModelCase:
+    return mc.ModelCase("tiny", mc.model_cut(TINY), model_seed, batch, length, pad, splits, steps, seed)
+
+
+def _broken(name, case) -> set:
+    cand = Target(registry.get(f"mutant:{name}"), "cpu", torch.float32)
+    return {f"{v.contract.path}.{v.contract.quantity}" for v in evaluate(CHECK, case, cand, BASE) if not v.ok}
+
+
+def test_the_cut_keeps_every_layer_kind_and_the_shared_handoff():
+    g = mc.geometry_of("tiny", mc.model_cut(TINY))
+    assert mc.model_cut(TINY) == 5 and g.indexer_types[-1] == "shared" and g.indexer_types[-2] == "full"
+    assert set(g.layer_types) == set(TINY.layer_types) and set(g.mlp_layer_types) == set(TINY.mlp_layer_types)
+
+
+@pytest.mark.parametrize("splits, pad, legal", [((1, 2, 3), 2, (3, 3)), ((1, 1, 4), 3, (2, 4)),
+                                                 ((5, 1), 6, (6,)), ((2, 1, 3), 2, (2, 1, 3)), ((1, 5), 0, (1, 5))])
+def test_a_one_token_call_over_padding_is_merged_away(splits, pad, legal):
+    """SPEC §3: a 1-token call's mask is all ones, so it cannot carry a pad."""
+    assert mc.legal_splits(splits, pad) == legal
+
+
+def test_a_case_survives_the_repro_json():
+    case = _case()
+    assert case_from_json(json.loads(json.dumps(case_to_json(case)))) == case
+
+
+def test_impl_passes_every_path_with_padding_across_calls():
+    cand, base = cpu_targets("triton")
+    verdicts = evaluate(CHECK, _case(), cand, base)
+    bad = [v for v in verdicts if not v.ok]
+    assert not bad, bad[0]
+    paths = {v.contract.path for v in verdicts}
+    assert {"chunked_prefill", "token_decode", "continuation", "padded_row", "oracle_token_decode"} <= paths
+    quantities = {v.contract.quantity for v in verdicts}
+    assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "valid_flags", "seq_len"}
+
+
+def test_the_baseline_passes_drawn_cases():
+    r = run_check(CHECK, TINY, BASE, BASE, "ci", max_examples=15)
+    assert r.status == "pass", r.message
+
+
+@pytest.mark.parametrize("name, case, must_break, must_hold", [
+    ("model_stale_shared_selection_in_decode", _case(pad=(0, 0)), {"token_decode.logits"},
+     {"chunked_prefill.logits"}),
+    ("model_restore_drops_conv_window", _case(pad=(0, 0)), {"continuation.kda_conv", "continuation.logits"},
+     {"token_decode.logits", "chunked_prefill.logits"}),
+    ("model_decode_forgets_padding", _case(), {"token_decode.valid_flags", "token_decode.logits"},
+     {"chunked_prefill.logits", "padded_row.logits"}),
+    ("model_mask_first_columns", _case(), {"chunked_prefill.logits", "padded_row.logits"},
+     {"token_decode.valid_flags"}),
+])
+def test_each_model_mutant_breaks_the_path_it_was_planted_for(name, case, must_break, must_hold):
+    broken = _broken(name, case)
+    assert must_break <= broken, f"{name}: broke only {sorted(broken)}"
+    assert not must_hold & broken, f"{name}: also broke {sorted(must_hold & broken)}"
+    assert not any(b.startswith("oracle_") for b in broken), "an impl mutant cannot move the oracle"
+
+
+def test_every_model_mutant_is_listed():
+    assert MODEL_MUTANTS == ["model_decode_forgets_padding", "model_mask_first_columns",
+                             "model_restore_drops_conv_window", "model_stale_shared_selection_in_decode"]
+    assert all(mutants.MUTANTS[n].caught_by.startswith("model.paths.") for n in MODEL_MUTANTS)
+
+
+def test_a_bug_planted_in_the_oracle_breaks_its_self_consistency(monkeypatch):
+    """The oracle's continuation forgets its KDA conv windows: only the oracle_* paths may notice."""
+    from oracle import model as om
+    from oracle.types import KDAState
+
+    forward = om.forward
+
+    def buggy(weights, ids, state=None, mask=None):
+        if state is not None and state.seq_len:
+            state = state.snapshot()
+            state.layers = [KDAState(e.recurrent, 0 * e.conv) if isinstance(e, KDAState) else e for e in state.layers]
+        return forward(weights, ids, state, mask)
+
+    monkeypatch.setattr(om, "forward", buggy)
+    broken = {f"{v.contract.path}.{v.contract.quantity}" for v in evaluate(CHECK, _case(pad=(0, 0)), BASE, BASE)
+              if not v.ok}
+    assert {"oracle_chunked_prefill.logits", "oracle_token_decode.kda_conv"} <= broken
+
+
+def test_run_mechanism_model_reports_both_checks_and_a_mutant_repro(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = cli.main(["run", "--impl", "torch", "--mechanism", "model", "--examples", "3", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    got = {r["check"]: r["status"] for r in json.loads(out.read_text())["results"]}
+    expect = "pass" if reference.unavailable() is None else "not run"
+    assert got == {"model.paths": "pass", "model.reference": expect}
+    rc = cli.main(["run", "--impl", "mutant:model_restore_drops_conv_window", "--check", "model.paths",
+                   "--examples", "20", "--profile", "ci"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "model.continuation" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("glmgate repro '"))
+    assert cli.main(["repro", line.strip()[len("glmgate repro '"):-1]]) == 1
+
+
+def test_without_transformers_the_cross_check_says_not_run_and_how_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(reference, "unavailable", lambda: "transformers is not installed; install the "
+                                                          f"reference extra: {reference.INSTALL}")
+    assert cli.main(["run", "--check", "model.reference"]) == 0
+    text = capsys.readouterr().out
+    assert "NOT RUN" in text and "pip install -e '.[reference]'" in text and "--require-reference" in text
+    assert cli.main(["run", "--check", "model.reference", "--require-reference"]) == 1
