@@ -59,7 +59,7 @@ RECORDS = (
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=16, BW=32, BR=512, PRECISION="tf32", SPLIT=True), dict(num_warps=8)),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True), dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_coeff_fwd_kernel",

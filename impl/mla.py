@@ -122,14 +122,15 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 
 
 def _splits(device, programs: int, W: int, BW: int) -> int:
-    """Selection splits for flash-decoding: enough programs for two waves of the SMs, each split at
-    least 2 blocks of BW entries (below that the partial outputs cost more bytes than the rows)."""
+    """Selection splits for flash-decoding: enough programs for four waves of the SMs, each split at
+    least 2 blocks of BW entries (below that the partial outputs cost more bytes than the rows).
+    Measured on the H200 (H=64, 2051 rows, NOTES.md): B=1 best at 16 splits, B=32 and B=128 at 2."""
     if interpreted() or device.type != "cuda":
         return 1
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    if programs >= 2 * sms:
+    if programs >= 4 * sms:
         return 1
-    return max(1, min(triton.cdiv(2 * sms, programs), W // (2 * BW)))
+    return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
@@ -156,11 +157,12 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     latent = _work(latent.to(q_abs.dtype))
     BR = triton.next_power_of_2(max(R, 16))
     # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
+    # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages)
     cfg = dict(config or {})
     BH = cfg.pop("bh", 16)
-    BW = cfg.pop("bw", 16 if interpreted() else (64 if BR <= 128 else 32))
+    BW = cfg.pop("bw", 16 if interpreted() else 64)
     warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
-    stages = cfg.pop("num_stages", None)
+    stages = cfg.pop("num_stages", None if interpreted() else 2)
     if cfg:
         raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages)")
     n_hb = triton.cdiv(H, BH)

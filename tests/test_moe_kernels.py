@@ -245,3 +245,18 @@ def test_nvfp4_refuses_bad_tensors():
         imoe.experts(wt, x, r, nvfp4=bad["nvfp4.gate_up.packed"])
     with pytest.raises(ValueError, match=r"nvfp4\.down\.global_decode"):
         imoe.experts(wt, x, r, nvfp4=_bad(nv, "down", global_decode=dn.global_decode[:-1]))
+
+
+def test_nvfp4_scale_scan_is_cached_per_tensor_and_redone_after_an_in_place_write():
+    """check_experts scans the block scales once per tensor version: a NaN written in place later is
+    still refused (the version counter moves), and an unmodified tensor is not rescanned."""
+    import impl.nvfp4 as inv
+    rng = np.random.default_rng(7)
+    E, D, I = 2, 32, 16
+    nv = inv.quantize_experts(torch.from_numpy(rng.standard_normal((E, 2 * I, D)).astype(np.float32)),
+                              torch.from_numpy(rng.standard_normal((E, D, I)).astype(np.float32)))
+    inv.check_experts(nv, E, D, I)
+    assert inv._scanned(nv.gate_up.block_scale, nv.gate_up.global_decode)
+    nv.down.block_scale.view(torch.uint8)[1, 3, 0] = 0x7F            # NaN in E4M3, written in place
+    with pytest.raises(ValueError, match="nvfp4.down.block_scale: contains NaN"):
+        inv.check_experts(nv, E, D, I)
