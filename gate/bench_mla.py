@@ -37,9 +37,8 @@ GiB = 1 << 30
 # launch variants the --sweep times (registers checked for sm_90 with gate/compile_check.py first:
 # 16 warps with a [64, 512] tile spill, so 64-head blocks are left out)
 SWEEP_CONFIGS = (
-    dict(bh=16, bw=32, num_warps=8, num_stages=1), dict(bh=16, bw=32, num_warps=8, num_stages=3),
-    dict(bh=16, bw=64, num_warps=8, num_stages=2), dict(bh=32, bw=32, num_warps=8, num_stages=2),
-    dict(bh=32, bw=64, num_warps=8, num_stages=1), dict(bh=16, bw=16, num_warps=4, num_stages=2),
+    dict(bh=16, bw=64, num_warps=8, num_stages=2), dict(bh=16, bw=64, num_warps=8, num_stages=3),
+    dict(bh=16, bw=32, num_warps=8, num_stages=3), dict(bh=32, bw=64, num_warps=8, num_stages=2),
 )
 
 
@@ -108,7 +107,7 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     if args.sweep and T == min(DECODE_CACHES):
         row["sweep_us"] = {}
         for cfg in SWEEP_CONFIGS:
-            for ns in ((8, 16, 32) if B == 1 else (1, 2)):
+            for ns in ((8, 16, 32) if B == 1 else (1, 2, 4, 8)):
                 try:
                     k2 = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5, ns, cfg))
                     t = do_bench(k2) * 1e3

@@ -105,12 +105,36 @@ def _paths(w, nv, x, ids, wts, w4a4: bool):
     return paths
 
 
+# (BM, BN, BK, num_warps) variants the --sweep times: BM 16 drops the padded rows of decode blocks
+# (1-4 pairs per expert), BN 32 doubles the programs in flight
+SWEEP_TILES = ((64, 64, 64, 4), (16, 64, 64, 4), (16, 32, 64, 4), (16, 32, 128, 4), (16, 64, 128, 4),
+               (32, 64, 64, 4), (16, 128, 64, 4), (16, 64, 64, 8), (128, 128, 64, 8))
+
+
+def _sweep(w, nv, x, ids, wts, N: int) -> dict:
+    from impl import moe as imoe
+    out = {}
+    for tiles in SWEEP_TILES:
+        if tiles[0] == 128 and N < 1024:
+            continue
+        for name, kw in (("bf16", dict(dense=(w.gate_up_proj, w.down_proj))), ("nvfp4", dict(nv=nv))):
+            def fn():
+                return imoe._grouped(x, ids, wts, E, I, tiles=tiles, **kw)
+            try:
+                out[f"{name} {tiles}"] = do_bench(graph(fn) if N <= 128 else fn) * 1e3
+            except Exception as e:  # a tile that does not fit is a sweep result, not a failure
+                out[f"{name} {tiles}"] = float("nan")
+                print(f"  sweep {name} {tiles}: {type(e).__name__}: {str(e)[:160]}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="glmgate bench --mechanism moe", description=__doc__.split("\n")[0])
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--tokens", default=None, help="token counts (default 1,8,32,128,4096)")
     p.add_argument("--skip-torch", action="store_true", help="do not time the per-expert torch loop")
     p.add_argument("--no-w4a4", action="store_true")
+    p.add_argument("--sweep", action="store_true", help="also time every tile variant (SWEEP_TILES)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_moe: no CUDA device; nothing timed", file=sys.stderr)
@@ -169,6 +193,13 @@ def main(argv=None) -> int:
             row["bf16_vs_torch"] = row["torch_us"] / row["bf16_us"]
         if "nvfp4_us" in row:
             row["nvfp4_speedup_vs_bf16"] = row["bf16_us"] / row["nvfp4_us"]
+        if args.sweep:
+            row["sweep_us"] = _sweep(w, nv, x, ids, wts, N)
+            for name in ("bf16", "nvfp4"):
+                best = min((kv for kv in row["sweep_us"].items() if kv[0].startswith(name) and kv[1] == kv[1]),
+                           key=lambda kv: kv[1], default=None)
+                row[f"{name}_sweep_best"] = best
+            print(f"  sweep best: bf16 {row['bf16_sweep_best']}, nvfp4 {row['nvfp4_sweep_best']}")
         if N in (8, 4096):
             row["kernels"] = {k: kernel_times(fn, calls=3) for k, fn in paths.items()}
         if N >= 1024:

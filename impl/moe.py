@@ -3,7 +3,8 @@
 Letters: N tokens (leading axes of x flattened), D hidden, E experts, k experts per token, G groups,
 I expert width, P = N·k (token, slot) pairs, BM pair-rows per block.
 
-  route    one launch of moe_router_fwd_kernel -> the oracle's Routing container (float32 scores,
+  route    a float32 GEMM for the logits + one launch of moe_router_fwd_kernel -> the oracle's Routing
+           container (float32 scores,
            biased scores with -inf outside the kept groups, group scores, int64 ids, float32 weights)
   experts  host alignment (all torch ops on the device, no host sync): the P pairs sorted by expert
            (stable argsort), each expert's run padded to a multiple of BM, one expert id per block
@@ -61,6 +62,18 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+def _f32(a: torch.Tensor) -> torch.Tensor:
+    """a in float32, converted once per tensor version (the router of a bf16 model is read every step;
+    converting it per call would cost more bytes than the GEMM)."""
+    if a.dtype == torch.float32:
+        return a
+    cached = getattr(a, "_glmgate_f32", None)
+    if cached is None or cached[0] != a._version:
+        cached = (a._version, a.float())
+        a._glmgate_f32 = cached
+    return cached[1]
+
+
 def _check_field(name: str, a, x) -> None:
     if not isinstance(a, torch.Tensor):
         raise ValueError(f"{name}: expected a torch tensor, got {type(a).__name__}")
@@ -94,16 +107,15 @@ def route(w: MoEWeights, x) -> Routing:
     groups, weights = torch.empty(N, G, **f32), torch.empty(N, k, **f32)
     ids = torch.empty(N, k, device=dev, dtype=torch.int64)
     if N:
-        xs = xs if xs.dtype != torch.float64 else xs.float()
-        router = w.router if w.router.dtype != torch.float64 else w.router.float()
+        # logits in float32 (SPEC §2) by one GEMM; the kernel does sigmoid, groups and top-k per token
+        logits = torch.matmul(xs.float(), _f32(w.router).T).contiguous()
         BE = triton.next_power_of_2(max(E, 16))
         BT = 16
-        BD = max(16, min(64, 8192 // BE, triton.next_power_of_2(D)))
         moe_router_fwd_kernel[(triton.cdiv(N, BT),)](
-            xs, router.contiguous(), w.e_score_correction_bias.float().contiguous(),
+            logits, w.e_score_correction_bias.float().contiguous(),
             scores, biased, groups, ids, weights, N, float(w.routed_scaling_factor),
-            D=D, E=E, G=G, TOPK_GROUP=w.topk_group, TOP_K=k, NORM=bool(w.norm_topk_prob),
-            BT=BT, BE=BE, BG=triton.next_power_of_2(G), BD=BD, BKE=triton.next_power_of_2(k),
+            E=E, G=G, TOPK_GROUP=w.topk_group, TOP_K=k, NORM=bool(w.norm_topk_prob),
+            BT=BT, BE=BE, BG=triton.next_power_of_2(G), BKE=triton.next_power_of_2(k),
             num_warps=16 if BE >= 512 else (8 if BE >= 256 else 4),   # [BT, BE] f32 tiles: no spills at E=288
         )
     return Routing(ids, weights, scores, biased, groups)
@@ -138,7 +150,7 @@ def align(ids, num_experts: int, block_m: int):
     return sorted_ids, block_expert
 
 
-def _tiles(D: int, I: int, w4a4: bool = False):
+def _tiles(D: int, I: int, w4a4: bool = False, pairs_per_expert: float = 64.0):
     """(BM, BN, BK, num_warps): small tiles under the interpreter, H200 tiles on a GPU (W4A4: 8 warps,
     the prologue's extra tile spilled 112 B at 4 warps in the sm_90 compile check; 135 registers at 8)."""
     if impl.interpreted():
@@ -155,15 +167,18 @@ def _input_scales(t, acts, E: int) -> torch.Tensor:
 
 
 def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0,
-             w4a4: bool = False):
+             w4a4: bool = False, tiles: Optional[tuple] = None):
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
-    (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue)."""
+    (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
+    tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them)."""
     N, D = x2.shape
     k = ids.shape[1]
     P = N * k
     work = _work_dtype(x2.dtype)
     xs = x2.to(work).contiguous()
-    BM, BN, BK, nw = _tiles(D, I, w4a4)
+    BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P / max(1, min(E, P)))
+    if BM < 16 or BK % 16 or BN < 16:
+        raise ValueError(f"tiles: {(BM, BN, BK, nw)}: BM, BN >= 16 and BK a multiple of 16 (tl.dot, NVFP4 blocks)")
     sorted_ids, block_expert = align(ids, E, BM)
     NB = block_expert.shape[0]
     # W4A4 keeps h in float32 so its quantization sees the accumulator, not a bf16 rounding of it

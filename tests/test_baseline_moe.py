@@ -282,6 +282,17 @@ def _ties_probe(impl):
     return {"codes": onv.unpack(impl.quantize(w).packed).astype(float)}
 
 
+def _qdq_probe(impl):
+    """W4A4 activation quant-dequant (NVFP4.md A6) of rows whose 16-blocks have very different amax, with
+    an ENCODE input scale far from 1: observed as the quantity the gate's kernel_w4a4 comparison sees."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 64)) * np.repeat(np.array([0.01, 1.0, 30.0, 0.3]), 16)
+    G = np.float32(2688.0 / 40.0)
+    if isinstance(impl, TorchNVFP4):
+        return {"kernel_w4a4": impl.qdq_activation(torch.from_numpy(x), G).double().numpy()}
+    return {"kernel_w4a4": impl.qdq_activation(x, G)}
+
+
 PROBES = {
     "moe_bias_in_weights": _route_probe,
     "moe_scaling_before_norm": _route_probe,
@@ -291,6 +302,8 @@ PROBES = {
     "nvfp4_global_scale_wrong_direction": _dequant_probe,
     "nvfp4_scales_read_linear": _swizzled_probe,
     "nvfp4_argmin_rounding": _ties_probe,
+    "nvfp4_w4a4_neighbour_block_scale": _qdq_probe,
+    "nvfp4_w4a4_input_scale_decode_direction": _qdq_probe,
 }
 BASE = {"moe": TorchMoE, "nvfp4": TorchNVFP4}
 ORACLE = {"moe": omoe, "nvfp4": onv}
