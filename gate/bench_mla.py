@@ -101,7 +101,7 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     q_abs = torch.einsum("bshn,hnr->bshr", q, w.kv_b_proj.view(H, DN + DV, R)[:, :DN])
     kern = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
     row["kernel_us"] = do_bench(kern) * 1e3
-    row["splits"] = im._splits(q.device, B * (H // 16), W, 64)
+    row["splits"] = im._splits(q.device, B, B * (H // (16 if B < 16 else 32)), W, 64)
     row["kernel_pct_copy"] = 100 * sel_bytes / (row["kernel_us"] * 1e-6) / copy_bw
     row["ours_pct_copy"] = 100 * sel_bytes / (row["ours_us"] * 1e-6) / copy_bw
     if args.sweep and T == min(DECODE_CACHES):

@@ -74,21 +74,21 @@ RECORDS = (
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, w=BF, sorted_ids="*i64", block_expert="*i64", h=BF), dict(P="i32", limit="fp32"),
                  dict(D=4096, I=2048, TOP_K=8, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", packed=None,
-                      scale=None, gscale=None, gin=None, BM=64, BN=64, BK=64), dict(num_warps=4)),
+                      scale=None, gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_down_fwd_kernel",
                  dict(h=BF, w=BF, sorted_ids="*i64", block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
                  dict(D=4096, I=2048, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", packed=None, scale=None,
-                      gscale=None, gin=None, BM=64, BN=64, BK=64), dict(num_warps=4)),
+                      gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64", h=BF),
                  dict(P="i32", limit="fp32"),
                  dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", w=None,
-                      gin=None, BM=64, BN=64, BK=64), dict(num_warps=4)),
+                      gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_down_fwd_kernel",
                  dict(h=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64",
                       weights=F32, out=F32), dict(P="i32"),
                  dict(D=4096, I=2048, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", w=None, gin=None,
-                      BM=64, BN=64, BK=64), dict(num_warps=4)),
+                      BM=16, BN=64, BK=128), dict(num_warps=4)),
     # W4A4 emulation: the activation tile quantize-dequantized in the prologue (h in float32)
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, gin=F32, sorted_ids="*i64",
@@ -105,6 +105,11 @@ RECORDS = (
     KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF), {},
                  dict(N=4, D=4096, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
 )
+
+# the MoE GEMMs also run with prefill tiles (impl.moe._tiles: > 16 pairs per expert)
+RECORDS = RECORDS + tuple(
+    r._replace(constexprs={**r.constexprs, "BM": 128, "BN": 128, "BK": 64}, options=dict(num_warps=8))
+    for r in RECORDS if r.module == "moe" and r.constexprs.get("W4A4") is False)
 
 
 def _load(module: str):
@@ -170,6 +175,8 @@ def main(argv=None) -> int:
             continue
         label = rec.name + (" (w4a4)" if rec.constexprs.get("W4A4") else
                             " (nvfp4)" if rec.constexprs.get("NVFP4") else "")
+        if rec.module == "moe" and rec.constexprs.get("BM") == 128:
+            label += " prefill"
         try:
             regs, stack, smem = compile_one(rec, args.arch)
             print(f"{label:40s} {regs:>5d} {stack:>8d} {smem:>8d}")

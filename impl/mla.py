@@ -121,15 +121,17 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 # ----------------------------------------------------------------------------- attention
 
 
-def _splits(device, programs: int, W: int, BW: int) -> int:
-    """Selection splits for flash-decoding: enough programs for four waves of the SMs, each split at
-    least 2 blocks of BW entries (below that the partial outputs cost more bytes than the rows).
-    Measured on the H200 (H=64, 2051 rows, NOTES.md): B=1 best at 16 splits, B=32 and B=128 at 2."""
+def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
+    """Selection splits for flash-decoding, from the H200 sweep (bench_mla --sweep, H=64, 2051 rows,
+    NOTES.md): >= 128 query rows: none; >= 16 rows: 2; fewer: enough programs for four waves of the SMs,
+    each split at least 2 blocks of BW entries (B=1: 16 splits)."""
     if interpreted() or device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    if programs >= 4 * sms:
+    if rows >= 128:
         return 1
+    if rows >= 16:
+        return 2
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
@@ -157,16 +159,17 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     latent = _work(latent.to(q_abs.dtype))
     BR = triton.next_power_of_2(max(R, 16))
     # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
-    # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages)
+    # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages; 16
+    # heads per program below 16 query rows, 32 from there)
     cfg = dict(config or {})
-    BH = cfg.pop("bh", 16)
+    BH = cfg.pop("bh", 16 if interpreted() or B * S < 16 else 32)
     BW = cfg.pop("bw", 16 if interpreted() else 64)
     warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
     stages = cfg.pop("num_stages", None if interpreted() else 2)
     if cfg:
         raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages)")
     n_hb = triton.cdiv(H, BH)
-    NS = _splits(q_abs.device, B * S * n_hb, W, BW) if splits is None else int(splits)
+    NS = _splits(q_abs.device, B * S, B * S * n_hb, W, BW) if splits is None else int(splits)
     if NS < 1:
         raise ValueError(f"splits: {splits}, expected >= 1")
     W_SPLIT = triton.cdiv(max(W, 1), NS)

@@ -150,12 +150,18 @@ def align(ids, num_experts: int, block_m: int):
     return sorted_ids, block_expert
 
 
-def _tiles(D: int, I: int, w4a4: bool = False, pairs_per_expert: float = 64.0):
-    """(BM, BN, BK, num_warps): small tiles under the interpreter, H200 tiles on a GPU (W4A4: 8 warps,
-    the prologue's extra tile spilled 112 B at 4 warps in the sm_90 compile check; 135 registers at 8)."""
+def _tiles(D: int, I: int, w4a4: bool = False, pairs: int = 0, pairs_per_expert: float = 64.0):
+    """(BM, BN, BK, num_warps): small tiles under the interpreter; on a GPU the H200 sweep's best
+    (bench_moe --sweep, NOTES.md): decode (<= 16 pairs per expert) 16-row blocks, so a block is not
+    mostly padding, with BK 128 (BN 32 for <= 16 pairs in all); prefill 128 x 128 with 8 warps. W4A4
+    keeps 64 x 64 at 8 warps (its prologue spilled 112 B at 4 warps in the sm_90 compile check)."""
     if impl.interpreted():
         return 16, 16, 32, 4
-    return 64, 64, 64, 8 if w4a4 else 4
+    if w4a4:
+        return 64, 64, 64, 8
+    if pairs_per_expert <= 16:
+        return (16, 32, 128, 4) if pairs <= 16 else (16, 64, 128, 4)
+    return 128, 128, 64, 8
 
 
 def _input_scales(t, acts, E: int) -> torch.Tensor:
@@ -176,7 +182,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     P = N * k
     work = _work_dtype(x2.dtype)
     xs = x2.to(work).contiguous()
-    BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P / max(1, min(E, P)))
+    BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
     if BM < 16 or BK % 16 or BN < 16:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: BM, BN >= 16 and BK a multiple of 16 (tl.dot, NVFP4 blocks)")
     sorted_ids, block_expert = align(ids, E, BM)
