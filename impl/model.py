@@ -264,3 +264,127 @@ def load(checkpoint_dir, device="cpu", dtype: Optional[torch.dtype] = None, back
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     backend_for(backend)
     return Model(to_torch(load_weights(checkpoint_dir), device, dtype, nvfp4=backend == "triton"), backend)
+
+
+# ---------------------------------------------------------------------------------------- packed batches
+# oracle.model.forward_packed on torch: token-wise parts on the flat stream, KDA through the
+# sublayer's cu_seqlens path (one initial state row per document), MLA/DSA one document at a time.
+
+from oracle.model import check_cu_seqlens  # noqa: E402
+from oracle.types import KDAState  # noqa: E402
+
+
+def _packed_states(states, g: Geometry, n_docs: int, device, dtype) -> list:
+    """One batch-1 impl HybridState per document (None = empty; oracle states converted)."""
+    states = list(states)
+    if len(states) != n_docs:
+        raise ValueError(f"states: {len(states)} states for {n_docs} documents (one per cu_seqlens row)")
+    out = []
+    for i, s in enumerate(states):
+        s = HybridState.empty(g) if s is None else s
+        try:
+            _check_state(s, g, 1)
+        except (TypeError, StateError) as e:
+            raise type(e)(f"states[{i}]: {e}") from None
+        out.append(s if isinstance(s, HybridState) else HybridState.from_oracle(s, device, dtype))
+    return out
+
+
+def _kda_packed(be: Backend, w: KDAWeights, a, cu: list, caches: list):
+    """KDA over the flat stream with cu_seqlens: one initial state row per document (zeros for an
+    empty one); a zero-length document's state passes through the kernels (SPEC §6, §10)."""
+    n = len(caches)
+    init = None
+    if any(c is not None for c in caches):
+        H, K, C = w.num_heads, w.head_dim, 3 * w.num_heads * w.head_dim
+        rec = [torch.zeros(1, H, K, K, device=a.device) if c is None else c.recurrent.float() for c in caches]
+        conv = [torch.zeros(1, C, w.conv_width, device=a.device, dtype=a.dtype) if c is None
+                else c.conv.to(a.dtype) for c in caches]
+        init = KDAState(torch.cat(rec), torch.cat(conv))
+    cu_t = torch.tensor(cu, dtype=torch.int64, device=a.device)
+    y, new = be.kda.sublayer(w, a, init, None, cu_t)
+    out = [None if caches[i] is None and cu[i] == cu[i + 1]          # still empty: stays empty
+           else KDAState(new.recurrent[i:i + 1].clone(), new.conv[i:i + 1].clone()) for i in range(n)]
+    return y, out
+
+
+def _dsa_packed(be: Backend, lw: LayerWeights, a, cu: list, caches: list, prevs: list):
+    """MLA/DSA one document at a time over its own cache (the caches differ in length; SPEC §7, §8);
+    a zero-length document keeps its cache and hands no selection on."""
+    kind = lw.indexer_type
+    ys, out, sels = [], [], []
+    for i, (s, e) in enumerate(zip(cu, cu[1:])):
+        if s == e:
+            out.append(caches[i])
+            sels.append(None)
+            continue
+        if kind == SHARED and prevs[i] is None:
+            raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA layer "
+                             f"directly before it (SPEC §8.8)")
+        mask = torch.ones(1, e - s, dtype=torch.bool, device=a.device)
+        y, c, sel = be.mla.sublayer(lw.mla, lw.indexer, a[:, s:e], caches[i], mask,
+                                    prevs[i] if kind == SHARED else None, kind)
+        ys.append(y)
+        out.append(c)
+        sels.append(sel)
+    return torch.cat(ys, dim=1), out, sels
+
+
+def decoder_layer_packed(lw: LayerWeights, g: Geometry, X, cu: list, caches: list, prevs: list,
+                         backend: Optional[Backend] = None):
+    """oracle.model.decoder_layer_packed on torch (SPEC §5): X [1, T, N, D]; returns (X, one cache per
+    document, one selection per document)."""
+    be = backend if backend is not None else backend_for("triton")
+    _, post, comb, u = _hc_entry(be, lw.attn_hc, X)
+    a = rmsnorm(u, lw.input_layernorm, g.rms_norm_eps)
+    if lw.attention == LINEAR:
+        y, caches = _kda_packed(be, lw.kda, a, cu, caches)
+        sels = [None] * len(caches)
+    else:
+        y, caches, sels = _dsa_packed(be, lw, a, cu, caches, prevs)
+    X = be.mhc.write_back(post, comb, X, y.to(X.dtype))
+    _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
+    a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
+    y = be.moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else be.moe.forward(lw.mlp, a)
+    return be.mhc.write_back(post, comb, X, y.to(X.dtype)), caches, sels
+
+
+def forward_packed(weights: Weights, input_ids, cu_seqlens, states, backend: Optional[Backend] = None):
+    """oracle.model.forward_packed on torch (SPEC §3, SERVING.md P4): input_ids [T] flat, cu_seqlens
+    [N+1], states one batch-1 HybridState (or None) per document; returns (logits float32 [T, V], one
+    new impl HybridState per document). No state given is mutated."""
+    be = backend if backend is not None else backend_for("triton")
+    g = weights.geometry
+    device, dtype = weights.embed_tokens.device, weights.embed_tokens.dtype
+    ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(np.asarray(input_ids))
+    if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise ValueError(f"input_ids: expected a flat int array [T], got {ids.dtype} {tuple(ids.shape)}")
+    T = ids.shape[0]
+    if T == 0:
+        raise ValueError("input_ids: T = 0 tokens in the packed batch")
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= g.vocab_size:
+        raise ValueError(f"input_ids: ids must lie in [0, vocab_size={g.vocab_size}), got [{lo}, {hi}]")
+    cu = check_cu_seqlens(cu_seqlens, T)
+    states = _packed_states(states, g, len(cu) - 1, device, dtype)
+    X = be.mhc.expand(weights.embed_tokens[ids.to(device=device, dtype=torch.long)][None], g.hc_mult)
+    prevs = [None] * len(states)
+    per_layer = []
+    for j, lw in enumerate(weights.layers):
+        X, caches, prevs = decoder_layer_packed(lw, g, X, cu, [s.layers[j] for s in states], prevs, be)
+        per_layer.append(caches)
+    h = rmsnorm(be.mhc.reduce(X), weights.norm, g.rms_norm_eps)                          # [1, T, D]
+    new = [HybridState(g.layer_types, [layer[i] for layer in per_layer], s.seq_len + cu[i + 1] - cu[i])
+           for i, s in enumerate(states)]
+    return (h @ weights.lm_head.T).float()[0], new
+
+
+def _model_forward_packed(self, input_ids, cu_seqlens, states):
+    """(logits float32 [T, V], one new HybridState per document): several requests in one packed
+    forward (module-level `forward_packed`); no state given is mutated."""
+    with torch.no_grad():
+        return forward_packed(self.weights, input_ids, cu_seqlens, states, self.backend)
+
+
+# a method of Model, attached here so the packed path stays in this section of the file
+Model.forward_packed = _model_forward_packed

@@ -468,6 +468,15 @@ class ServingPrefixHitDropsIndexerRows(Engine):
         return state
 
 
+class ServingPaddedStepsUpdateKdaState(Engine):
+    """A padded batch prefill pads on the RIGHT: the pad steps after a short prompt still decay the KDA
+    recurrent state and shift zeros into the conv window that the request keeps."""
+
+    def _pad(self, prompt, S):
+        n = len(prompt)
+        return list(prompt) + [self.model.geometry.pad_token_id] * (S - n), [1] * n + [0] * (S - n)
+
+
 def _serving_row(cls, name: str) -> tuple[str, Mutant]:
     return name, Mutant(name, "serving", cls.__doc__.strip(), "serving.state_machine.state", lambda: cls)
 
@@ -476,6 +485,7 @@ SERVING_MUTANTS: dict[str, Mutant] = dict((
     _serving_row(ServingRollbackKeepsConvWindow, "serving_rollback_keeps_conv_window"),
     _serving_row(ServingForkAliasesBuffers, "serving_fork_aliases_buffers"),
     _serving_row(ServingPrefixHitDropsIndexerRows, "serving_prefix_hit_drops_indexer_rows"),
+    _serving_row(ServingPaddedStepsUpdateKdaState, "serving_padded_steps_update_kda_state"),
 ))
 
 

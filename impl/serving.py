@@ -6,8 +6,11 @@ persistent slots updated IN PLACE after every forward (DSA caches grow, so they 
 and forks must therefore deep-copy, or later steps of one branch reach the other.
 
 Scenario operations: admit, prefill_chunk, decode, speculate / accept (rollback is restore + replay),
-fork (prefix-cache hit), cancel. The small `_restore`, `_fork_state`, `_prefix_state` hooks are what
-the serving mutants (impl/mutants.py, SERVING_MUTANTS) override, one each.
+fork (prefix-cache hit), cancel; `step` advances several requests in ONE packed forward (a flat token
+stream cut by cu_seqlens: prefill chunks, 1-token decode rows, zero-length rows), `admit_padded`
+prefills several new requests as ONE left-padded batch and splits the batch state per request. The
+small `_restore`, `_fork_state`, `_prefix_state`, `_pad` hooks are what the serving mutants
+(impl/mutants.py, SERVING_MUTANTS) override, one each.
 """
 from __future__ import annotations
 
@@ -60,6 +63,12 @@ class Engine:
     def _prefix_state(self, state):
         """The state a prefix-cache hit starts from, given the (copied) donor state."""
         return state
+
+    def _pad(self, prompt: list, S: int) -> tuple[list, list]:
+        """(ids row, mask row) of `prompt` in a padded batch of width S: LEFT padding (SPEC §3), so
+        the pads precede every real token and leave the request's KDA state untouched."""
+        n = len(prompt)
+        return [self.model.geometry.pad_token_id] * (S - n) + list(prompt), [0] * (S - n) + [1] * n
 
     # ------------------------------------------------------------------ internals
 
@@ -153,6 +162,73 @@ class Engine:
             raise RuntimeError("fork during speculation")
         self.requests[new_rid] = Request(new_rid, [], self._prefix_state(self._fork_state(src.state)),
                                          list(src.history), src.logits)
+
+    def step(self, rows: Sequence[tuple]) -> list:
+        """SERVING.md P4: advance several requests in ONE packed forward.
+
+        rows: (rid, tokens) pairs, tokens may be empty (scheduled, nothing to feed). A request with a
+        pending prompt must be given its next prompt tokens (a prefill chunk); otherwise the tokens are
+        decode / continuation tokens. Every row is checked before anything runs, so a bad row (rid not
+        live, named twice, open speculation) leaves every request as it was. Returns each row's last
+        logits row (unchanged for an empty row).
+        """
+        reqs, feeds = self._step_rows(rows)
+        if not any(feeds):
+            return [r.logits for r in reqs]
+        cu = np.cumsum([0] + [len(f) for f in feeds])
+        ids = np.asarray([t for f in feeds for t in f], dtype=np.int64)
+        states = [None if r.state.seq_len == 0 else r.state for r in reqs]
+        logits, new = self.model.forward_packed(ids, cu, states)
+        for i, (req, feed) in enumerate(zip(reqs, feeds)):
+            # zero-length rows commit too: their state came back through the kernels and must be unchanged
+            self._commit(req, new[i])
+            if feed:
+                del req.prompt[:len(feed)]
+                req.history.extend(feed)
+                req.logits = logits[int(cu[i + 1]) - 1]
+        return [r.logits for r in reqs]
+
+    def _step_rows(self, rows) -> tuple[list, list]:
+        """The live Request and the token list of every row; raises on a bad row before any change."""
+        reqs, feeds, seen = [], [], set()
+        for j, row in enumerate(rows):
+            try:
+                rid, tokens = row
+            except (TypeError, ValueError):
+                raise ValueError(f"step: row {j} is {row!r}, expected a (rid, tokens) pair") from None
+            req = self._req(rid)
+            if rid in seen:
+                raise ValueError(f"step: request {rid!r} appears in two rows of one batch")
+            seen.add(rid)
+            if req.spec is not None:
+                raise RuntimeError(f"step on request {rid!r} during speculation (accept first)")
+            feed = [int(t) for t in tokens]
+            if req.prompt and feed != req.prompt[:len(feed)]:
+                raise ValueError(f"step: request {rid!r} has {len(req.prompt)} pending prompt tokens; its row "
+                                 f"must be the next of them (a prefill chunk), got {feed}")
+            reqs.append(req)
+            feeds.append(feed)
+        return reqs, feeds
+
+    def admit_padded(self, items: Sequence[tuple]) -> None:
+        """SPEC §3 / SERVING.md P4: admit several requests and prefill their whole prompts as ONE padded
+        batch (attention_mask); each request's state is its row of the batch state, pads dropped."""
+        items = [(rid, [int(t) for t in prompt]) for rid, prompt in items]
+        rids = [rid for rid, _ in items]
+        if not items or len(set(rids)) != len(rids):
+            raise ValueError(f"admit_padded: expected distinct request ids, got {rids}")
+        for rid, prompt in items:
+            if rid in self.requests:
+                raise ValueError(f"request {rid!r} already live")
+            if not prompt:
+                raise ValueError(f"request {rid!r}: empty prompt")
+        S = max(len(p) for _, p in items)
+        ids, mask = zip(*(self._pad(p, S) for _, p in items))
+        logits, batch = self.model.forward(np.asarray(ids, dtype=np.int64), attention_mask=np.asarray(mask))
+        for i, (rid, prompt) in enumerate(items):
+            real = np.flatnonzero(mask[i])                 # contiguous: the request's own positions
+            state = batch.row(i, int(real[0]), int(real[-1]) + 1)
+            self.requests[rid] = Request(rid, [], state, prompt, logits[i, int(real[-1])])
 
     def cancel(self, rid) -> None:
         del self.requests[self._req(rid).rid]

@@ -22,9 +22,10 @@ from oracle.checkpoint import LayerWeights, Weights
 from oracle.checkpoint import load as load_weights
 from oracle.config import DENSE, LINEAR, SHARED, Geometry
 from oracle.state import HybridState, StateError
-from oracle.types import Selection
+from oracle.types import KDAState, Selection
 
-__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm"]
+__all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "forward_packed",
+           "decoder_layer_packed", "check_cu_seqlens"]
 
 
 def rmsnorm(x, w, eps: float):
@@ -130,7 +131,129 @@ class Model:
 
     __call__ = forward
 
+    def forward_packed(self, input_ids, cu_seqlens, states):
+        """(logits float64 [T, V], one new HybridState per document): several requests in one packed
+        forward (module-level `forward_packed`); no state given is mutated."""
+        return forward_packed(self.weights, input_ids, cu_seqlens, states)
+
 
 def load(checkpoint_dir) -> Model:
     """Geometry.from_pretrained(checkpoint_dir) + the safetensors weights (oracle.checkpoint) -> Model."""
     return Model(load_weights(checkpoint_dir))
+
+
+# ---------------------------------------------------------------------------------------- packed batches
+# A serving step runs several requests in ONE forward: a flat token stream cut by cu_seqlens into
+# documents (prefill chunks, 1-token decode rows, zero-length rows), each with its own batch-1 state.
+
+
+def check_cu_seqlens(cu_seqlens, T: int) -> list[int]:
+    """cu_seqlens [N+1] as ints: from 0 to T, non-decreasing (zero-length documents allowed; SERVING.md P4)."""
+    cu = np.asarray(cu_seqlens.tolist() if hasattr(cu_seqlens, "tolist") else cu_seqlens)
+    if cu.ndim != 1 or cu.shape[0] < 2 or not (cu.size == 0 or np.issubdtype(cu.dtype, np.integer)):
+        raise ValueError(f"cu_seqlens: expected 1-D ints [N+1] with N >= 1, got {cu.dtype} {tuple(cu.shape)}")
+    if cu[0] != 0 or cu[-1] != T:
+        raise ValueError(f"cu_seqlens: must run from 0 to the {T} packed tokens, got [{cu[0]}, ..., {cu[-1]}]")
+    neg = np.flatnonzero(np.diff(cu) < 0)
+    if neg.size:
+        i = int(neg[0])
+        raise ValueError(f"cu_seqlens: document {i} has negative length {cu[i + 1] - cu[i]} "
+                         f"(cu_seqlens must be non-decreasing)")
+    return [int(c) for c in cu]
+
+
+def _packed_states(states, g: Geometry, n_docs: int) -> list:
+    """One batch-1 HybridState per document (None = empty), checked like forward's state."""
+    states = list(states)
+    if len(states) != n_docs:
+        raise ValueError(f"states: {len(states)} states for {n_docs} documents (one per cu_seqlens row)")
+    out = []
+    for i, s in enumerate(states):
+        s = HybridState.empty(g) if s is None else s
+        try:
+            _check_state(s, g, 1)
+        except (TypeError, StateError) as e:
+            raise type(e)(f"states[{i}]: {e}") from None
+        out.append(s)
+    return out
+
+
+def _kda_packed(w, a, cu: list, caches: list):
+    """KDA over the flat stream through the sublayer's cu_seqlens path: one initial state row per
+    document (zeros for an empty one); a zero-length document's state passes through (SPEC §6, §10)."""
+    n = len(caches)
+    init = None
+    if any(c is not None for c in caches):
+        zero = kda.zero_state(w, 1)
+        rows = [zero if c is None else c for c in caches]
+        init = KDAState(np.concatenate([r.recurrent for r in rows]), np.concatenate([r.conv for r in rows]))
+    y, new = kda.sublayer(w, a, init, None, cu)
+    out = [None if caches[i] is None and cu[i] == cu[i + 1]          # still empty: stays empty
+           else KDAState(new.recurrent[i:i + 1].copy(), new.conv[i:i + 1].copy()) for i in range(n)]
+    return y, out
+
+
+def _dsa_packed(lw: LayerWeights, a, cu: list, caches: list, prevs: list):
+    """MLA/DSA one document at a time: each attends over its own cache, and the caches differ in
+    length (SPEC §7, §8); a zero-length document keeps its cache and hands no selection on."""
+    kind = lw.indexer_type
+    ys, out, sels = [], [], []
+    for i, (s, e) in enumerate(zip(cu, cu[1:])):
+        if s == e:
+            out.append(caches[i])
+            sels.append(None)
+            continue
+        if kind == SHARED and prevs[i] is None:
+            raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA layer "
+                             f"directly before it (SPEC §8.8)")
+        y, c, sel = mla.sublayer(lw.mla, lw.indexer, a[:, s:e], caches[i], np.ones((1, e - s), dtype=bool),
+                                 prevs[i] if kind == SHARED else None, kind)
+        ys.append(y)
+        out.append(c)
+        sels.append(sel)
+    return np.concatenate(ys, axis=1), out, sels
+
+
+def decoder_layer_packed(lw: LayerWeights, g: Geometry, X, cu: list, caches: list, prevs: list):
+    """decoder_layer (SPEC §5) over a packed stream X [1, T, N, D]: token-wise parts on the flat
+    stream, attention per document; returns (X, one cache per document, one selection per document)."""
+    pre, post, comb = mhc.coefficients(lw.attn_hc, X)
+    a = rmsnorm(mhc.collapse(pre, X), lw.input_layernorm, g.rms_norm_eps)
+    if lw.attention == LINEAR:
+        y, caches = _kda_packed(lw.kda, a, cu, caches)
+        sels = [None] * len(caches)
+    else:
+        y, caches, sels = _dsa_packed(lw, a, cu, caches, prevs)
+    X = mhc.write_back(post, comb, X, y)
+    pre, post, comb = mhc.coefficients(lw.ffn_hc, X)
+    a = rmsnorm(mhc.collapse(pre, X), lw.post_attention_layernorm, g.rms_norm_eps)
+    y = moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else moe.forward(lw.mlp, a)
+    return mhc.write_back(post, comb, X, y), caches, sels
+
+
+def forward_packed(weights: Weights, input_ids, cu_seqlens, states):
+    """SPEC §3 over a packed batch (SERVING.md P4): input_ids [T] flat, cu_seqlens [N+1], states one
+    batch-1 HybridState (or None) per document; returns (logits [T, V], one new HybridState per
+    document), each equal to that document run alone through `forward`. No state given is mutated."""
+    g = weights.geometry
+    ids = np.asarray(input_ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"input_ids: expected a flat int array [T], got {ids.dtype} {tuple(ids.shape)}")
+    T = ids.shape[0]
+    if T == 0:
+        raise ValueError("input_ids: T = 0 tokens in the packed batch")
+    if ids.min() < 0 or ids.max() >= g.vocab_size:
+        raise ValueError(f"input_ids: ids must lie in [0, vocab_size={g.vocab_size}), got "
+                         f"[{ids.min()}, {ids.max()}]")
+    cu = check_cu_seqlens(cu_seqlens, T)
+    states = _packed_states(states, g, len(cu) - 1)
+    X = mhc.expand(weights.embed_tokens[ids][None], g.hc_mult)                          # [1, T, N, D]
+    prevs = [None] * len(states)
+    per_layer = []
+    for j, lw in enumerate(weights.layers):
+        X, caches, prevs = decoder_layer_packed(lw, g, X, cu, [s.layers[j] for s in states], prevs)
+        per_layer.append(caches)
+    h = rmsnorm(mhc.reduce(X), weights.norm, g.rms_norm_eps)                             # [1, T, D]
+    new = [HybridState(g.layer_types, [layer[i] for layer in per_layer], s.seq_len + cu[i + 1] - cu[i])
+           for i, s in enumerate(states)]
+    return (h @ weights.lm_head.T)[0], new

@@ -166,6 +166,32 @@ class HybridState:
             layers.append(e)
         return type(self)(self.layer_types, layers, n_tokens)
 
+    def row(self, i: int, start: int = 0, stop: Optional[int] = None) -> "HybridState":
+        """Batch row i as a batch-1 deep copy keeping DSA positions [start, stop) (SERVING.md P4: a
+        request's own state out of a padded batch; the dropped positions must be its pads).
+
+        KDA entries are the row's whole recurrent state and conv window, which is the request's own
+        only under LEFT padding: a zeroed pad input (SPEC §6.1) before any real token leaves the zero
+        state at zero, while a pad after one still decays the state and shifts the conv window.
+        """
+        B = self.batch
+        if B is None:
+            raise StateError("row: the state is empty (no batch rows)")
+        stop = self.seq_len if stop is None else stop
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < B:
+            raise StateError(f"row: i={i!r}, expected an int in [0, batch={B})")
+        if not 0 <= start <= stop <= self.seq_len:
+            raise StateError(f"row: positions [{start}, {stop}) not within [0, seq_len={self.seq_len}]")
+        layers = []
+        for e in self.layers:
+            if isinstance(e, KDAState):
+                e = KDAState(self._copy(e.recurrent[i:i + 1]), self._copy(e.conv[i:i + 1]))
+            elif isinstance(e, DSACache):
+                e = DSACache(self._copy(e.latent[i:i + 1, start:stop]),
+                             None if e.index_rows is None else self._copy(e.index_rows[i:i + 1, start:stop]))
+            layers.append(e)
+        return type(self)(self.layer_types, layers, stop - start)
+
     # ------------------------------------------------------------------ bytes
 
     def serialize(self) -> bytes:

@@ -1,19 +1,32 @@
-"""Serving scenarios as a state machine (ARCHITECTURE.md; SERVING.md B3 / B4 P2, P3).
+"""Serving scenarios as a state machine (ARCHITECTURE.md; SERVING.md B3 / B4 P2, P3, P4, P5).
 
 Three impl.serving.Engine instances run the same scenario side by side: the one under test over impl.model
 (Triton backend, float32, CPU interpreter), a torch-backend one (the error baseline of the bound), and one
-over the float64 oracle. Rules: admit, prefill chunk, decode, speculate k in 1..3 then accept a in [0, k],
-fork (prefix-cache hit), cancel. Invariants after every rule, for every live request:
+over the float64 oracle. Rules: admit, admit a left-padded batch (one prefill, state split per request),
+prefill chunk, decode, packed step (prefill chunks, 1-token decode rows and zero-length rows in ONE
+forward), reorder a batch, speculate k in 1..3 then accept a in [0, k], fork (prefix-cache hit), cancel
+(then a step naming the cancelled request must be refused, and its id may be reused by a fresh request).
+Invariants after every rule, for every live request:
 
 (a) impl state arrays == oracle state arrays: rel-L2 <= 4 x (torch backend's rel-L2) + 1e-5 (tests/test_model.py)
 (b) cached logits == a COLD oracle run over the request's whole history (same bound for impl; 1e-8 for
     the oracle engine, whose state must also equal the cold state): nothing of a cancelled or rejected
-    branch is visible.
+    branch, of another document of a packed step or of a pad is visible. Packed steps and padded batches
+    run packed on every engine, so (b) is "packed == each document alone" on the oracle and (a) on impl.
+    The cold run of a history is computed once (it is a pure function of the history) and the engine's
+    state is compared with it after every rule.
 
-Each serving mutant (impl.mutants.SERVING_MUTANTS) is driven through a fixed scenario of the same machine
-and must break an invariant.
+The reorder rule also runs the oracle on the permuted rows (a replica of the requests) and requires the
+same per-request logits and states as the drawn order (1e-12); impl and the baseline run the permuted
+order, so (a) holds impl's permuted step to the oracle's drawn one.
 
-Geometry: tests/test_model.py's 5-layer cut of preset "tiny" (KDA, full DSA, KDA, full DSA, shared DSA).
+Each serving mutant (impl.mutants.SERVING_MUTANTS) is driven through fixed scenarios of the same machine
+and must break an invariant in every one of them.
+
+CI: profile "ci" runs SHARDS derandomized machines (one seed each, spread over the xdist workers) of
+RUNS["ci"] examples x steps each: 200 rule steps in all. Geometry: tests/test_model.py's 5-layer cut of
+preset "tiny" (KDA, full DSA, KDA, full DSA, shared DSA). The Triton interpreter costs ~0.3 s per token per forward, so prompts
+and chunks are short.
 """
 from __future__ import annotations
 
@@ -26,17 +39,26 @@ from hypothesis import HealthCheck, settings
 from hypothesis import event as _event
 from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple, rule
 
 import impl.model as im
 import oracle.model as om
+from gate.profiles import default_profile
 from impl.mutants import SERVING_MUTANTS
-from impl.serving import Engine
+from impl.serving import Engine, Request
 from oracle.checkpoint import write_random
 from test_model import _geometry, _rel
 
-SETTINGS = settings(max_examples=4, stateful_step_count=8, deadline=None,
+# (examples, rule steps per example) of each of the SHARDS machines: ci = 4 x 5 x 10 = 200 rule steps
+# (the initial admit is one of each example's steps); four shards keep pytest -n 2's workers balanced
+SHARDS = 4
+RUNS = {"dev": (1, 8), "ci": (5, 10), "nightly": (15, 30), "gpu": (5, 20)}
+_EXAMPLES, _STEPS = RUNS.get(default_profile(), RUNS["dev"])
+SETTINGS = settings(settings.default, max_examples=_EXAMPLES, stateful_step_count=_STEPS, deadline=None,
                     suppress_health_check=list(HealthCheck))
+
+MAX_PROMPT = 6          # tokens of a drawn prompt (and of a prefill chunk)
+MAX_ROWS = 4            # rows of a packed step
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,6 +69,7 @@ def _models():
 
 V = _geometry().vocab_size
 tokens = st.integers(0, V - 1)
+prompts = st.lists(tokens, min_size=1, max_size=MAX_PROMPT)
 
 
 def event(value):
@@ -79,6 +102,34 @@ def _same_layout(tag, got, ref):
     assert [n for n, _ in _arrays(got)] == [n for n, _ in _arrays(ref)], f"{tag}: cached arrays differ"
 
 
+def _same(tag, got_logits, got_state, ref_logits, ref_state, tol):
+    """Logits rows and every state array within rel-L2 `tol` (oracle vs oracle)."""
+    if ref_logits is None:                 # nothing fed yet
+        assert got_logits is None, f"{tag}: logits of a request with no tokens"
+    else:
+        assert _rel(got_logits, ref_logits) <= tol, f"{tag}: logits differ"
+    _same_layout(tag, got_state, ref_state)
+    for (name, r), (_, g) in zip(_arrays(ref_state), _arrays(got_state)):
+        assert _rel(g, r) <= tol, f"{tag}: state {name} differs"
+
+
+def _replica(engine: Engine, rids) -> Engine:
+    """A new Engine over the same model holding deep copies of the requests `rids`."""
+    out = Engine(engine.model)
+    for rid in rids:
+        r = engine.requests[rid]
+        out.requests[rid] = Request(rid, list(r.prompt), r.state.snapshot(), list(r.history),
+                                    None if r.logits is None else np.array(r.logits))
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _cold(history: tuple):
+    """(last logits row, state) of the oracle run over `history` from an empty state."""
+    logits, state = _models()[0].forward(np.asarray([history]))
+    return logits[0, -1], state
+
+
 class ServingMachine(RuleBasedStateMachine):
     """The scenario machine; ENGINE is the Engine class under test (a mutant in the mutant tests)."""
 
@@ -107,13 +158,28 @@ class ServingMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules
 
-    @rule(target=reqs, prompt=st.lists(tokens, min_size=1, max_size=12))
+    @initialize(target=reqs, prompt=prompts)
+    def first_request(self, prompt):
+        """One live request from the start: most rules need one, and a machine that can only admit
+        wastes its draws (Hypothesis gives up on the rule filter)."""
+        return self.admit(prompt)
+
+    @rule(target=reqs, prompt=prompts)
     def admit(self, prompt):
         rid = self._fresh()
         self._all(lambda e: e.admit(rid, prompt))
         return rid
 
-    @rule(rid=reqs, n=st.integers(1, 12))
+    @rule(target=reqs, batch=st.lists(st.lists(tokens, min_size=1, max_size=3), min_size=2, max_size=3))
+    def admit_padded(self, batch):
+        """Several new requests prefilled as ONE left-padded batch; each must equal its own prefill."""
+        rids = [self._fresh() for _ in batch]
+        if len({len(p) for p in batch}) > 1:
+            event("padded batch: rows of different lengths")
+        self._all(lambda e: e.admit_padded(list(zip(rids, batch))))
+        return multiple(*rids)
+
+    @rule(rid=reqs, n=st.integers(1, MAX_PROMPT))
     def prefill_chunk(self, rid, n):
         if not self.oracle.pending(rid):
             event("prefill chunk on a fully prefilled request")
@@ -123,6 +189,62 @@ class ServingMachine(RuleBasedStateMachine):
     def decode(self, rid, tok):
         self._finish_prefill(rid)
         self._all(lambda e: e.decode(rid, tok))
+
+    def _draw_rows(self, data):
+        """1..MAX_ROWS distinct live requests, each with a prefill chunk (pending prompt), 1-2 decode
+        tokens, or nothing (a zero-length row)."""
+        live = self.oracle.live()
+        rids = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=MAX_ROWS, unique=True), label="rows")
+        rows = []
+        for rid in rids:
+            pending = self.oracle.requests[rid].prompt
+            if pending:
+                n = data.draw(st.integers(0, min(len(pending), 4)), label=f"chunk of {rid}")
+                rows.append((rid, pending[:n]))
+            else:
+                rows.append((rid, data.draw(st.lists(tokens, max_size=2), label=f"decode of {rid}")))
+        return rows
+
+    def _label(self, rows):
+        lens = [len(t) for _, t in rows]
+        if 0 in lens:
+            event("packed: zero-length row")
+        if any(n == 1 for n in lens[1:-1]):
+            event("packed: 1-token row mid-batch")
+        if any(self.oracle.requests[r].prompt for r, _ in rows) and any(
+                not self.oracle.requests[r].prompt and t for r, t in rows):
+            event("packed: prefill chunk and decode rows together")
+
+    @rule(data=st.data())
+    def packed_step(self, data):
+        if not self.oracle.live():
+            return
+        rows = self._draw_rows(data)
+        self._label(rows)
+        self._all(lambda e: e.step(rows))
+
+    @rule(data=st.data())
+    def reorder_batch(self, data):
+        """The same rows in a permuted order give the same per-request results."""
+        if not self.oracle.live():
+            return
+        rows = self._draw_rows(data)
+        perm = data.draw(st.permutations(range(len(rows))), label="order")
+        self._reorder(rows, perm)
+
+    def _reorder(self, rows, perm):
+        permuted = [rows[i] for i in perm]
+        if permuted != rows:
+            event("reorder: a different order")
+        self._label(rows)
+        replica = _replica(self.oracle, [r for r, _ in rows])
+        self.oracle.step(rows)
+        replica.step(permuted)
+        for rid, _ in rows:
+            _same(f"request {rid} stepped in order {list(perm)}", replica.logits(rid), replica.state(rid),
+                  self.oracle.logits(rid), self.oracle.state(rid), 1e-12)
+        self.eng.step(permuted)
+        self.base.step(permuted)
 
     @rule(rid=reqs, draft=st.lists(tokens, min_size=1, max_size=3), data=st.data())
     def speculate_accept(self, rid, draft, data):
@@ -138,9 +260,24 @@ class ServingMachine(RuleBasedStateMachine):
         self._all(lambda e: e.fork(src, rid))
         return rid
 
-    @rule(rid=consumes(reqs))
-    def cancel(self, rid):
+    @rule(target=reqs, rid=consumes(reqs), reuse=st.booleans(), prompt=prompts)
+    def cancel(self, rid, reuse, prompt):
+        """Cancel; a packed step naming the cancelled request is refused before any request moves;
+        maybe a fresh request reuses the id (slot reuse) and must start from nothing."""
         self._all(lambda e: e.cancel(rid))
+        others = self.oracle.live()[:2]
+        before = {r: self.oracle.history(r) for r in others}
+        rows = [(r, []) for r in others] + [(rid, [0])]
+        for e in (self.oracle, self.eng, self.base):
+            with pytest.raises(KeyError, match="not live"):
+                e.step(rows)
+            assert rid not in e.live()
+            assert all(e.history(r) == h for r, h in before.items()), "a refused step moved a request"
+        if not reuse:
+            return multiple()
+        event("cancelled id reused by a fresh request")
+        self._all(lambda e: e.admit(rid, prompt))
+        return rid
 
     # ------------------------------------------------------------------ invariants
 
@@ -159,14 +296,13 @@ class ServingMachine(RuleBasedStateMachine):
 
     @invariant()
     def cached_continuation_equals_cold_run(self):
-        o = self.oracle.model
         for rid in self.oracle.live():
             hist = self.oracle.history(rid)
             if not hist:
                 assert self.oracle.logits(rid) is None and self.eng.logits(rid) is None
+                assert self.oracle.state(rid).seq_len == self.eng.state(rid).seq_len == 0
                 continue
-            cold, cold_state = o.forward(np.asarray([hist]))
-            cold = cold[0, -1]
+            cold, cold_state = _cold(tuple(hist))
             assert _rel(self.oracle.logits(rid), cold) <= 1e-8, f"request {rid}: oracle engine logits != cold run"
             _same_layout(f"request {rid} (oracle engine vs cold)", self.oracle.state(rid), cold_state)
             for (name, r), (_, g) in zip(_arrays(cold_state), _arrays(self.oracle.state(rid))):
@@ -174,11 +310,20 @@ class ServingMachine(RuleBasedStateMachine):
             _bounded(f"request {rid} cached logits vs cold run", self.eng.logits(rid), self.base.logits(rid), cold)
 
 
-TestServingStateMachine = ServingMachine.TestCase
-TestServingStateMachine.settings = SETTINGS
+def _shard(k: int):
+    """The machine as test case k: Hypothesis seeds a derandomized run from the machine class, so
+    each shard draws other scenarios, and xdist spreads the shards over its workers."""
+    machine = type(f"ServingMachineShard{k}", (ServingMachine,), {"__doc__": ServingMachine.__doc__})
+    case = machine.TestCase
+    case.settings = SETTINGS
+    return case
 
 
-# ---------------------------------------------------------------------------------------- mutants
+for _k in range(SHARDS):
+    globals()[f"TestServingStateMachineShard{_k}"] = _shard(_k)
+
+
+# ---------------------------------------------------------------------------------------- fixed scenarios
 
 def _machine(engine_cls):
     return type(f"Machine_{engine_cls.__name__}", (ServingMachine,), {"ENGINE": engine_cls})()
@@ -190,12 +335,30 @@ def _check(m):
     m.cached_continuation_equals_cold_run()
 
 
+class _Fixed:
+    """Stands in for st.data() in a hand-driven rule call."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def draw(self, strategy, label=None):
+        return self.value
+
+
 def _scenario_rollback(m):
     """admit + prefill, speculate 3, accept 1 (rollback replays one token)."""
     r = m.admit([3, 1, 4, 1, 5, 9])
     m.prefill_chunk(r, 12)
     _check(m)
     m.speculate_accept(r, [2, 6, 5], _Fixed(1))
+    _check(m)
+
+
+def _scenario_reject_all(m):
+    """admit + prefill, speculate 3, accept 0: rollback is the snapshot alone (SERVING.md P3, a = 0)."""
+    r = m.admit([3, 1, 4, 1, 5, 9])
+    m.prefill_chunk(r, 12)
+    m.speculate_accept(r, [2, 6, 5], _Fixed(0))
     _check(m)
 
 
@@ -209,32 +372,93 @@ def _scenario_fork(m):
     _check(m)
 
 
-class _Fixed:
-    """Stands in for st.data() in a hand-driven rule call."""
+def _scenario_padded(m):
+    """A left-padded batch of prompts of lengths 4, 2, 1, then one decode each in a packed step."""
+    rids = m.admit_padded([[3, 1, 4, 1], [2, 7], [8]]).values
+    _check(m)
+    m._all(lambda e: e.step([(r, [t]) for r, t in zip(rids, (5, 6, 7))]))
+    _check(m)
 
-    def __init__(self, value):
-        self.value = value
 
-    def draw(self, strategy, label=None):
-        return self.value
+def _scenario_packed(m):
+    """One packed step: a prefill chunk, a 1-token decode row mid-batch, a zero-length row, a fresh
+    request's first chunk; then the same kind of batch reordered; then a cancel."""
+    a, b, c, d = m.admit([3, 1, 4, 1, 5, 9]), m.admit([2, 7, 1]), m.admit([8, 2]), m.admit([6, 6, 6])
+    m.prefill_chunk(b, 3)
+    m.prefill_chunk(c, 2)
+    m._all(lambda e: e.step([(a, [3, 1, 4]), (b, [5]), (c, []), (d, [6, 6])]))
+    _check(m)
+    m._reorder([(a, [1, 5, 9]), (b, []), (c, [4]), (d, [6])], [3, 1, 0, 2])
+    _check(m)
+    m.cancel(b, False, [1])
+    _check(m)
 
 
 SCENARIOS = {
-    "serving_rollback_keeps_conv_window": _scenario_rollback,
-    "serving_fork_aliases_buffers": _scenario_fork,
-    "serving_prefix_hit_drops_indexer_rows": _scenario_fork,
+    "serving_rollback_keeps_conv_window": (_scenario_rollback, _scenario_reject_all),
+    "serving_fork_aliases_buffers": (_scenario_fork,),
+    "serving_prefix_hit_drops_indexer_rows": (_scenario_fork,),
+    "serving_padded_steps_update_kda_state": (_scenario_padded,),
 }
+CORRECT_ONLY = (_scenario_packed,)
 
 
-def test_fixed_scenarios_pass_on_the_correct_engine():
-    for scenario in set(SCENARIOS.values()):
-        scenario(_machine(Engine))
+@pytest.mark.parametrize("scenario", sorted({s for ss in SCENARIOS.values() for s in ss} | set(CORRECT_ONLY),
+                                            key=lambda s: s.__name__), ids=lambda s: s.__name__)
+def test_fixed_scenario_passes_on_the_correct_engine(scenario):
+    scenario(_machine(Engine))
 
 
-@pytest.mark.parametrize("name", sorted(SERVING_MUTANTS))
-def test_serving_mutant_breaks_an_invariant(name):
+@pytest.mark.parametrize("name,scenario", [(n, s) for n in sorted(SERVING_MUTANTS) for s in SCENARIOS[n]],
+                         ids=lambda x: getattr(x, "__name__", x))
+def test_serving_mutant_breaks_an_invariant(name, scenario):
     mut = SERVING_MUTANTS[name]
     assert mut.mechanism == "serving" and mut.caught_by == "serving.state_machine.state"
     with pytest.raises(AssertionError) as err:
-        SCENARIOS[name](_machine(mut.factory()))
-    print(f"{name}: {str(err.value).splitlines()[0]}")
+        scenario(_machine(mut.factory()))
+    print(f"{name} ({scenario.__name__}): {str(err.value).splitlines()[0]}")
+
+
+# ---------------------------------------------------------------------------------------- bad calls
+
+def _engine():
+    """An oracle engine with request 1 (prompt pending) and request 2 (prefilled)."""
+    e = Engine(_models()[0])
+    e.admit(1, [3, 1, 4])
+    e.admit(2, [2, 7])
+    e.prefill_chunk(2, 2)
+    return e
+
+
+# a good row first: the bad one after it must still leave every request as it was
+BAD_STEPS = [
+    ("step([(1, [3]), (9, [1])])", [(1, [3]), (9, [1])], KeyError, "not live"),
+    ("step([(2, [1]), (2, [])])", [(2, [1]), (2, [])], ValueError, "two rows"),
+    ("step([(2, [5]), (1, [4])])", [(2, [5]), (1, [4])], ValueError, "next of them"),
+    ("step([(1, [3]), (2,)])", [(1, [3]), (2,)], ValueError, "pair"),
+]
+
+
+@pytest.mark.parametrize("rows,exc,match", [b[1:] for b in BAD_STEPS], ids=[b[0] for b in BAD_STEPS])
+def test_step_refuses_bad_rows_and_moves_nothing(rows, exc, match):
+    e = _engine()
+    before = {r: (e.history(r), e.pending(r)) for r in e.live()}
+    with pytest.raises(exc, match=match):
+        e.step(rows)
+    assert {r: (e.history(r), e.pending(r)) for r in e.live()} == before
+
+
+BAD_ADMITS = [
+    ("admit_padded([(5, [1]), (5, [2])])", [(5, [1]), (5, [2])], "distinct"),
+    ("admit_padded([(2, [1]), (5, [2])])", [(2, [1]), (5, [2])], "already live"),
+    ("admit_padded([(5, []), (6, [2])])", [(5, []), (6, [2])], "empty prompt"),
+    ("admit_padded([])", [], "distinct"),
+]
+
+
+@pytest.mark.parametrize("items,match", [b[1:] for b in BAD_ADMITS], ids=[b[0] for b in BAD_ADMITS])
+def test_admit_padded_refuses_bad_items(items, match):
+    e = _engine()
+    with pytest.raises(ValueError, match=match):
+        e.admit_padded(items)
+    assert e.live() == [1, 2]
