@@ -290,10 +290,10 @@ def cmd_zoo(args) -> int:
     unknown = [n for n in names if n not in mutants.MUTANTS and n not in elsewhere]
     if unknown:
         raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
-    not_here = [n for n in names if n in elsewhere]
-    if not_here:
-        raise SystemExit(f"zoo: {not_here} break the serving engine, not a mechanism: the serving state "
-                         f"machine catches them (pytest tests/test_serving_state.py)")
+    serving = [n for n in names if n in getattr(mutants, "SERVING_MUTANTS", {})]
+    if args.mutant is None:
+        serving = sorted(getattr(mutants, "SERVING_MUTANTS", {}))
+    names = [n for n in names if n in mutants.MUTANTS and mutants.MUTANTS[n].mechanism in in_matrix]
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     geometry = _geometry(args)
     console = _rich()
@@ -322,11 +322,45 @@ def cmd_zoo(args) -> int:
             escaped.append(n)
             table.add_row(n, "[bold red]ESCAPED[/]", "-", "-")
             console.print(f"{n}: ESCAPED every {m.mechanism} check", markup=False)
+    if serving:
+        escaped += _zoo_serving(serving, table, console)
     console.print(table)
-    if elsewhere and not args.mutant:
-        console.print(f"not run here: {', '.join(elsewhere)} (serving-engine mutants; the serving state "
-                      f"machine in tests/test_serving_state.py catches them)", markup=False)
     return 1 if escaped else 0
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVING_TEST = "tests/test_serving_state.py"
+
+
+def _zoo_serving(names, table, console) -> list:
+    """Serving-engine mutants break the engine, not a mechanism: their catcher is the serving state
+    machine's fixed scenarios (tests/test_serving_state.py), run here through pytest. Returns the
+    escaped names; without the repository's tests/ (a non-editable install) they are reported NOT RUN."""
+    import re
+    import subprocess
+    test = os.path.join(ROOT, SERVING_TEST)
+    if not os.path.exists(test):
+        for n in names:
+            table.add_row(n, "[yellow]NOT RUN[/]", "serving.state_machine",
+                          f"needs {SERVING_TEST} (run glmgate from a clone of the repository)")
+        return []
+    console.print(f"serving mutants: running the state machine's fixed scenarios ({SERVING_TEST})", markup=False)
+    expr = "test_serving_mutant_breaks_an_invariant and (" + " or ".join(names) + ")"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rA", "-p", "no:cacheprovider", test, "-k", expr],
+                       cwd=ROOT, capture_output=True, text=True)
+    escaped = []
+    for n in names:
+        ran = re.findall(rf"(PASSED|FAILED) \S*test_serving_mutant_breaks_an_invariant\[{re.escape(n)}-(\w+)\]", r.stdout)
+        msgs = re.findall(rf"{re.escape(n)} \((\w+)\): (.*)$", r.stdout, flags=re.M)
+        if ran and all(status == "PASSED" for status, _ in ran):
+            table.add_row(n, "[green]caught[/]", "serving.state_machine",
+                          "; ".join(f"{sc}: {msg[:160]}" for sc, msg in msgs))
+        else:
+            escaped.append(n)
+            why = "ESCAPED" if ran else "NOT COLLECTED"
+            table.add_row(n, f"[bold red]{why}[/]", "serving.state_machine",
+                          ", ".join(f"{sc} {st}" for st, sc in ran) or r.stdout.strip().splitlines()[-1:][0][:200])
+    return escaped
 
 
 BENCHES = {"kda": "bench_kda", "mla": "bench_mla", "dsa": "bench_mla", "moe": "bench_moe", "nvfp4": "bench_moe",

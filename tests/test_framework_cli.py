@@ -64,3 +64,15 @@ def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp
 def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path):
     with pytest.raises(SystemExit, match="config.json"):
         cli.main(["checkpoint", "inspect", str(tmp_path)])
+
+
+def test_zoo_runs_a_serving_mutant_through_the_state_machine_and_reports_it_caught(capsys, monkeypatch):
+    """Serving mutants are run by `glmgate zoo` too (the state machine's fixed scenarios, via pytest);
+    an engine whose scenario does not break must be reported ESCAPED with exit 1."""
+    assert cli.main(["zoo", "--mutant", "serving_fork_aliases_buffers"]) == 0
+    out = capsys.readouterr().out
+    assert "serving_fork_aliases_buffers" in out and "caught" in out and "_scenario_fork" in out
+    # a scenario that never fires: point zoo at a test expression that selects nothing
+    monkeypatch.setattr(cli, "SERVING_TEST", "tests/test_framework_cli.py")
+    assert cli.main(["zoo", "--mutant", "serving_fork_aliases_buffers"]) == 1
+    assert "NOT COLLECTED" in capsys.readouterr().out
