@@ -117,13 +117,18 @@ def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[
     X = be.mhc.write_back(post, comb, X, y.to(X.dtype))
     _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
     a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
-    if g.mlp_layer_types[lw.index] == DENSE:
-        y = be.moe.dense_mlp(lw.mlp, a)
-    elif be.name == "triton" and lw.mlp.nvfp4 is not None:
-        y = be.moe.forward(lw.mlp, a, nvfp4=lw.mlp.nvfp4)          # W4A16 on the checkpoint's codes
-    else:
-        y = be.moe.forward(lw.mlp, a)                                # dense (dequantized) experts
+    y = _mlp(be, lw, g, a)
     return be.mhc.write_back(post, comb, X, y.to(X.dtype)), cache, sel
+
+
+def _mlp(be: Backend, lw: LayerWeights, g: Geometry, a):
+    """The layer's feed-forward: dense MLP, or MoE with NVFP4 W4A16 experts on the triton backend when
+    the checkpoint has them (the torch backend runs their exact dequantization)."""
+    if g.mlp_layer_types[lw.index] == DENSE:
+        return be.moe.dense_mlp(lw.mlp, a)
+    if be.name == "triton" and lw.mlp.nvfp4 is not None:
+        return be.moe.forward(lw.mlp, a, nvfp4=lw.mlp.nvfp4)          # W4A16 on the checkpoint's codes
+    return be.moe.forward(lw.mlp, a)                                  # dense (dequantized) experts
 
 
 def _check_state(state, g: Geometry, B: int) -> None:
@@ -252,6 +257,12 @@ class Model:
 
     __call__ = forward
 
+    def forward_packed(self, input_ids, cu_seqlens, states):
+        """(logits float32 [T, V], one new HybridState per document): several requests in one packed
+        forward (module-level `forward_packed`); no state given is mutated."""
+        with torch.no_grad():
+            return forward_packed(self.weights, input_ids, cu_seqlens, states, self.backend)
+
 
 def load(checkpoint_dir, device="cpu", dtype: Optional[torch.dtype] = None, backend: str = "triton") -> Model:
     """oracle.checkpoint.load + every array to torch on `device` in the working dtype -> Model.
@@ -345,7 +356,7 @@ def decoder_layer_packed(lw: LayerWeights, g: Geometry, X, cu: list, caches: lis
     X = be.mhc.write_back(post, comb, X, y.to(X.dtype))
     _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
     a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
-    y = be.moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else be.moe.forward(lw.mlp, a)
+    y = _mlp(be, lw, g, a)
     return be.mhc.write_back(post, comb, X, y.to(X.dtype)), caches, sels
 
 
@@ -377,14 +388,3 @@ def forward_packed(weights: Weights, input_ids, cu_seqlens, states, backend: Opt
     new = [HybridState(g.layer_types, [layer[i] for layer in per_layer], s.seq_len + cu[i + 1] - cu[i])
            for i, s in enumerate(states)]
     return (h @ weights.lm_head.T).float()[0], new
-
-
-def _model_forward_packed(self, input_ids, cu_seqlens, states):
-    """(logits float32 [T, V], one new HybridState per document): several requests in one packed
-    forward (module-level `forward_packed`); no state given is mutated."""
-    with torch.no_grad():
-        return forward_packed(self.weights, input_ids, cu_seqlens, states, self.backend)
-
-
-# a method of Model, attached here so the packed path stays in this section of the file
-Model.forward_packed = _model_forward_packed

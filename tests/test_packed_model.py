@@ -242,3 +242,20 @@ def test_forward_packed_refuses_bad_batches(backend, ids, cu, states, match):
     model = _models()[0 if backend == "oracle" else 1]
     with pytest.raises(ValueError, match=match):
         model.forward_packed(np.asarray(ids, dtype=np.int64), cu, states())
+
+
+def test_packed_forward_runs_the_nvfp4_kernels_of_an_nvfp4_checkpoint(monkeypatch, tmp_path):
+    """The packed path dispatches the feed-forward as decoder_layer does: an NVFP4 checkpoint's MoE
+    layers reach impl.moe.forward WITH their codes (W4A16), not the dequantized copy (numerically the
+    two agree to rounding, so only the dispatch itself can tell them apart)."""
+    import impl.moe as imoe
+    model = im.load(write_random(tmp_path / "nv", _geometry(), seed=4, nvfp4="compressed-tensors"))
+    seen = []
+    real = imoe.forward
+
+    def spy(w, x, nvfp4=None, w4a4=False):
+        seen.append(nvfp4 is not None)
+        return real(w, x, nvfp4=nvfp4, w4a4=w4a4)
+    monkeypatch.setattr(imoe, "forward", spy)
+    model.forward_packed(np.asarray([1, 2, 3, 4]), np.asarray([0, 3, 4]), [None, None])
+    assert seen and all(seen), f"MoE calls with NVFP4 codes: {seen}"
