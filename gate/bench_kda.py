@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from gate import benchlib
 from gate.benchlib import copy_ceiling as _copy_ceiling
 from gate.benchlib import graph as _graph
 from gate.benchlib import kernel_times as _kernel_times
@@ -87,13 +88,13 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_kda: no CUDA device; nothing timed", file=sys.stderr)
         return 2
-    import triton.testing
+    import triton
 
     import oracle.kda as oracle_kda
     from impl import kda as impl_kda
 
     def do_bench(fn):
-        return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
+        return benchlib.do_bench(fn, warmup=50, rep=200)
 
     fla = None
     if not args.skip_fla:

@@ -98,7 +98,7 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     row["floor_us"] = 1e6 * sel_bytes / copy_bw
     attend = graph(lambda: im.attend(w, q, latent, idx, lengths))
     row["ours_us"] = do_bench(attend) * 1e3
-    q_abs = torch.einsum("bshn,hnr->bshr", q, w.kv_b_proj.view(H, DN + DV, R)[:, :DN])
+    q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
     kern = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
     row["kernel_us"] = do_bench(kern) * 1e3
     row["splits"] = im._splits(q.device, B, B * (H // (16 if B < 16 else 32)), W, 64)

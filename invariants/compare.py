@@ -29,7 +29,8 @@ class Metrics(NamedTuple):
 def to_numpy(x) -> np.ndarray:
     """float64 NumPy from NumPy or torch (any device, any dtype)."""
     if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy() if x.dtype.is_floating_point else x.detach().cpu().numpy()
+        # via float64: exact for every float dtype (float32 would round a float64 tensor)
+        x = x.detach().double().cpu().numpy() if x.dtype.is_floating_point else x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)
 
 

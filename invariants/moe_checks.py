@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from invariants.compare import to_int
+from invariants.compare import to_int, to_numpy
 from invariants.kda_checks import Comparison
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
@@ -259,10 +259,6 @@ EVAL_TOKENS = 256
 SHARED_FIELDS = ("shared_gate_proj", "shared_up_proj", "shared_down_proj")
 
 
-def _as_f64(t) -> np.ndarray:
-    return t.detach().to(torch.float64).cpu().numpy()
-
-
 def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
     """The NVFP4 MoE layer through a fixed vocabulary projection (invariants/quant_gate.py), W4A16 and W4A4.
 
@@ -287,8 +283,8 @@ def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
     # the kernel gate's reference sees what the candidate sees: x and the shared expert's weights as
     # the target dtype holds them (bf16 on a GPU), so the gate measures the kernels, not the inputs'
     # rounding (identity in float32 up to the float32 rounding of float64 draws)
-    x_t = _as_f64(xt)
-    w_t = dataclasses.replace(w, **{f: _as_f64(getattr(wt, f)) for f in SHARED_FIELDS if getattr(w, f) is not None})
+    x_t = to_numpy(xt)
+    w_t = dataclasses.replace(w, **{f: to_numpy(getattr(wt, f)) for f in SHARED_FIELDS if getattr(w, f) is not None})
     shared_t = omoe.shared_expert(w_t, x_t)
     out = []
     for w4a4, tag in ((False, "w4a16"), (True, "w4a4")):

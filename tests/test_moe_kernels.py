@@ -250,7 +250,6 @@ def test_nvfp4_refuses_bad_tensors():
 def test_nvfp4_scale_scan_is_cached_per_tensor_and_redone_after_an_in_place_write():
     """check_experts scans the block scales once per tensor version: a NaN written in place later is
     still refused (the version counter moves), and an unmodified tensor is not rescanned."""
-    import impl.nvfp4 as inv
     rng = np.random.default_rng(7)
     E, D, I = 2, 32, 16
     nv = inv.quantize_experts(torch.from_numpy(rng.standard_normal((E, 2 * I, D)).astype(np.float32)),
