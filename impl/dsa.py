@@ -17,19 +17,11 @@ import torch.nn.functional as F
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import interpreted
+from impl import interpreted, kernel_operand
 from impl.kernels.dsa import dsa_score_fwd_kernel
 from oracle.types import IndexerWeights, Selection
 
 LN_EPS = 1e-6
-
-
-def _work(a: torch.Tensor) -> torch.Tensor:
-    """Contiguous kernel operand: float32 under the interpreter (its bf16 tl.dot is wrong) and for
-    dtypes tl.dot does not take on the GPU (float64)."""
-    if a.dtype != torch.float32 and (interpreted() or a.dtype not in (torch.bfloat16, torch.float16)):
-        a = a.float()
-    return a.contiguous()
 
 
 def _check_shape(name: str, a, want) -> None:
@@ -114,8 +106,8 @@ def _scores(q, wts, kbar, pool_last, offset: int):
     out = torch.empty(B, S, P, device=q.device, dtype=torch.float32)
     if B * S * P == 0:
         return out
-    q = _work(q)
-    kbar = _work(kbar.to(q.dtype))
+    q = kernel_operand(q)
+    kbar = kernel_operand(kbar.to(q.dtype))
     BK = triton.next_power_of_2(max(K, 16))
     BT, BP = 16 if interpreted() else 64, 32 if interpreted() else 64
     grid = (triton.cdiv(S, BT), triton.cdiv(P, BP), B)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import interpreted
+from impl import interpreted, num_sms
 from impl.kernels.kda import (
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
@@ -68,12 +68,6 @@ def _work(a: torch.Tensor) -> torch.Tensor:
     return a.contiguous()
 
 
-def _num_sms(device) -> int:
-    if device.type != "cuda":
-        return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 # ----------------------------------------------------------------------------- core: chunked
 
 
@@ -99,7 +93,7 @@ def _state_config(device, H, N, NT, K, V, varlen):
     below one program per SM a long sequence is also cut into segments (two-level scan).
     """
     BV = 64 if V >= 64 else triton.next_power_of_2(max(V, 16))
-    sms = _num_sms(device)
+    sms = num_sms(device)
     progs = triton.cdiv(V, BV) * H * N
     if progs < sms // 2:
         BV = min(32, BV)

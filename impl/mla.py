@@ -19,17 +19,9 @@ import torch
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import dsa, interpreted
+from impl import dsa, interpreted, kernel_operand, num_sms
 from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
-
-
-def _work(a: torch.Tensor) -> torch.Tensor:
-    """Contiguous kernel operand: float32 under the interpreter (its bf16 tl.dot is wrong) and for
-    dtypes tl.dot does not take on the GPU (float64)."""
-    if a.dtype != torch.float32 and (interpreted() or a.dtype not in (torch.bfloat16, torch.float16)):
-        a = a.float()
-    return a.contiguous()
 
 
 def rmsnorm(x, weight, eps: float):
@@ -131,7 +123,7 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
         return 1
     if rows >= 16:
         return 2
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = num_sms(device)
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
@@ -155,8 +147,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
     if out.numel() == 0:
         return out
-    q_abs = _work(q_abs)
-    latent = _work(latent.to(q_abs.dtype))
+    q_abs = kernel_operand(q_abs)
+    latent = kernel_operand(latent.to(q_abs.dtype))
     BR = triton.next_power_of_2(max(R, 16))
     # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
     # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages; 16
