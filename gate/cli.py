@@ -269,6 +269,11 @@ def cmd_contracts(args) -> int:
     return 0
 
 
+# derandomized, as the suite's mutant meta-test: a verdict must not depend on the draw (under "dev",
+# 8 random examples sometimes missed the E2M1 tie family that nvfp4_argmin_rounding needs)
+ZOO_PROFILE = "ci"
+
+
 def cmd_zoo(args) -> int:
     _setup_device(args.device)
     from impl import mutants
@@ -310,7 +315,7 @@ def cmd_zoo(args) -> int:
         checks.sort(key=lambda c: not m.caught_by.startswith(c.name))
         caught = None
         for chk in checks:
-            r = _run_checks([chk], geometry, cand, base, args.profile or "dev", args.examples,
+            r = _run_checks([chk], geometry, cand, base, args.profile or ZOO_PROFILE, args.examples,
                             args.seed, console, n)[0]
             if r.status == "fail":
                 caught = r
@@ -456,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("contracts", help="print the declared contract table")
     c.set_defaults(fn=cmd_contracts)
 
-    z = sub.add_parser("zoo", help="run every planted mutant; exit 1 if any escapes")
+    z = sub.add_parser("zoo", help="run every planted mutant (profile ci by default: derandomized); exit 1 if any escapes")
     _common(z)
     z.add_argument("--mutant", action="append", help="only this mutant (repeatable)")
     z.add_argument("--list", action="store_true", help="list the mutants and exit")
