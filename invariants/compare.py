@@ -66,12 +66,86 @@ def bitwise_equal(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
+class Comparison(tuple):
+    """One comparison a check asks for: (path, quantity, kind, candidate, reference, baseline,
+    baseline_reference, where).
+
+    baseline_reference: what the baseline is measured against when it is not `reference` (the oracle
+    re-run with the baseline's own discrete decisions); where: a label for messages ("layer 3").
+    """
+
+    def __new__(cls, path, quantity, candidate, reference, baseline=None, kind="kernel_replacement",
+                baseline_reference=None, where=""):
+        return super().__new__(cls, (path, quantity, kind, candidate, reference, baseline, baseline_reference,
+                                     where))
+
+    path = property(lambda s: s[0])
+    quantity = property(lambda s: s[1])
+    kind = property(lambda s: s[2])
+    candidate = property(lambda s: s[3])
+    reference = property(lambda s: s[4])
+    baseline = property(lambda s: s[5])
+    baseline_reference = property(lambda s: s[6])
+    where = property(lambda s: s[7])
+
+
 class SelectionReport(NamedTuple):
     ok: bool
-    rows: int                 # query rows compared
-    tie_rows: int             # rows where the oracle had a tie at the k-th place (any tied choice accepted)
+    rows: int                 # query rows (tokens, for routing) compared
+    tie_rows: int             # rows that differ from the oracle only among choices tied within eps (legal flips)
     first_bad: Optional[tuple]
     reason: str
+
+
+DecisionReport = SelectionReport
+
+
+class RoutingReference(NamedTuple):
+    """What an expert choice is judged against: the oracle's Routing on the same tokens (its scores,
+    biased scores and group scores) and the router's shape (SPEC: groups, then experts)."""
+
+    routing: object           # oracle.types.Routing: expert_ids [N, k], scores [N, E], group_scores [N, G]
+    bias: object              # [E] e_score_correction_bias
+    top_k: int
+    topk_group: int
+    n_group: int
+
+
+def compare_experts(candidate, ref: RoutingReference, eps: float) -> DecisionReport:
+    """Tie-aware expert sets (TESTING.md): per token the candidate's k distinct experts must lie in groups
+    whose oracle group score is within eps of the topk_group-th best, include every expert whose biased
+    score beats the k-th by more than eps (in a group that beats the cut by more than eps), and take
+    the rest among experts within eps of the k-th score. Equal sets pass without a tie."""
+    ids = to_int(candidate)
+    r = ref.routing
+    oid = to_int(r.expert_ids)
+    scores, groups = np.asarray(r.scores, float), np.asarray(r.group_scores, float)
+    E = scores.shape[-1]
+    full = scores + np.asarray(ref.bias, float)                                  # unmasked biased scores
+    if ids.shape != oid.shape:
+        return DecisionReport(False, 0, 0, None, f"expert ids shape {ids.shape} != oracle {oid.shape}")
+    ties, per = 0, E // ref.n_group
+    for t in range(ids.shape[0]):
+        c = set(ids[t].tolist())
+        if len(c) != ref.top_k or min(c) < 0 or max(c) >= E:
+            return DecisionReport(False, t, ties, (t,), f"ids {sorted(c)} are not {ref.top_k} distinct experts "
+                                                        f"in [0, {E})")
+        if c == set(oid[t].tolist()):
+            continue
+        gk = np.sort(groups[t])[::-1][ref.topk_group - 1]
+        ok_groups = {g for g in range(ref.n_group) if groups[t, g] >= gk - eps}
+        allowed = np.array([e // per in ok_groups for e in range(E)])
+        sc = np.where(allowed, full[t], -np.inf)
+        kth = np.sort(sc)[::-1][ref.top_k - 1]
+        must = {e for e in range(E) if sc[e] > kth + eps and groups[t, e // per] > gk + eps}
+        free = {e for e in range(E) if sc[e] >= kth - eps}
+        if must <= c <= must | free:
+            ties += 1
+            continue
+        return DecisionReport(False, t, ties, (t,),
+                              f"experts {sorted(c)} vs oracle {sorted(oid[t].tolist())} (k-th biased score "
+                              f"{kth:.6g}, group scores {np.round(groups[t], 6).tolist()}, tie eps {eps:g})")
+    return DecisionReport(True, ids.shape[0], ties, None, "")
 
 
 def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: int, token_pool,
@@ -85,7 +159,8 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
         ref_candidate: [B, S, P] which pools may be picked for each query
         k_sel: picks per query before non-candidates are dropped
         token_pool: [B, T] kept-pool id of every cached token, -1 for tokens in no kept pool
-        eps: scores within eps of the k-th oracle score are a tie: any choice among them is accepted
+        eps: scores within eps x (the query row's largest |candidate score|) of the k-th oracle score are
+            a tie: any choice among them is accepted
     Each row must hold valid (0 <= t < T) and unique indices; the oracle's tail tokens; whole pools
     only; every pool scoring above the k-th place by more than eps; nothing below it by more than
     eps; and as many pools as the oracle picked.
@@ -120,14 +195,18 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
             sc = np.where(cands[b, s], scores[b, s], -np.inf)
             order = np.sort(sc)[::-1]
             kth = order[min(k_sel, len(order)) - 1] if k_sel > 0 and len(order) else -np.inf
-            must = {p for p in range(len(sc)) if sc[p] > kth + eps}
-            free = {p for p in range(len(sc)) if abs(sc[p] - kth) <= eps and cands[b, s, p]}
+            # relative to the row's score scale: a "large" input family scales the scores and their error alike
+            finite = np.abs(sc[np.isfinite(sc)])
+            tol = eps * (finite.max() if finite.size and finite.max() > 0 else 1.0)
+            must = {p for p in range(len(sc)) if sc[p] > kth + tol}
+            free = {p for p in range(len(sc)) if abs(sc[p] - kth) <= tol and cands[b, s, p]}
             if must <= cp and cp <= must | free and len(cp) == len(rp):
                 ties += 1
                 continue
             return SelectionReport(False, b * S + s, ties, where,
                                    f"pools {sorted(cp)} vs oracle {sorted(rp)} (k-th score {kth:.6g}, "
-                                   f"tied within {eps:g}: {sorted(free)})")
+                                   f"tied within {tol:.3g} = eps {eps:g} x the row's largest |score|: "
+                                   f"{sorted(free)})")
     return SelectionReport(True, B * S, ties, None, "")
 
 

@@ -12,10 +12,14 @@ from typing import NamedTuple, Optional
 import tomllib
 
 from invariants.compare import Metrics, bitwise_equal, metrics
+from invariants.labels import label
 
 CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
-KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "reference",
+KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "routing", "reference",
          "quantization_gate")
+# kinds judging a discrete decision tie-aware: `eps` per dtype is the score distance within which two
+# choices are interchangeable (a legal flip); anything further apart is a failure
+DECISION_KINDS = ("selection", "routing")
 # a quantization_gate bounds four numbers per dtype (invariants/quant_gate.py): KLs from above, top-1 from below
 GATE_FIELDS = ("mean_kl", "p99_kl", "max_kl", "top1")
 
@@ -35,6 +39,28 @@ class Contract(NamedTuple):
     bound: dict
     reason: str
     gate: dict = {}           # quantization_gate: {field: {dtype: bound}} for GATE_FIELDS, and "tie_eps"
+    cap: dict = {}            # kernel_replacement: {dtype: the most baseline error a limit may take in}
+
+    def tie_eps(self, dtype: str) -> float:
+        """quantization_gate: the logit gap within which two top-1 choices are a legal flip."""
+        t = self.gate.get("tie_eps", 0.0)
+        if not isinstance(t, dict):
+            return float(t)
+        if dtype not in t:
+            raise UndeclaredContract(f"contract {self.key}: no tie_eps declared for dtype {dtype!r} "
+                                     f"(declared: {sorted(t)}) in {CONTRACTS_FILE.name}")
+        return float(t[dtype])
+
+    def capped(self, dtype: str, baseline_err: float) -> bool:
+        """True when the baseline's error exceeds its cap: an ill-conditioned example, whose limit
+        takes the cap instead (a baseline that went astray must not loosen the bound)."""
+        return self.kind == "kernel_replacement" and baseline_err > self._cap(dtype)
+
+    def _cap(self, dtype: str) -> float:
+        if dtype not in self.cap:
+            raise UndeclaredContract(f"contract {self.key}: no baseline cap declared for dtype {dtype!r} "
+                                     f"(declared: {sorted(self.cap)}) in {CONTRACTS_FILE.name} [caps]")
+        return float(self.cap[dtype])
 
     def gate_bounds(self, dtype: str) -> dict:
         """{mean_kl, p99_kl, max_kl, top1} for this dtype (quantization_gate only)."""
@@ -54,7 +80,7 @@ class Contract(NamedTuple):
         if self.kind == "kernel_replacement":
             if baseline_err is None:
                 raise ValueError(f"contract {self.key}: kernel_replacement needs the baseline's error")
-            return self.k * baseline_err + table[dtype]
+            return self.k * min(baseline_err, self._cap(dtype)) + table[dtype]
         return table[dtype]
 
     @property
@@ -73,6 +99,7 @@ def load(path: Optional[str] = None) -> dict:
     with open(file, "rb") as fh:
         data = tomllib.load(fh)
     default_metric = data.get("defaults", {}).get("metric", "rel_l2")
+    caps = _load_caps(file.name, data.get("caps", {}))
     table = {}
     for i, e in enumerate(data.get("contract", [])):
         for field in ("mechanism", "path", "quantity", "kind", "reason"):
@@ -84,8 +111,8 @@ def load(path: Optional[str] = None) -> dict:
             raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
         if e["kind"] in ("self_consistency", "bench_gate", "reference") and "bound" not in e:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
-        if e["kind"] == "selection" and "eps" not in e:
-            raise ValueError(f"{file.name}: contract #{i}: selection needs eps (the score tie tolerance)")
+        if e["kind"] in DECISION_KINDS and "eps" not in e:
+            raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs eps (the score tie tolerance)")
         if e["kind"] == "quantization_gate":
             _check_gate(file.name, i, e)
         for p in _as_list(e["path"]):
@@ -97,8 +124,26 @@ def load(path: Optional[str] = None) -> dict:
                                       float(e.get("k", 0.0)), dict(e.get("floor", {})),
                                       dict(e.get("bound", e.get("eps", {}))), e["reason"],
                                       {f: (dict(e[f]) if isinstance(e[f], dict) else float(e[f]))
-                                       for f in (*GATE_FIELDS, "tie_eps") if f in e})
+                                       for f in (*GATE_FIELDS, "tie_eps") if f in e},
+                                      dict(e.get("cap", caps.get(e["kind"], {}))))
     return table
+
+
+def _load_caps(name: str, caps: dict) -> dict:
+    """[caps]: {kind: {dtype: cap}} for the baseline-relative kinds (kernel_replacement), each with a
+    reason; every dtype a kernel_replacement floor declares must have a cap (checked on use)."""
+    out = {}
+    for kind, table in caps.items():
+        if kind == "reason":
+            continue
+        if kind != "kernel_replacement":
+            raise ValueError(f"{name}: [caps] {kind!r}: only kernel_replacement limits scale with a baseline")
+        if not isinstance(table, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in table.values()):
+            raise ValueError(f"{name}: [caps] {kind} must be a table {{dtype = cap > 0}}, got {table!r}")
+        out[kind] = dict(table)
+    if out and "reason" not in caps:
+        raise ValueError(f"{name}: [caps] needs a reason")
+    return out
 
 
 def _check_gate(name: str, i: int, e: dict) -> None:
@@ -120,7 +165,8 @@ def _check_gate(name: str, i: int, e: dict) -> None:
             if not isinstance(v, (int, float)) or not ok:
                 raise ValueError(f"{name}: contract #{i}: {f}[{d}] = {v!r} out of range "
                                  f"({'[0, 1]' if f == 'top1' else '>= 0'})")
-    if float(e.get("tie_eps", 0.0)) < 0:
+    t = e.get("tie_eps", 0.0)
+    if any(float(v) < 0 for v in (t.values() if isinstance(t, dict) else [t])):
         raise ValueError(f"{name}: contract #{i}: tie_eps must be >= 0")
 
 
@@ -148,6 +194,8 @@ class Verdict(NamedTuple):
     metrics: Optional[Metrics]
     baseline_err: Optional[float]
     detail: str = ""
+    flips: int = 0                # legal decision differences (ties within eps) seen in this comparison
+    ill_conditioned: bool = False  # the baseline's error exceeded its cap: the limit took the cap
 
     @property
     def ok(self) -> bool:
@@ -161,8 +209,12 @@ class Verdict(NamedTuple):
         return self.value / self.limit
 
 
-def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -> Verdict:
-    """Evaluate one comparison under its contract (see the kinds in contracts.toml)."""
+def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None) -> Verdict:
+    """Evaluate one comparison under its contract (see the kinds in contracts.toml).
+
+    baseline_reference: what the baseline's error is measured against when it differs from the
+    candidate's reference (the oracle re-run with the BASELINE's discrete decisions); default reference.
+    """
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
         return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None)
@@ -177,50 +229,66 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None) -
     if contract.kind == "kernel_replacement":
         if baseline is None:
             raise ValueError(f"{contract.key}: a kernel_replacement comparison needs a baseline")
-        bm = metrics(baseline, reference)
+        bm = metrics(baseline, reference if baseline_reference is None else baseline_reference)
         base = bm.get(contract.metric)
         if base == float("inf"):
             raise ValueError(f"{contract.key}: the baseline itself has a non-finite mismatch "
                              f"at {bm.worst_index}: the baseline is broken, not the candidate")
-    return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base)
+    ill = base is not None and contract.capped(dtype, base)
+    if ill:
+        label("ill-conditioned: baseline error above its cap")
+    return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base,
+                   ill_conditioned=ill)
 
 
 def judge_gate(contract: Contract, dtype: str, candidate, reference) -> Verdict:
     """Logits under a `quantization_gate`: value = the worst of mean/p99/max KL over their bounds and
     (1 - top1) over (1 - its bound); limit 1 (so `ratio` is that worst fraction of the budget)."""
-    from invariants.labels import label
     from invariants.quant_gate import gate_metrics
 
     b = contract.gate_bounds(dtype)
-    m = gate_metrics(reference, candidate, float(contract.gate.get("tie_eps", 0.0)))
+    m = gate_metrics(reference, candidate, contract.tie_eps(dtype))
     if m.ties:
-        label("top-1 near-tie in the reference logits")
+        label("legal top-1 flip (reference top-2 gap within tie_eps)")
 
     def frac(v, bound):
         return v / bound if bound > 0 else (0.0 if v <= 0 else float("inf"))
     value = max(frac(m.mean_kl, b["mean_kl"]), frac(m.p99_kl, b["p99_kl"]), frac(m.max_kl, b["max_kl"]),
                 frac(1.0 - m.top1, 1.0 - b["top1"]))
     detail = (f"{m.line()} (bounds: mean {b['mean_kl']:g}, p99 {b['p99_kl']:g}, max {b['max_kl']:g}, "
-              f"top-1 >= {100 * b['top1']:g}%); worst fraction of the budget {value:.3g}")
-    return Verdict(contract, dtype, value, 1.0, None, None, detail)
+              f"top-1 >= {100 * b['top1']:g}% tie-aware within {contract.tie_eps(dtype):g} logits; "
+              f"{m.ties} legal flips); worst fraction of the budget {value:.3g}")
+    return Verdict(contract, dtype, value, 1.0, None, None, detail, flips=m.ties)
+
+
+def judge_decision(contract: Contract, dtype: str, candidate, reference, where: str = "") -> Verdict:
+    """A discrete decision under a `selection` or `routing` contract, tie-aware within eps[dtype].
+
+    selection: `reference` is (oracle Selection, token_pool [B, T]), see compare.compare_selection;
+    routing: `reference` is a compare.RoutingReference, see compare.compare_experts. A difference is
+    legal only where the oracle's own scores tie within eps (counted as flips), else a failure.
+    """
+    from invariants.compare import compare_experts, compare_selection
+
+    eps = contract.limit(dtype)
+    if contract.kind == "selection":
+        sel, tpool = reference
+        r = compare_selection(candidate, sel.indices, sel.scores, sel.candidate, sel.k_sel, tpool, eps)
+        unit, what = "query rows", "selection"
+    else:
+        r = compare_experts(candidate, reference, eps)
+        unit, what = "tokens", "expert choice"
+    if r.tie_rows:
+        label(f"legal {what} flip (oracle scores tied within eps)")
+    at = f"{where}: " if where else ""
+    detail = (f"{at}{r.rows} {unit}, {r.tie_rows} legal flips within eps {eps:g}" if r.ok
+              else f"{at}{'query' if contract.kind == 'selection' else 'token'} {r.first_bad}: {r.reason}")
+    return Verdict(contract, dtype, 0.0 if r.ok else float("inf"), 0.0, None, None, detail, flips=r.tie_rows)
 
 
 def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Verdict:
-    """A selection under a `selection` contract: tie-aware, ties within eps[dtype] of the k-th score.
-
-    `reference` is (oracle Selection, token_pool [B, T]); see compare.compare_selection.
-    """
-    from invariants.compare import compare_selection
-    from invariants.labels import label
-
-    sel, tpool = reference
-    eps = contract.limit(dtype)
-    r = compare_selection(candidate, sel.indices, sel.scores, sel.candidate, sel.k_sel, tpool, eps)
-    if r.tie_rows:
-        label("tie at selection boundary")
-    detail = (f"{r.rows} query rows, {r.tie_rows} with a tie at the k-th place" if r.ok
-              else f"query {r.first_bad}: {r.reason}")
-    return Verdict(contract, dtype, 0.0 if r.ok else float("inf"), 0.0, None, None, detail)
+    """A selection under a `selection` contract (judge_decision)."""
+    return judge_decision(contract, dtype, candidate, reference)
 
 
 def assert_reference(mechanism: str, what: str, oracle_value, reference_value, dtype: str = "float64") -> None:

@@ -10,6 +10,7 @@ import contextlib
 import numpy as np
 import torch
 
+from invariants.compare import to_int
 from invariants.kda_checks import Comparison
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
@@ -50,15 +51,17 @@ def index_inputs(case: sc.IndexCase):
 
 
 def token_pool(packed, w) -> np.ndarray:
-    """[B, T] kept-pool id of every cached token (-1: in no kept pool)."""
+    """[B, T] kept-pool id of every cached token, -1 for tokens in no COMPLETE pool of their row.
+
+    A pool kept because it is complete in another batch row is no pool in this one: its tokens are the
+    row's tail (a selection holds them as raw tokens, never as a pick), so they map to -1 here.
+    """
     _, member_idx, pool_valid, _, _ = odsa.pool_keys(packed, w.compress_ape, w.kpool)
     B, T = packed.shape[:2]
     out = -np.ones((B, T), dtype=np.int64)
     for b in range(B):
-        for p in range(member_idx.shape[1]):
-            for t in member_idx[b, p]:
-                if t < T:
-                    out[b, t] = p
+        for p in np.flatnonzero(pool_valid[b]):
+            out[b, member_idx[b, p]] = p
     return out
 
 
@@ -80,8 +83,7 @@ def _candidate_scores(scores, cand):
 
 
 def run_index(case: sc.IndexCase, cand: Target, base: Target):
-    if case.length >= case.geometry.topk + case.geometry.kpool:
-        label("selection really sparse (T >= topk + kpool)")
+    _label_sparsity(case.length, case.geometry)
     if any(case.left_pad):
         label("left padding")
     if case.queries == 1:
@@ -101,6 +103,9 @@ def run_index(case: sc.IndexCase, cand: Target, base: Target):
 def run_absorbed(case: sc.IndexCase, cand: Target, base: Target):
     """Sparse absorbed attention over the oracle's selection vs the oracle; baseline: torch expanded."""
     g = case.geometry
+    if g.slots > 256:
+        label("wide selection: split across programs on a GPU")
+    _label_sparsity(case.length, g)
     w, a, q_lat, mask = index_inputs(case)
     mw = tz.mla_weights(np.random.default_rng(case.seed + 1), g)
     S = case.queries
@@ -117,29 +122,65 @@ def run_absorbed(case: sc.IndexCase, cand: Target, base: Target):
     return [Comparison("absorbed", "output", outs[0], o_ref, outs[1])]
 
 
-def _mla_layers(t, mw, iw, iw_shared, a, mask, splits):
-    """A full DSA layer then a shared one, the stream cut into calls: (y_full, y_shared, caches).
+def _mla_layers(t, mw, iw, iw_shared, a, mask, splits, forced=None):
+    """A full DSA layer then a shared one, the stream cut into calls:
+    (y_full, y_shared, full layer's cache, its selection indices over all calls [B, S, W]).
 
     The shared layer is handed an indexer of its own (same topk and kpool) that it must NOT run:
-    were it to, its selection would differ from the hand-off.
+    were it to, its selection would differ from the hand-off. forced (oracle only): the selection to
+    attend instead of the oracle's own (the oracle re-run with an implementation's decisions).
     """
     conv = (lambda x: x) if t is None else t.tensor
     mod = omla if t is None else t.impl.mla
     mw_, iw_, iws_ = (mw, iw, iw_shared) if t is None else \
         (mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor))
     cache1 = cache2 = None
-    y1s, y2s, start = [], [], 0
+    y1s, y2s, sels, start = [], [], [], 0
     for n in splits:
         sl = slice(start, start + n)
+        kw = {} if forced is None else {"forced": forced[:, sl]}
         with poisoned_memory() if t is not None else contextlib.nullcontext():
-            y1, cache1, sel = mod.sublayer(mw_, iw_, conv(a[:, sl]), cache1, conv(mask[:, sl]))
+            y1, cache1, sel = mod.sublayer(mw_, iw_, conv(a[:, sl]), cache1, conv(mask[:, sl]), **kw)
             y2, cache2, _ = mod.sublayer(mw_, iws_, conv(a[:, sl]), cache2, conv(mask[:, sl]), prev=sel,
                                          kind="shared")
         y1s.append(y1)
         y2s.append(y2)
+        sels.append(to_int(sel.indices))
         start += n
     cat = np.concatenate if t is None else torch.cat
-    return cat(y1s, 1), cat(y2s, 1), cache1, cache2
+    return cat(y1s, 1), cat(y2s, 1), cache1, _cat_selections(sels)
+
+
+def _cat_selections(parts) -> np.ndarray:
+    """Per-call selections [B, S_i, W_i] -> [B, S, W] (-1 padded to the widest call)."""
+    W = max(p.shape[-1] for p in parts)
+    return np.concatenate([np.pad(p, ((0, 0), (0, 0), (0, W - p.shape[-1])), constant_values=-1)
+                           for p in parts], axis=1)
+
+
+def attendable(indices, T: int) -> bool:
+    """Can the oracle attend this selection (each entry in [-1, T))? A selection that is not is judged
+    a failure by its selection verdict; its outputs are then compared with the unconditioned oracle."""
+    idx = to_int(indices)
+    return idx.size == 0 or (idx.min() >= -1 and idx.max() < T)
+
+
+def same_sets(a, b) -> bool:
+    """Two selections [B, S, W] pick the same set of tokens for every query."""
+    return odsa.selected_sets(to_int(a)) == odsa.selected_sets(to_int(b))
+
+
+def conditioned(run, own, indices, T: int):
+    """The oracle's outputs given an implementation's selection: its own run when the sets agree
+    (the common case, no re-run), else `run(indices)`; the unconditioned run when unattendable."""
+    if same_sets(indices, own) or not attendable(indices, T):
+        return None
+    return run(indices)
+
+
+def _label_sparsity(length: int, g) -> None:
+    label("selection really sparse (T >= topk + kpool)" if length >= g.topk + g.kpool
+          else "selection covers the whole prefix (T < topk + kpool)")
 
 
 def run_mla_paths(case: sc.MLACase, cand: Target, base: Target):
@@ -149,16 +190,24 @@ def run_mla_paths(case: sc.MLACase, cand: Target, base: Target):
         label("prefill cut into calls")
     if any(n % case.geometry.kpool for n in case.splits[:-1]):
         label("split not on a pool boundary")
+    _label_sparsity(case.length, case.geometry)
     g = case.geometry
     rng = np.random.default_rng(case.seed)
     iw, mw = tz.indexer_weights(rng, g, case.family), tz.mla_weights(rng, g)
     iw2 = tz.indexer_weights(rng, g, case.family)
     a = rng.standard_normal((case.batch, case.length, g.hidden))
     mask = _mask(case.batch, case.length, case.left_pad)
-    y1, y2, c1, _ = _mla_layers(None, mw, iw, iw2, a, mask, (case.length,))
-    yc1, yc2, cc1, _ = _mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
-    yb1, yb2, cb1, _ = _mla_layers(base, mw, iw, iw2, a, mask, case.splits)
-    return [Comparison("chunked_prefill", "output", yc1, y1, yb1),
-            Comparison("chunked_prefill", "shared_output", yc2, y2, yb2),
+    y1, y2, c1, own = _mla_layers(None, mw, iw, iw2, a, mask, (case.length,))
+    yc1, yc2, cc1, csel = _mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
+    yb1, yb2, cb1, bsel = _mla_layers(base, mw, iw, iw2, a, mask, case.splits)
+    ref = odsa.index(iw, a, omla.project(mw, a)[1], c1.index_rows, mask)
+
+    def oracle_given(indices):
+        label("selection differs from the oracle's: outputs judged against the oracle re-run on it")
+        return _mla_layers(None, mw, iw, iw2, a, mask, (case.length,), forced=indices)[:2]
+    (y1c, y2c), (y1b, y2b) = ((conditioned(oracle_given, own, s, case.length) or (y1, y2)) for s in (csel, bsel))
+    return [Comparison("chunked_prefill", "selection", csel, (ref, token_pool(c1.index_rows, iw)), kind="selection"),
+            Comparison("chunked_prefill", "output", yc1, y1c, yb1, baseline_reference=y1b),
+            Comparison("chunked_prefill", "shared_output", yc2, y2c, yb2, baseline_reference=y2b),
             Comparison("chunked_prefill", "latent_cache", cc1.latent, c1.latent, cb1.latent),
             Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows)]

@@ -16,18 +16,7 @@ from strategies import tensors as tz
 from strategies.sequences import cu_seqlens
 
 
-class Comparison(tuple):
-    """(path, quantity, kind, candidate, reference, baseline)."""
-
-    def __new__(cls, path, quantity, candidate, reference, baseline=None, kind="kernel_replacement"):
-        return super().__new__(cls, (path, quantity, kind, candidate, reference, baseline))
-
-    path = property(lambda s: s[0])
-    quantity = property(lambda s: s[1])
-    kind = property(lambda s: s[2])
-    candidate = property(lambda s: s[3])
-    reference = property(lambda s: s[4])
-    baseline = property(lambda s: s[5])
+from invariants.compare import Comparison  # noqa: E402,F401  (re-exported: the checks modules import it here)
 
 
 def _label(length: int, docs=None):

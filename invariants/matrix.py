@@ -13,7 +13,7 @@ from invariants import mhc_checks as hc
 from invariants import model_checks as mdc
 from invariants import moe_checks as mc
 from invariants import paths
-from invariants.contracts import Verdict, judge, judge_selection, lookup
+from invariants.contracts import DECISION_KINDS, Verdict, judge, judge_decision, lookup
 from invariants.target import Target
 from strategies import cases as sc
 
@@ -43,8 +43,9 @@ CHECKS = (
           "run-twice determinism of prefill and decode"),
     Check("dsa.index", "dsa", sc.index_cases, dc.run_index,
           "indexer rows, pool scores and the tie-aware selection at pool-boundary lengths"),
-    Check("mla.absorbed", "mla", sc.index_cases, dc.run_absorbed,
-          "sparse absorbed attention over a selection vs the oracle (baseline: expanded form)"),
+    Check("mla.absorbed", "mla", sc.absorbed_cases, dc.run_absorbed,
+          "sparse absorbed attention over a selection vs the oracle (baseline: expanded form); wide "
+          "selections (topk 256) that a GPU splits across programs"),
     Check("mla.paths", "mla", sc.mla_cases, dc.run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows"),
     Check("mhc.coefficients", "mhc", sc.mhc_cases, hc.run_coefficients,
@@ -82,8 +83,10 @@ def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
     out = []
     for cmp in check.run(case, cand, base):
         contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
-        if cmp.kind == "selection":
-            out.append(judge_selection(contract, cand.dtype_name, cmp.candidate, cmp.reference))
+        if cmp.kind in DECISION_KINDS:
+            out.append(judge_decision(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.where))
         else:
-            out.append(judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline))
+            v = judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference)
+            out.append(v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else
+                                  (cmp.where or v.detail)))
     return out

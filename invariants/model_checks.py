@@ -22,13 +22,14 @@ import functools
 import json
 import tempfile
 import types
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from invariants.compare import to_numpy
+from invariants.compare import RoutingReference, to_int, to_numpy
+from invariants.dsa_checks import attendable, token_pool
 from invariants.kda_checks import Comparison
 from invariants.labels import label as event
 from invariants.target import Target, poisoned_memory
@@ -36,7 +37,8 @@ from oracle import checkpoint as ock
 from oracle import model as om
 from oracle.config import PRESETS, Geometry
 from oracle.state import HybridState as OracleState
-from oracle.types import DSACache, KDAState
+from oracle.config import DENSE, LINEAR, SHARED
+from oracle.types import DSACache, KDAState, LayerDecisions
 from strategies import cases as sc
 from strategies.sequences import chunk_splits
 
@@ -111,20 +113,29 @@ def target_weights(base: str, layers: int, seed: int, device: str, dtype: torch.
 
 
 def model_lengths(g: Geometry, max_len: int) -> st.SearchStrategy[int]:
-    """Pool-boundary lengths (1..2·kpool+1, topk + kpool ± 1: real sparsity) or any up to max_len."""
+    """Pool-boundary lengths (1..2·kpool+1, topk + kpool ± 1), lengths past topk + kpool (real top-k
+    sparsity: the selection no longer covers the whole prefix), or any up to max_len; a third each."""
     special = sorted({n for n in [*range(1, 2 * g.index_kpool + 2), g.index_topk + g.index_kpool - 1,
                                   g.index_topk + g.index_kpool, g.index_topk + g.index_kpool + 1]
                       if 1 <= n <= max_len})
-    return st.booleans().flatmap(lambda pick: st.sampled_from(special) if pick else st.integers(1, max_len))
+    lo = g.index_topk + g.index_kpool
+    sparse = st.integers(lo, max_len) if lo <= max_len else st.integers(1, max_len)
+    return st.integers(0, 2).flatmap(lambda pick: (st.sampled_from(special), sparse, st.integers(1, max_len))[pick])
+
+
+# prompt lengths: the Triton interpreter runs ~0.3-1 s per token through 5 layers, so the CPU stops
+# at 13 (> topk + kpool = 12: real top-k sparsity stays reachable); compiled kernels take 40, deep
+# into sparsity (many pools to choose among) at a fraction of a second per example
+MAX_LEN = {"interpreter": 13, "compiled": 40}
 
 
 @st.composite
-def model_cases(draw, base: Geometry, *, max_len: int = 13, seeds: int = 3) -> ModelCase:
-    """SPEC §3/§10: a tiny model seed (one of `seeds`, cached), length, splits, left pads, decode steps.
-
-    max_len 13 > topk + kpool = 12 keeps real top-k sparsity reachable; the Triton interpreter runs
-    ~0.3-1 s per token through 5 layers, so longer prompts belong to the GPU profile.
-    """
+def model_cases(draw, base: Geometry, *, max_len: Optional[int] = None, seeds: int = 3) -> ModelCase:
+    """SPEC §3/§10: a tiny model seed (one of `seeds`, cached), length, splits, left pads, decode steps;
+    max_len None: MAX_LEN for where the kernels run (the interpreter, or compiled on a GPU)."""
+    from impl import interpreted
+    if max_len is None:
+        max_len = MAX_LEN["interpreter" if interpreted() else "compiled"]
     name, layers = base_name(base), model_cut(base)
     g = geometry_of(name, layers)
     length = draw(model_lengths(g, max_len))
@@ -178,16 +189,48 @@ def _default_model_ops():
 
 
 class Side(NamedTuple):
-    """One implementation of the decoder as three calls: forward(ids, mask, state), bytes, restore."""
+    """One implementation of the decoder as three calls: forward(ids, mask, state), bytes, restore;
+    `log` receives, per forward call, the discrete decisions it took (one record per decision-making
+    sublayer, in layer order; the oracle's own side logs nothing)."""
 
     forward: object
     serialize: object
     deserialize: object
+    log: list
 
 
 def oracle_side(weights) -> Side:
     return Side(lambda ids, mask, state: om.forward(weights, ids, state, mask),
-                lambda s: s.serialize(), OracleState.deserialize)
+                lambda s: s.serialize(), OracleState.deserialize, [])
+
+
+class _Passthrough:
+    """A mechanism namespace with some calls wrapped; everything else is the namespace's own."""
+
+    def __init__(self, ns, log: list):
+        self._ns, self._log = ns, log
+
+    def __getattr__(self, name):
+        return getattr(self._ns, name)
+
+
+class _RecordSelections(_Passthrough):
+    """Logs the selection indices [B, S, W] a full DSA layer attended (what the next layer was handed)."""
+
+    def sublayer(self, w, iw, a, cache=None, mask=None, prev=None, kind="full"):
+        out = self._ns.sublayer(w, iw, a, cache, mask, prev, kind)
+        if kind != SHARED:
+            self._log.append(("selection", to_int(out[2].indices)))
+        return out
+
+
+class _RecordRouting(_Passthrough):
+    """Logs an MoE layer's expert ids [N, k] by asking the namespace's own `route` on the same input
+    (deterministic: the same choice its `forward` makes), then runs its `forward` unchanged."""
+
+    def forward(self, w, x, *args, **kw):
+        self._log.append(("experts", to_int(self._ns.route(w, x).expert_ids)))
+        return self._ns.forward(w, x, *args, **kw)
 
 
 def target_side(t: Target, case: ModelCase) -> Side:
@@ -195,14 +238,19 @@ def target_side(t: Target, case: ModelCase) -> Side:
     from impl.model import Backend
     ops = getattr(t.impl, "model", None) or _default_model_ops()
     wt = target_weights(case.base, case.layers, case.model_seed, t.device, t.dtype)
-    be = Backend(t.impl.name, t.impl.kda, t.impl.mla, t.impl.moe, t.impl.mhc)
+    log, calls = [], []
+    be = Backend(t.impl.name, t.impl.kda, _RecordSelections(t.impl.mla, log), _RecordRouting(t.impl.moe, log),
+                 t.impl.mhc)
 
     def forward(ids, mask, state):
+        log.clear()
         with poisoned_memory():
-            return ops.forward(wt, torch.as_tensor(ids, device=t.device), state,
-                               torch.as_tensor(mask, device=t.device), be)
+            out = ops.forward(wt, torch.as_tensor(ids, device=t.device), state,
+                              torch.as_tensor(mask, device=t.device), be)
+        calls.append(list(log))
+        return out
 
-    return Side(forward, lambda s: s.serialize(), lambda b: ops.deserialize(b, device=t.device))
+    return Side(forward, lambda s: s.serialize(), lambda b: ops.deserialize(b, device=t.device), calls)
 
 
 # ----------------------------------------------------------------------------- paths
@@ -212,22 +260,33 @@ def _cat(xs):
     return np.concatenate([to_numpy(x) for x in xs], axis=1)
 
 
-def chunked_prefill(side: Side, ids, mask, splits):
+class PathRun(NamedTuple):
+    """One path's result: logits [B, S, V], the final state, and the decisions of its calls in token
+    order (one log per forward call, see Side; empty on the oracle)."""
+
+    logits: object
+    state: object
+    calls: list
+
+
+def chunked_prefill(side: Side, ids, mask, splits) -> PathRun:
     """Calls cut at `splits`, each with the mask up to its last token (SPEC §3: its last S columns)."""
-    logits, state, a = [], None, 0
+    logits, state, a, first = [], None, 0, len(side.log)
     for n in splits:
         lg, state = side.forward(ids[:, a:a + n], mask[:, :a + n], state)
         logits.append(lg)
         a += n
-    return _cat(logits), state
+    return PathRun(_cat(logits), state, side.log[first:])
 
 
 def prefix_paths(side: Side, ids, mask, k: int) -> dict:
     """token_decode and continuation from one shared prefix of S - k tokens (k = 0: one prefill)."""
     S = ids.shape[1]
+    first = len(side.log)
     if k == 0:
         lg, state = side.forward(ids, mask, None)
-        return {"token_decode": (to_numpy(lg), state), "continuation": (to_numpy(lg), state)}
+        run = PathRun(to_numpy(lg), state, side.log[first:])
+        return {"token_decode": run, "continuation": run}
     P = S - k
     lp, sp = side.forward(ids[:, :P], mask[:, :P], None)
     blob = side.serialize(sp)                      # before any later call could touch the buffers
@@ -235,14 +294,122 @@ def prefix_paths(side: Side, ids, mask, k: int) -> dict:
     for t in range(P, S):
         lg, state = side.forward(ids[:, t:t + 1], mask[:, :t + 1], state)
         logits.append(lg)
+    decode = side.log[first:]
     lc, sc_ = side.forward(ids[:, P:], mask, side.deserialize(blob))
-    return {"token_decode": (_cat(logits), state), "continuation": (_cat([lp, lc]), sc_)}
+    # the prefix call, then the continuation call (the oracle's side logs nothing)
+    cont = decode[:1] + side.log[first + len(decode):]
+    return {"token_decode": PathRun(_cat(logits), state, decode),
+            "continuation": PathRun(_cat([lp, lc]), sc_, cont)}
 
 
 def run_paths(side: Side, ids, mask, case: ModelCase) -> dict:
     out = {"chunked_prefill": chunked_prefill(side, ids, mask, case.splits)}
     out.update(prefix_paths(side, ids, mask, decode_steps(case)))
     return out
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def path_decisions(g: Geometry, calls: list, B: int) -> list:
+    """One LayerDecisions per layer for a whole path: each call's logged decisions mapped to the
+    layers that take them (full DSA: selection; MoE: experts), concatenated along the tokens in call
+    order (selections [B, S, W]; expert ids [B·S, k] in (b, s) order, the oracle's token order)."""
+    per_layer = [[] for _ in range(g.num_hidden_layers)]
+    for log in calls:
+        it = iter(log)
+        for i in range(g.num_hidden_layers):
+            if g.layer_types[i] != LINEAR and g.indexer_types[i] != SHARED:
+                per_layer[i].append(("selection", next(it)[1]))
+            if g.mlp_layer_types[i] != DENSE:
+                per_layer[i].append(("experts", next(it)[1]))
+        if next(it, None) is not None:
+            raise ValueError("model.paths: a forward call logged more decisions than the geometry has "
+                             "decision-making layers (a candidate model namespace running extra sublayers?)")
+    out = []
+    for parts in per_layer:
+        sel = [a for kind, a in parts if kind == "selection"]
+        exp = [a.reshape(B, -1, a.shape[-1]) for kind, a in parts if kind == "experts"]
+        out.append(LayerDecisions(
+            np.concatenate(sel, axis=1) if sel else None,
+            np.concatenate(exp, axis=1).reshape(-1, exp[0].shape[-1]) if exp else None))
+    return out
+
+
+def row_decisions(decisions: list, row: int, pad: int, S: int) -> list:
+    """The decisions of batch row `row` from position `pad` on, as a batch-1 run of its real tokens
+    sees them (selection positions shifted by the pad)."""
+    out = []
+    for d in decisions:
+        sel = None if d.selection is None else np.where(d.selection[row:row + 1, pad:] >= 0,
+                                                         d.selection[row:row + 1, pad:] - pad, -1)
+        exp = None if d.experts is None else d.experts.reshape(-1, S, d.experts.shape[-1])[row, pad:]
+        out.append(LayerDecisions(sel, exp))
+    return out
+
+
+def _same_decisions(a: list, b: list) -> bool:
+    """Per layer, the same token set per query and the same expert set per token."""
+    def sets(x):
+        return None if x is None else [frozenset(r[r >= 0].tolist()) for r in to_int(x).reshape(-1, x.shape[-1])]
+    return all(sets(x.selection) == sets(y.selection) and sets(x.experts) == sets(y.experts) for x, y in zip(a, b))
+
+
+def _forceable(decisions: list, weights, T: int) -> bool:
+    """The oracle can run these decisions: selections within the cache, k distinct experts in range."""
+    for d, lw in zip(decisions, weights.layers):
+        if d.selection is not None and not attendable(d.selection, T):
+            return False
+        if d.experts is not None:
+            e = to_int(d.experts)
+            if e.size and (e.min() < 0 or e.max() >= lw.mlp.num_experts
+                           or any(len(set(r)) != len(r) for r in e.tolist())):
+                return False
+    return True
+
+
+class OracleRun(NamedTuple):
+    """The oracle's one prefill (logits, state) and its own decisions per layer (LayerTrace)."""
+
+    logits: object
+    state: object
+    trace: list
+    decisions: list
+
+
+def oracle_run(weights, ids, mask, forced=None) -> OracleRun:
+    """The oracle's one prefill, with `forced` decisions when given (its own otherwise)."""
+    trace = []
+    lg, st_ = om.forward(weights, ids, None, mask, decisions=forced, trace=trace)
+    own = [LayerDecisions(None if t.selection is None else t.selection.indices,
+                          None if t.routing is None else t.routing.expert_ids) for t in trace]
+    return OracleRun(lg, st_, trace, own if forced is None else forced)
+
+
+def conditioned_on(weights, ids, mask, decisions, whole: OracleRun) -> OracleRun:
+    """The oracle re-run with an implementation's decisions (`whole` when they equal its own, or when
+    they cannot be forced: their decision verdicts fail then)."""
+    if _same_decisions(decisions, whole.decisions) or not _forceable(decisions, weights, ids.shape[1]):
+        return whole
+    event("decision differs from the oracle's: judged against the oracle re-run on it")
+    return oracle_run(weights, ids, mask, decisions)
+
+
+def decision_comparisons(path: str, decisions: list, ref: OracleRun, weights) -> list:
+    """Each decision of a path, tie-aware against the oracle's own scores in the run conditioned on the
+    same earlier decisions (its LayerTrace), one comparison per decision-making layer."""
+    res = []
+    for i, (d, tr, lw) in enumerate(zip(decisions, ref.trace, weights.layers)):
+        if d.selection is not None and tr.selection is not None:
+            tpool = token_pool(ref.state.layers[i].index_rows, lw.indexer)
+            res.append(Comparison(path, "selection", d.selection, (tr.selection, tpool), kind="selection",
+                                  where=f"layer {i}"))
+        if d.experts is not None and tr.routing is not None:
+            m = lw.mlp
+            res.append(Comparison(path, "expert_ids", d.experts, RoutingReference(
+                tr.routing, m.e_score_correction_bias, m.top_k, m.topk_group, m.n_group), kind="routing",
+                where=f"layer {i}"))
+    return res
 
 
 # ----------------------------------------------------------------------------- state as arrays
@@ -270,38 +437,51 @@ def state_arrays(state, row=None, pad: int = 0) -> dict:
 EXACT = ("valid_flags", "seq_len")
 
 
-def _state_comparisons(path: str, ac: dict, ar: dict, ab, kind: str) -> list:
+def _state_comparisons(path: str, ac: dict, ar: dict, ab, kind: str, abr=None) -> list:
     """One comparison per state quantity of the reference (exact for flags and seq_len)."""
     res = []
     for q, r in ar.items():
         k = "exact" if q in EXACT else kind
-        res.append(Comparison(path, q, ac.get(q), r, None if ab is None or k == "exact" else ab.get(q), kind=k))
+        res.append(Comparison(path, q, ac.get(q), r, None if ab is None or k == "exact" else ab.get(q), kind=k,
+                              baseline_reference=None if abr is None or k == "exact" else abr.get(q)))
     return res
 
 
-def compare(path: str, cand, ref, real, base=None, kind: str = "kernel_replacement") -> list:
-    """Comparisons of one path: logits at the real positions, then every state quantity."""
-    (lc, scand), (lr, sref) = cand, ref
+def compare(path: str, cand, ref, real, base=None, kind: str = "kernel_replacement", base_ref=None) -> list:
+    """Comparisons of one path: logits at the real positions, then every state quantity; `base_ref`:
+    what the baseline is measured against (the oracle run with the baseline's decisions; default ref)."""
+    (lc, scand), (lr, sref) = cand[:2], ref[:2]
     lb = None if base is None else to_numpy(base[0])[real]
-    res = [Comparison(path, "logits", to_numpy(lc)[real], to_numpy(lr)[real], lb, kind=kind)]
+    lbr = None if base_ref is None else to_numpy(base_ref[0])[real]
+    res = [Comparison(path, "logits", to_numpy(lc)[real], to_numpy(lr)[real], lb, kind=kind, baseline_reference=lbr)]
     ab = None if base is None else state_arrays(base[1])
-    return res + _state_comparisons(path, state_arrays(scand), state_arrays(sref), ab, kind)
+    abr = None if base_ref is None else state_arrays(base_ref[1])
+    return res + _state_comparisons(path, state_arrays(scand), state_arrays(sref), ab, kind, abr)
 
 
 def padded_rows(case: ModelCase):
     return [(r, p) for r, p in enumerate(case.left_pad) if p > 0]
 
 
-def compare_padded(path: str, cand, alone: dict, base=None, kind: str = "kernel_replacement") -> list:
-    """Each left-padded row (its real tokens: logits and state) vs the same tokens alone, unpadded."""
+def compare_padded(path: str, cand, alone: dict, base=None, kind: str = "kernel_replacement",
+                   base_alone: dict = None) -> list:
+    """Each left-padded row (its real tokens: logits and state) vs the same tokens alone, unpadded;
+    `alone` / `base_alone`: {(row, pad): (logits, state)} the candidate's / baseline's references."""
     res = []
-    for (r, p), (la, sa) in alone.items():
+    for (r, p), ref in alone.items():
+        la, sa = ref[:2]
         lb = None if base is None else to_numpy(base[0])[r:r + 1, p:]
-        res.append(Comparison(path, "logits", to_numpy(cand[0])[r:r + 1, p:], to_numpy(la), lb, kind=kind))
+        bref = None if base_alone is None else base_alone[(r, p)]
+        res.append(Comparison(path, "logits", to_numpy(cand[0])[r:r + 1, p:], to_numpy(la), lb, kind=kind,
+                              baseline_reference=None if bref is None else to_numpy(bref[0])))
         ar = state_arrays(sa)
         ar.pop("seq_len")                                  # the padded row's cache also holds its pads
+        abr = None
+        if bref is not None:
+            abr = state_arrays(bref[1])
+            abr.pop("seq_len")
         ab = None if base is None else state_arrays(base[1], r, p)
-        res += _state_comparisons(path, state_arrays(cand[1], r, p), ar, ab, kind)
+        res += _state_comparisons(path, state_arrays(cand[1], r, p), ar, ab, kind, abr)
     return res
 
 
@@ -323,21 +503,41 @@ def _label(case: ModelCase, k: int) -> None:
 
 
 def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
-    """SPEC §3, §10: every path on candidate, baseline and oracle vs the oracle's one prefill."""
+    """SPEC §3, §10: every path on candidate, baseline and oracle vs the oracle's one prefill.
+
+    Decision-conditioned (contracts.toml): each path's DSA selections and MoE expert choices are judged
+    tie-aware, layer by layer, against the oracle's own scores in a run given the same earlier
+    decisions; its logits and states against the oracle's one prefill RE-RUN WITH THAT PATH'S
+    decisions (the baseline's against the oracle with the baseline's): a legal bf16 flip neither
+    false-alarms nor inflates the baseline's error.
+    """
     g = geometry_of(case.base, case.layers)
     k = decode_steps(case)
     _label(case, k)
     ids, mask = prompt(case, g)
     real = mask.astype(bool)
-    oracle = oracle_side(oracle_weights(case.base, case.layers, case.model_seed))
-    whole = oracle.forward(ids, mask, None)
-    alone = {(r, p): oracle.forward(ids[r:r + 1, p:], mask[r:r + 1, p:], None) for r, p in padded_rows(case)}
+    weights = oracle_weights(case.base, case.layers, case.model_seed)
+    oracle = oracle_side(weights)
+    whole = oracle_run(weights, ids, mask)
+    pads = padded_rows(case)
+    alone = {(r, p): oracle_run(weights, ids[r:r + 1, p:], mask[r:r + 1, p:]) for r, p in pads}
     runs = {n: run_paths(s, ids, mask, case) for n, s in
             (("cand", target_side(cand, case)), ("base", target_side(base, case)), ("oracle", oracle))}
+    B, S = ids.shape
+    dec = {(n, path): path_decisions(g, runs[n][path].calls, B) for n in ("cand", "base") for path in PATHS}
+    ref = {key: conditioned_on(weights, ids, mask, d, whole) for key, d in dec.items()}
     res = []
     for path in PATHS:
-        res += compare(path, runs["cand"][path], whole, real, runs["base"][path])
+        res += decision_comparisons(path, dec["cand", path], ref["cand", path], weights)
+        res += compare(path, runs["cand"][path], ref["cand", path], real, runs["base"][path],
+                       base_ref=ref["base", path])
         res += compare(f"oracle_{path}", runs["oracle"][path], whole, real, kind="self_consistency")
-    res += compare_padded("padded_row", runs["cand"]["chunked_prefill"], alone, runs["base"]["chunked_prefill"])
+
+    def alone_given(n):
+        return {(r, p): conditioned_on(weights, ids[r:r + 1, p:], mask[r:r + 1, p:],
+                                       row_decisions(dec[n, "chunked_prefill"], r, p, S), alone[r, p])
+                for r, p in pads}
+    res += compare_padded("padded_row", runs["cand"]["chunked_prefill"], alone_given("cand"),
+                          runs["base"]["chunked_prefill"], base_alone=alone_given("base"))
     res += compare_padded("oracle_padded_row", whole, alone, kind="self_consistency")
     return res

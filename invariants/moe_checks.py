@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from invariants.compare import to_int, to_numpy
+from invariants.compare import RoutingReference, to_int, to_numpy
 from invariants.kda_checks import Comparison
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
@@ -43,35 +43,43 @@ def _moe_target(t: Target, w):
                           for f in w.__dataclass_fields__})
 
 
-def expert_sets_agree(cand_ids, ref, bias, top_k: int, topk_group: int, n_group: int, eps: float):
-    """(ok, tie_tokens, reason): tie-aware expert sets (groups, then experts, tied within eps)."""
-    ids = to_int(cand_ids)
-    E = ref.scores.shape[-1]
-    full = ref.scores + bias                                                     # unmasked biased scores
-    ties = 0
-    for t in range(ids.shape[0]):
-        c = set(ids[t].tolist())
-        if len(c) != top_k or min(c) < 0 or max(c) >= E:
-            return False, ties, f"token {t}: ids {sorted(c)} not {top_k} distinct experts in [0, {E})"
-        if c == set(to_int(ref.expert_ids)[t].tolist()):
-            continue
-        gs = np.sort(ref.group_scores[t])[::-1]
-        gk = gs[topk_group - 1]
-        per = E // n_group
-        ok_groups = {g for g in range(n_group) if ref.group_scores[t, g] >= gk - eps}
-        allowed = np.array([e // per in ok_groups for e in range(E)])
-        sc_ = np.where(allowed, full[t], -np.inf)
-        kth = np.sort(sc_)[::-1][top_k - 1]
-        must = {e for e in range(E) if sc_[e] > kth + eps and ref.group_scores[t, e // per] > gk + eps}
-        free = {e for e in range(E) if sc_[e] >= kth - eps}
-        if must <= c <= must | free:
-            ties += 1
-            continue
-        return False, ties, f"token {t}: experts {sorted(c)} vs oracle {sorted(to_int(ref.expert_ids)[t].tolist())}"
-    return True, ties, ""
+def _routing_reference(w, ref, case) -> RoutingReference:
+    return RoutingReference(ref, w.e_score_correction_bias, case.top_k, case.topk_group, case.groups)
+
+
+def _forceable(ids, w, N: int) -> bool:
+    """Can the oracle route to these ids ([N, k] distinct experts in range)? Ids that are not are
+    judged a failure by the routing verdict; outputs then meet the unconditioned oracle."""
+    try:
+        omoe.check_expert_ids(to_int(ids), N, w)
+        return True
+    except ValueError:
+        return False
+
+
+def oracle_given(w, x, ids, own):
+    """The oracle's Routing for an implementation's expert choice: its own when the sets agree, else
+    re-run with those experts forced (their weights from the oracle's scores)."""
+    ids = to_int(ids)
+    if ids.shape == to_int(own.expert_ids).shape and all(
+            set(a) == set(b) for a, b in zip(ids.tolist(), to_int(own.expert_ids).tolist())):
+        return own
+    if not _forceable(ids, w, ids.shape[0] if ids.ndim == 2 else -1):
+        return own
+    label("expert choice differs from the oracle's: judged against the oracle re-run on it")
+    return omoe.route(w, x, forced=ids)
+
+
+def _keyed(r, order):
+    """Mixture weights [N, k] reordered to the expert order `order` [N, k] (per token, by expert id)."""
+    ids = to_int(r.expert_ids)
+    wts = np.asarray(r.weights.detach().float().cpu() if hasattr(r.weights, "detach") else r.weights, np.float64)
+    return np.array([[dict(zip(ids[t], wts[t])).get(e, np.nan) for e in order[t]] for t in range(len(order))])
 
 
 def run_route(case: sc.MoECase, cand: Target, base: Target):
+    """Expert ids tie-aware against the oracle's scores; mixture weights against the oracle's weights
+    for the implementation's OWN experts (a legal flip changes which weights exist)."""
     if case.family == "tied":
         label("router tie made on purpose")
     w, x = moe_inputs(case)
@@ -80,36 +88,29 @@ def run_route(case: sc.MoECase, cand: Target, base: Target):
     for t in (cand, base):
         with poisoned_memory():
             outs.append(t.impl.moe.route(_moe_target(t, w), t.tensor(x)))
-    ok, ties, reason = expert_sets_agree(outs[0].expert_ids, ref, w.e_score_correction_bias, case.top_k,
-                                         case.topk_group, case.groups, eps=1e-4)
-    if ties:
-        label("tie at expert selection boundary")
-    # weights keyed by expert id, on tokens whose sets agree (a tied choice changes the weights)
-    same = [t for t in range(case.tokens)
-            if set(to_int(outs[0].expert_ids)[t].tolist()) == set(ref.expert_ids[t].tolist())]
-
-    def keyed(r):
-        ids, wts = to_int(r.expert_ids), np.asarray(r.weights.detach().float().cpu() if hasattr(r.weights, "detach")
-                                                    else r.weights, np.float64)
-        return np.array([[dict(zip(ids[t], wts[t]))[e] for e in sorted(ref.expert_ids[t])] for t in same])
-    res = [Comparison("route", "weights", keyed(outs[0]), keyed(ref), keyed(outs[1]))]
-    res.append(Comparison("route", "expert_ids", np.zeros(1) if ok else np.full(1, np.inf), np.zeros(1),
-                          kind="exact"))
-    if not ok:
-        label(f"expert ids differ: {reason}")
-    return res
+    rc, rb = (oracle_given(w, x, o.expert_ids, ref) for o in outs)
+    oc, ob = (np.sort(to_int(r.expert_ids), axis=-1) for r in (rc, rb))
+    return [Comparison("route", "expert_ids", outs[0].expert_ids, _routing_reference(w, ref, case), kind="routing"),
+            Comparison("route", "weights", _keyed(outs[0], oc), _keyed(rc, oc), _keyed(outs[1], ob),
+                       baseline_reference=_keyed(rb, ob))]
 
 
 def run_forward(case: sc.MoECase, cand: Target, base: Target):
+    """The layer's output against the oracle routed like the implementation (its own `route` decides;
+    that choice is judged by moe.route)."""
     if case.family == "clamps":
         label("SwiGLU clamps firing")
     w, x = moe_inputs(case)
-    y = omoe.forward(w, x)
-    outs = []
+    own = omoe.route(w, x)
+    outs, refs = [], []
     for t in (cand, base):
+        wt, xt = _moe_target(t, w), t.tensor(x)
         with poisoned_memory():
-            outs.append(t.impl.moe.forward(_moe_target(t, w), t.tensor(x)))
-    return [Comparison("forward", "output", outs[0], y, outs[1])]
+            outs.append(t.impl.moe.forward(wt, xt))
+            r = t.impl.moe.route(wt, xt)
+        used = oracle_given(w, x, r.expert_ids, own)
+        refs.append(omoe.experts(w, x, used) + omoe.shared_expert(w, x))
+    return [Comparison("forward", "output", outs[0], refs[0], outs[1], baseline_reference=refs[1])]
 
 
 def nvfp4_weights(case: sc.NVFP4Case):

@@ -24,7 +24,11 @@ def describe(v: Verdict) -> str:
         where = " on rerun" if c.quantity == "rerun" else ""
         return f"{head}: {'bitwise equal' if v.ok else 'NOT bitwise equal' + where}"
     m = v.metrics
+    if v.detail:
+        head += f" {v.detail}"
     base = f", baseline {v.baseline_err:.3g}" if v.baseline_err is not None else ""
+    if v.ill_conditioned:
+        base += f" (ILL-CONDITIONED: above its cap {c.cap.get(v.dtype, float('nan')):g}, which the limit took instead)"
     if m.nonfinite_mismatch:
         detail = (f"{m.nonfinite_mismatch} entries non-finite in one side only; first at "
                   f"{m.worst_index}: candidate {m.worst_candidate!r}, reference {m.worst_reference!r}")

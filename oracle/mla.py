@@ -144,7 +144,7 @@ def _check_cache(cache: Optional[DSACache], kind: str):
 
 
 def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
-             mask=None, prev: Optional[Selection] = None, kind: str = "full"):
+             mask=None, prev: Optional[Selection] = None, kind: str = "full", forced=None, trace=None):
     """The MLA + DSA sublayer from the post-norm input a to o_proj (SPEC §7, §8, cache protocol §10).
 
     Appends this call's normalized latent (and, on "full" layers, its packed indexer rows) to the
@@ -158,9 +158,13 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
         a: [B, S, D];  cache: DSACache or None (empty);  mask: [B, S] 1 = real, 0 = pad (None = all real)
         prev: the Selection of the full DSA layer directly before ("shared" layers only)
         kind: "full" runs the indexer, "shared" reuses `prev` (SPEC §8.8)
+        forced: [B, S, W] token indices a "full" layer attends instead of its own selection (an
+            implementation's choice, for a decision-conditioned comparison); the indexer still runs
+        trace: a list; a "full" layer appends its OWN Selection (what `forced` is judged against)
     Returns:
         y: [B, S, D];  cache: DSACache with T rows (index_rows stays None on "shared" layers);
-        selection: the Selection used (what a following "shared" layer receives)
+        selection: the Selection used (what a following "shared" layer receives): the forced indices
+            with the oracle's own scores when `forced` is given
     """
     if kind not in ("full", "shared"):
         raise ValueError(f'kind: {kind!r}, expected "full" or "shared"')
@@ -175,6 +179,11 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
             raise ValueError('iw: a "full" layer needs its IndexerWeights')
         rows = _append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")              # [B, T, 2·d_i+1]
         sel = dsa.index(iw, a, q_lat, rows, mask)
+        if trace is not None:
+            trace.append(sel)
+        if forced is not None:
+            forced = dsa.check_indices(forced, B, S, latent.shape[1], iw.slots)
+            sel = sel._replace(indices=forced)
     else:
         if prev is None:
             raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')

@@ -22,7 +22,7 @@ from oracle.checkpoint import LayerWeights, Weights
 from oracle.checkpoint import load as load_weights
 from oracle.config import DENSE, LINEAR, SHARED, Geometry
 from oracle.state import HybridState, StateError
-from oracle.types import KDAState, Selection
+from oracle.types import KDAState, LayerDecisions, LayerTrace, Selection
 
 __all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "forward_packed",
            "decoder_layer_packed", "check_cu_seqlens"]
@@ -47,15 +47,21 @@ def effective_mask(attention_mask, B: int, S: int) -> np.ndarray:
     return m[:, -S:].astype(bool)
 
 
-def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[Selection]):
+def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[Selection],
+                  decision: Optional[LayerDecisions] = None, trace: Optional[list] = None):
     """One decoder layer (SPEC §5).
 
     Args:
         X: [B, S, N, D] streams;  mask: [B, S] bool;  cache: the layer's KDAState / DSACache / None
         prev: the Selection handed off by the layer directly before (used by "shared" DSA layers)
+        decision: choices to force instead of the oracle's own (a full DSA layer's selection, an MoE
+            layer's experts): the oracle re-run with an implementation's decisions
+        trace: a list; the layer appends a LayerTrace of its OWN decisions (what a forced one is judged by)
     Returns:
         X: [B, S, N, D];  cache: the layer's new cache entry;  sel: this layer's Selection (None on KDA)
     """
+    decision = decision or LayerDecisions()
+    own = []
     pre, post, comb = mhc.coefficients(lw.attn_hc, X)
     a = rmsnorm(mhc.collapse(pre, X), lw.input_layernorm, g.rms_norm_eps)
     sel = None
@@ -66,11 +72,20 @@ def decoder_layer(lw: LayerWeights, g: Geometry, X, mask, cache, prev: Optional[
         if kind == SHARED and prev is None:
             raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA layer "
                              f"directly before it (SPEC §8.8)")
-        y, cache, sel = mla.sublayer(lw.mla, lw.indexer, a, cache, mask, prev if kind == SHARED else None, kind)
+        y, cache, sel = mla.sublayer(lw.mla, lw.indexer, a, cache, mask, prev if kind == SHARED else None, kind,
+                                     forced=decision.selection if kind != SHARED else None, trace=own)
     X = mhc.write_back(post, comb, X, y)
     pre, post, comb = mhc.coefficients(lw.ffn_hc, X)
     a = rmsnorm(mhc.collapse(pre, X), lw.post_attention_layernorm, g.rms_norm_eps)
-    y = moe.dense_mlp(lw.mlp, a) if g.mlp_layer_types[lw.index] == DENSE else moe.forward(lw.mlp, a)
+    routing = None
+    if g.mlp_layer_types[lw.index] == DENSE:
+        y = moe.dense_mlp(lw.mlp, a)
+    else:
+        routing = moe.route(lw.mlp, a)
+        used = routing if decision.experts is None else moe.route(lw.mlp, a, forced=decision.experts)
+        y = moe.experts(lw.mlp, a, used) + moe.shared_expert(lw.mlp, a)
+    if trace is not None:
+        trace.append(LayerTrace(own[0] if own else None, routing))
     return mhc.write_back(post, comb, X, y), cache, sel
 
 
@@ -84,8 +99,13 @@ def _check_state(state: HybridState, g: Geometry, B: int) -> None:
         raise StateError(f"state: holds batch {state.batch}, input_ids has batch {B}")
 
 
-def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, attention_mask=None):
-    """The full text forward (SPEC §3) from `state` (None = empty); returns (logits [B,S,V], new state)."""
+def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, attention_mask=None,
+            decisions=None, trace: Optional[list] = None):
+    """The full text forward (SPEC §3) from `state` (None = empty); returns (logits [B,S,V], new state).
+
+    decisions: None, or one LayerDecisions (or None) per layer to force on the oracle (decoder_layer);
+    trace: a list that receives one LayerTrace per layer (the oracle's own decisions in this run).
+    """
     g = weights.geometry
     ids = np.asarray(input_ids)
     if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
@@ -100,10 +120,13 @@ def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, at
     _check_state(state, g, B)
     mask = effective_mask(attention_mask, B, S)
     X = mhc.expand(weights.embed_tokens[ids], g.hc_mult)                                 # [B, S, N, D]
+    if decisions is not None and len(decisions) != len(weights.layers):
+        raise ValueError(f"decisions: expected one entry per layer ({len(weights.layers)}), got {len(decisions)}")
     prev = None
     layers = []
-    for lw, cache in zip(weights.layers, state.layers):
-        X, cache, sel = decoder_layer(lw, g, X, mask, cache, prev)
+    for i, (lw, cache) in enumerate(zip(weights.layers, state.layers)):
+        X, cache, sel = decoder_layer(lw, g, X, mask, cache, prev, None if decisions is None else decisions[i],
+                                      trace)
         prev = sel
         layers.append(cache)
     h = rmsnorm(mhc.reduce(X), weights.norm, g.rms_norm_eps)                             # [B, S, D]

@@ -87,7 +87,7 @@ def shared_expert(w: MoEWeights, x):
 # ----------------------------------------------------------------------------- routing
 
 
-def route(w: MoEWeights, x) -> Routing:
+def route(w: MoEWeights, x, forced=None) -> Routing:
     """Sigmoid router with selection bias, group limit, top-k and renormalized weights (SPEC §9.3).
 
     s = sigmoid(x Wr^T);  ŝ = s + bias;  group score = sum of the top-2 ŝ of each group of E/G
@@ -97,6 +97,8 @@ def route(w: MoEWeights, x) -> Routing:
 
     Args:
         x: [..., D]
+        forced: [N, k] expert ids to use instead of the top-k (an implementation's own choice, for a
+            decision-conditioned comparison): the weights are then those of the forced experts
     Returns:
         Routing (oracle.types) with N = the product of x's leading axes
     """
@@ -106,10 +108,22 @@ def route(w: MoEWeights, x) -> Routing:
     biased = s + _f64(w.e_score_correction_bias)                                 # [N, E]
     groups = group_scores(biased, w.n_group)                                     # [N, G]
     biased = np.where(kept_experts(groups, w.topk_group, w.num_experts), biased, -np.inf)
-    ids = _top(biased, w.top_k)                                                  # [N, k]
+    ids = _top(biased, w.top_k) if forced is None else check_expert_ids(forced, xs.shape[0], w)   # [N, k]
     weights = mixture_weights(np.take_along_axis(s, ids, axis=-1), w.norm_topk_prob,
                               w.routed_scaling_factor)
     return Routing(ids, weights, s, biased, groups)
+
+
+def check_expert_ids(ids, N: int, w: MoEWeights) -> np.ndarray:
+    """Validate forced expert ids [N, k]: integers in [0, E), distinct per token; int64."""
+    ids = np.asarray(ids)
+    if ids.shape != (N, w.top_k) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"forced: expected integer expert ids [N, k] = {(N, w.top_k)}, got {ids.dtype} {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= w.num_experts):
+        raise ValueError(f"forced: expert ids must lie in [0, E={w.num_experts}), found [{ids.min()}, {ids.max()}]")
+    if any(len(set(row)) != len(row) for row in ids.tolist()):
+        raise ValueError("forced: a token names the same expert twice")
+    return ids.astype(np.int64)
 
 
 def group_scores(biased, n_group: int):
@@ -221,13 +235,13 @@ def _w4a4_experts(w: MoEWeights, xs, ids, wts, nv):
     return y
 
 
-def forward(w: MoEWeights, x, nvfp4=None, w4a4: bool = False):
+def forward(w: MoEWeights, x, nvfp4=None, w4a4: bool = False, forced=None):
     """The MoE layer: routed mixture + shared expert (SPEC §9.3); `nvfp4` / `w4a4` quantize the routed
     experts only (the shared expert stays unquantized, as in GLM-5.3-Flash-NVFP4: NVFP4.md A5).
 
     Args:
-        x: [..., D]
+        x: [..., D];  forced: [N, k] expert ids to route to instead of the top-k (see `route`)
     Returns:
         y: [..., D]
     """
-    return experts(w, x, route(w, x), nvfp4, w4a4) + shared_expert(w, x)
+    return experts(w, x, route(w, x, forced), nvfp4, w4a4) + shared_expert(w, x)

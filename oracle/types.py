@@ -594,3 +594,23 @@ class NVFP4ExpertWeights(NamedTuple):
         return NVFP4Tensor(np.concatenate([self.gate.packed, self.up.packed], axis=1),
                            np.concatenate([self.gate.block_scale, self.up.block_scale], axis=1),
                            self.gate.global_decode, self.gate.input_global_scale)
+
+
+class LayerDecisions(NamedTuple):
+    """The discrete decisions of one decoder layer, to force on the oracle (decision-conditioned checks).
+
+    selection: [B, S, topk + P_k - 1] token indices a full DSA layer attends (-1 padded), or None
+    experts:   [B·S, k] expert ids an MoE layer uses per token (rows in (b, s) order), or None
+    None fields (and a None LayerDecisions) leave the oracle's own choice.
+    """
+
+    selection: Any = None
+    experts: Any = None
+
+
+class LayerTrace(NamedTuple):
+    """The oracle's OWN decisions at one layer of a (possibly forced) run, what a forced choice is
+    judged against: its Selection (scores, candidates) and its Routing (scores, group scores)."""
+
+    selection: Any = None
+    routing: Any = None

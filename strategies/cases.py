@@ -128,13 +128,15 @@ class MLACase(NamedTuple):
 
 
 def dsa_lengths(g: DSAGeometry, *, max_len: int = 80) -> st.SearchStrategy[int]:
-    """Pool-boundary lengths: every length up to 2·kpool + 1, around topk + kpool (real sparsity
-    starts there), 63..65; else the general boundary-biased lengths."""
+    """Pool-boundary lengths (every length up to 2·kpool + 1, around topk + kpool, 63..65), lengths
+    past topk + kpool (the selection no longer covers the whole prefix: real top-k sparsity, where
+    selections can go wrong), or the general boundary-biased lengths; a third each."""
     special = sorted({n for n in list(range(1, 2 * g.kpool + 2))
                       + [g.topk + g.kpool - 1, g.topk + g.kpool, g.topk + g.kpool + 1, 23, 63, 64, 65]
                       if 1 <= n <= max_len})
-    return st.booleans().flatmap(lambda pick: st.sampled_from(special) if pick
-                                 else sequence_lengths(max_len=max_len))
+    general = sequence_lengths(max_len=max_len)
+    sparse = st.integers(g.topk + g.kpool, max_len) if g.topk + g.kpool <= max_len else general
+    return st.integers(0, 2).flatmap(lambda pick: (st.sampled_from(special), sparse, general)[pick])
 
 
 @st.composite
@@ -157,6 +159,25 @@ def mla_cases(draw, base, *, max_len: int = 70) -> MLACase:
     pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
     return MLACase(g, batch, length, pad, draw(chunk_splits(length)), draw(st.sampled_from(("normal", "large"))),
                    draw(SEEDS))
+
+
+# a selection wider than two kernel blocks of 64 rows: few query rows then split it across programs
+# (flash-decoding) on a GPU; the tiny geometry's topk 8 never does
+WIDE_TOPK, WIDE_KPOOL = 256, 4
+
+
+@st.composite
+def absorbed_cases(draw, base, *, max_len: int = 80) -> IndexCase:
+    """index_cases, plus (a drawn boolean) a wide selection: topk 256 over up to ~300 cached tokens with
+    1-2 decode queries, the shape whose selection a GPU splits across programs and merges."""
+    if not draw(st.booleans()):
+        return draw(index_cases(base, max_len=max_len))
+    g = draw(dsa_geometries(base, vary=False))._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL)
+    length = draw(st.integers(1, g.topk + g.kpool + 40))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
+    return IndexCase(g, batch, length, draw(st.integers(1, min(2, length))), pad, "none",
+                     draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
 
 
 class MHCCase(NamedTuple):

@@ -67,7 +67,8 @@ def test_impl_passes_every_path_with_padding_across_calls():
     paths = {v.contract.path for v in verdicts}
     assert {"chunked_prefill", "token_decode", "continuation", "padded_row", "oracle_token_decode"} <= paths
     quantities = {v.contract.quantity for v in verdicts}
-    assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "valid_flags", "seq_len"}
+    assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "valid_flags", "seq_len",
+                          "selection", "expert_ids"}
 
 
 def test_the_baseline_passes_drawn_cases():
@@ -80,7 +81,9 @@ def test_the_baseline_passes_drawn_cases():
      {"chunked_prefill.logits"}),
     ("model_restore_drops_conv_window", _case(pad=(0, 0)), {"continuation.kda_conv", "continuation.logits"},
      {"token_decode.logits", "chunked_prefill.logits"}),
-    ("model_decode_forgets_padding", _case(), {"token_decode.valid_flags", "token_decode.logits"},
+    # its decode steps attend the pads: a selection outside the tie rule (the logits then agree with the
+    # oracle forced to that selection: decision-conditioned, the wrong decision is what breaks)
+    ("model_decode_forgets_padding", _case(), {"token_decode.valid_flags", "token_decode.selection"},
      {"chunked_prefill.logits", "padded_row.logits"}),
     ("model_mask_first_columns", _case(), {"chunked_prefill.logits", "padded_row.logits"},
      {"token_decode.valid_flags"}),
@@ -105,11 +108,11 @@ def test_a_bug_planted_in_the_oracle_breaks_its_self_consistency(monkeypatch):
 
     forward = om.forward
 
-    def buggy(weights, ids, state=None, mask=None):
+    def buggy(weights, ids, state=None, mask=None, **kw):
         if state is not None and state.seq_len:
             state = state.snapshot()
             state.layers = [KDAState(e.recurrent, 0 * e.conv) if isinstance(e, KDAState) else e for e in state.layers]
-        return forward(weights, ids, state, mask)
+        return forward(weights, ids, state, mask, **kw)
 
     monkeypatch.setattr(om, "forward", buggy)
     broken = {f"{v.contract.path}.{v.contract.quantity}" for v in evaluate(CHECK, _case(pad=(0, 0)), BASE, BASE)

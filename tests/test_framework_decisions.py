@@ -1,0 +1,183 @@
+"""Decision-conditioned verdicts: discrete choices judged tie-aware, outputs against the oracle re-run with
+the implementation's own choices, baseline-relative limits capped (contracts.toml).
+
+These pin the machinery that keeps a bf16 near-tie from false-alarming (a legal flip) or from inflating a
+bound (an ill-conditioned baseline), while a choice outside the tie tolerance still fails.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from invariants import contracts as ct
+from invariants.compare import RoutingReference, compare_experts, compare_selection
+from invariants.dsa_checks import token_pool
+from oracle import dsa as odsa
+from oracle import mla as omla
+from oracle import moe as omoe
+from oracle.types import LayerDecisions, Routing
+from strategies import tensors as tz
+from strategies.geometry import DSAGeometry
+
+# ----------------------------------------------------------------------------- selections
+
+
+def test_the_tail_of_a_pool_complete_only_in_another_row_is_tail_not_a_pick():
+    """dsa.index false alarm (CPU, `glmgate run`): row 1 is left-padded by one pool, so its last 3 tokens
+    belong to a pool that is complete in row 0 only; they are row 1's tail. Reading them as a picked pool
+    made the legal choice between pools 0 and 1 (an exact score tie at the k-th place) look wrong."""
+    from invariants.dsa_checks import index_inputs
+    from strategies.cases import case_from_json
+
+    case = case_from_json({"type": "IndexCase", "geometry": {
+        "hidden": 32, "heads": 2, "nope_dim": 8, "v_dim": 8, "q_rank": 16, "kv_rank": 16, "index_heads": 16,
+        "index_dim": 8, "topk": 8, "kpool": 4}, "batch": 2, "length": 23, "queries": 1, "left_pad": [0, 4],
+        "tie": "exact", "family": "normal", "seed": 1428296364})
+    w, a, q_lat, mask = index_inputs(case)
+    packed = odsa.index_rows(w, a, mask)
+    ref = odsa.index(w, a[:, -1:], q_lat[:, -1:], packed, mask[:, -1:])
+    tpool = token_pool(packed, w)
+    assert (tpool[1, 20:] == -1).all(), "row 1's tail tokens were mapped to a pool"
+    assert ref.scores[1, 0, 0] == ref.scores[1, 0, 1]
+    cand = ref.indices.copy()
+    assert {4, 5, 6, 7} <= set(cand[1, 0].tolist()), "the oracle (lowest index on ties) picks pool 0"
+    cand[1, 0] = np.where(np.isin(cand[1, 0], [4, 5, 6, 7]), cand[1, 0] + 4, cand[1, 0])     # pool 1 instead
+    r = compare_selection(cand, ref.indices, ref.scores, ref.candidate, ref.k_sel, tpool, eps=1e-4)
+    assert r.ok and r.tie_rows == 1, r.reason
+
+
+def _one_row(scores, cand_pools, ref_pools, eps):
+    """3 pools of 2 tokens, k = 1: candidate / oracle pick one pool each."""
+    tpool = np.array([[0, 0, 1, 1, 2, 2]])
+    rows = [np.array([[sum(([2 * p, 2 * p + 1] for p in pools), []) + [-1]]]) for pools in (cand_pools, ref_pools)]
+    return compare_selection(rows[0], rows[1], np.array([[scores]]), np.ones((1, 1, 3), bool), 1, tpool, eps)
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0, 100.0])
+def test_the_selection_tie_tolerance_scales_with_the_rows_scores(scale):
+    """bf16 moves scores in proportion to their size (a "large" input family): a gap of 1% of the row's
+    largest score is a tie under eps 3e-2 at every scale, 5% is not."""
+    near = _one_row([scale * 1.0, scale * 0.99, 0.0], [1], [0], eps=3e-2)
+    far = _one_row([scale * 1.0, scale * 0.95, 0.0], [1], [0], eps=3e-2)
+    assert near.ok and near.tie_rows == 1
+    assert not far.ok and "tied within" in far.reason
+
+
+# ----------------------------------------------------------------------------- expert choices
+
+
+def _routing(biased, k=2, groups=1):
+    biased = np.asarray(biased, float)[None]
+    N, E = biased.shape
+    per = np.sort(biased.reshape(N, groups, E // groups), -1)
+    gs = per[..., -1] + per[..., -2]
+    ids = np.argsort(-biased, -1, kind="stable")[:, :k]
+    return RoutingReference(Routing(ids, np.ones((N, k)), biased, biased, gs), np.zeros(E), k, 1, groups)
+
+
+def test_an_expert_tied_at_the_kth_score_may_replace_the_oracles_and_is_counted():
+    r = compare_experts(np.array([[0, 2]]), _routing([0.9, 0.5, 0.5 - 1e-3, 0.1]), eps=2e-2)
+    assert r.ok and r.tie_rows == 1
+
+
+def test_an_expert_choice_beyond_the_tie_tolerance_fails_with_the_scores():
+    r = compare_experts(np.array([[0, 3]]), _routing([0.9, 0.5, 0.4, 0.1]), eps=2e-2)
+    assert not r.ok and "experts [0, 3] vs oracle [0, 1]" in r.reason
+
+
+def test_a_group_choice_within_the_tie_tolerance_is_legal():
+    """Two groups of 2, top-1 group: group scores 1.30 vs 1.29 tie within 2e-2, so group 1's experts are fine."""
+    ref = _routing([0.7, 0.6, 0.65, 0.64], k=2, groups=2)
+    ref = ref._replace(topk_group=1)
+    r = compare_experts(np.array([[2, 3]]), ref, eps=2e-2)
+    assert r.ok and r.tie_rows == 1
+
+
+def test_duplicate_or_out_of_range_experts_fail():
+    ref = _routing([0.9, 0.5, 0.4, 0.1])
+    assert not compare_experts(np.array([[0, 0]]), ref, 2e-2).ok
+    assert not compare_experts(np.array([[0, 7]]), ref, 2e-2).ok
+
+
+# ----------------------------------------------------------------------------- caps and conditioned baselines
+
+
+def test_a_baseline_above_its_cap_is_ill_conditioned_and_cannot_loosen_the_limit():
+    c = ct.lookup("mla", "chunked_prefill", "output")
+    cap, floor = c.cap["bfloat16"], c.floor["bfloat16"]
+    ref = np.linspace(1, 2, 64)
+    base = ref * (1 + 10 * cap)                                  # a baseline far off (it flipped a decision)
+    cand = ref * (1 + 2 * c.k * cap)                             # within k x baseline, far beyond k x cap
+    v = ct.judge(c, "bfloat16", cand, ref, base)
+    assert v.ill_conditioned
+    assert v.limit == pytest.approx(c.k * cap + floor)
+    assert not v.ok
+
+
+def test_the_baseline_is_measured_against_its_own_conditioned_reference():
+    """The baseline picked other tokens than the candidate: its error counts against the oracle run with
+    ITS choice (here exact), so the limit is the floor and a candidate off by 10% fails."""
+    c = ct.lookup("mla", "chunked_prefill", "output")
+    ref_cand, ref_base = np.linspace(1, 2, 64), np.linspace(-1, 1, 64)
+    v = ct.judge(c, "bfloat16", ref_cand * 1.1, ref_cand, ref_base, baseline_reference=ref_base)
+    assert v.baseline_err == 0.0 and not v.ill_conditioned and not v.ok
+    assert ct.judge(c, "bfloat16", ref_cand, ref_cand, ref_base, baseline_reference=ref_base).ok
+
+
+def test_every_kernel_replacement_contract_declares_a_cap_for_each_floor_dtype():
+    for c in ct.load().values():
+        if c.kind == "kernel_replacement":
+            assert set(c.floor) <= set(c.cap), f"{c.key}: floors {sorted(c.floor)} but caps {sorted(c.cap)}"
+
+
+# ----------------------------------------------------------------------------- the oracle re-run with forced decisions
+
+
+def test_forced_experts_route_with_the_oracles_own_weights_for_them():
+    w = tz.moe_weights(np.random.default_rng(1), n_group=1, topk_group=1)
+    x = np.random.default_rng(2).standard_normal((5, 32))
+    own = omoe.route(w, x)
+    forced = np.array([[3, 5]] * 5)
+    r = omoe.route(w, x, forced=forced)
+    want = own.scores[:, [3, 5]] / (own.scores[:, [3, 5]].sum(-1, keepdims=True) + 1e-20) * w.routed_scaling_factor
+    np.testing.assert_array_equal(r.expert_ids, forced)
+    np.testing.assert_allclose(r.weights, want, rtol=1e-15)
+    np.testing.assert_array_equal(omoe.route(w, x, forced=own.expert_ids).weights, own.weights)
+    with pytest.raises(ValueError, match="same expert twice"):
+        omoe.route(w, x, forced=np.array([[3, 3]] * 5))
+
+
+def test_a_forced_selection_is_attended_and_handed_on_with_the_oracles_scores():
+    g = DSAGeometry(32, 2, 8, 8, 16, 16, 16, 8, 8, 2)
+    rng = np.random.default_rng(3)
+    iw, mw = tz.indexer_weights(rng, g), tz.mla_weights(rng, g)
+    a = rng.standard_normal((1, 14, g.hidden))
+    trace = []
+    y, _, own = omla.sublayer(mw, iw, a, trace=trace)
+    forced = own.indices.copy()
+    forced[0, -1] = np.r_[np.arange(g.topk), -np.ones(g.kpool - 1, int)]    # the first 8 tokens instead
+    yf, _, used = omla.sublayer(mw, iw, a, forced=forced)
+    np.testing.assert_array_equal(used.indices, forced)
+    np.testing.assert_array_equal(used.scores, own.scores)
+    np.testing.assert_array_equal(trace[0].indices, own.indices)
+    np.testing.assert_array_equal(yf[0, :-1], y[0, :-1])
+    q, _, c = omla.project(mw, a)
+    o, _ = omla.expanded(mw, q, c, forced)
+    np.testing.assert_allclose(yf, o.reshape(1, 14, -1) @ mw.o_proj.T, rtol=1e-12, atol=1e-12)
+
+
+def test_the_model_forced_with_its_own_decisions_is_the_unforced_model():
+    from invariants import model_checks as mdc
+    from oracle import model as om
+
+    w = mdc.oracle_weights("tiny", 5, 0)
+    ids = np.random.default_rng(4).integers(1, w.geometry.vocab_size, (2, 13))
+    mask = np.ones_like(ids)
+    mask[1, :3] = 0
+    whole = mdc.oracle_run(w, ids, mask)
+    assert any(t.selection is not None for t in whole.trace) and any(t.routing is not None for t in whole.trace)
+    forced = mdc.oracle_run(w, ids, mask, whole.decisions)
+    np.testing.assert_array_equal(forced.logits, whole.logits)
+    other = [LayerDecisions(d.selection, None if d.experts is None else np.roll(d.experts, 1, axis=-1))
+             for d in whole.decisions]                    # the same expert sets, another order
+    assert mdc._same_decisions(other, whole.decisions)
