@@ -1,6 +1,7 @@
 """pytest set-up: Hypothesis profiles (gate/profiles.py), the gpu marker, the Triton backend.
 
-Profile: $GLMGATE_PROFILE, else `ci` when $CI is set, else `dev`.
+Profile: $GLMGATE_PROFILE, else `ci` when $CI is set, else `dev` (an unknown name stops pytest with the
+list of profiles).
 """
 import os
 
@@ -19,7 +20,15 @@ from hypothesis import settings  # noqa: E402
 from gate.profiles import default_profile, register  # noqa: E402
 
 register()
-settings.load_profile(default_profile())
+
+
+def pytest_configure(config):
+    # here, not at import: a UsageError is reported as one line, an import-time error as a traceback;
+    # still before collection, so test modules read settings.default under the chosen profile
+    try:
+        settings.load_profile(default_profile())
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_collection_modifyitems(config, items):

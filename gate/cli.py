@@ -1,4 +1,6 @@
-"""`glmgate`: the command line (ARCHITECTURE.md "CLI"). Thin: it calls the runner and renders.
+"""`glmgate`: differential tests of the GLM-5.3-Flash decoder against its float64 oracle.
+
+Thin: it calls the runner (gate/runner.py) and renders.
 
 Subcommands: run (the matrix), repro (one shrunk case), contracts (the declared table), zoo (every
 planted mutant must be caught), bench (correctness-gated GPU benchmarks).
@@ -8,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 EPILOG = """examples:
@@ -16,6 +19,8 @@ EPILOG = """examples:
   glmgate run --impl torch --check kda.chunked
   glmgate run --mechanism model            whole decoder paths + the cross-check against transformers 5.23
   glmgate run --require-reference          also exit 1 when that cross-check cannot run (no transformers)
+  glmgate run --device cuda --profile gpu  reproducible GPU verdicts: the same 40 examples every run
+  glmgate run --device cuda --profile explore   nightly: 150 random examples, new failures kept in .hypothesis-db
   glmgate zoo                              every planted mutant must be caught
   glmgate repro '<json printed by a failure>'
   glmgate contracts
@@ -27,6 +32,14 @@ EPILOG = """examples:
   glmgate checkpoint make-tiny /tmp/tiny   a random tiny checkpoint in transformers' on-disk layout
                                            (--nvfp4 compressed-tensors|modelopt: NVFP4 routed experts)
   glmgate checkpoint inspect /tmp/tiny     every layer, its kind, MLP and state shapes (--tensors: all)
+
+reading the table: p50 / p99 / max are the error / limit of the examples (per example the worst of
+its comparisons; 1 is the limit, inf a broken exact comparison): a check whose max sits far below 1
+never comes near its limit, one whose p50 is near 1 always sits at it. flips: examples with a legal
+discrete-decision difference (a tie within tolerance); ill-cond.: examples whose baseline error exceeded
+its cap, so the limit was capped. status: pass, FAIL (the candidate broke a contract or raised), ERROR
+(the check itself could not reach a verdict; the exception and where it was raised follow the table),
+NOT RUN (with why). Exit 0: every check passed or was not run; 1: any FAIL or ERROR; 130: interrupted.
 
 reading a failure: the table names the broken check; below it, the contract line says which quantity
 (output / final_state / boundary_states / conv_state) broke, by how much against its limit (k x the
@@ -81,9 +94,32 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="working dtype (default float32 on cpu, bfloat16 on cuda)")
     p.add_argument("--geometry", default="tiny", help="preset name: tiny (default) or full")
     p.add_argument("--config", default=None, help="a HF config.json (or its directory) instead of a preset")
-    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly, gpu")
+    p.add_argument("--profile", default=None,
+                   help="Hypothesis profile: dev (8 random), ci (20 derandomized), gpu (40 derandomized: the "
+                        "same examples every run), explore (150 random, kept in .hypothesis-db), nightly (300 "
+                        "random, kept in .hypothesis-db)")
     p.add_argument("--examples", type=int, default=None, help="examples per check (overrides the profile)")
     p.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
+
+
+def _profile(args, default: str) -> str:
+    """The chosen profile, validated with --examples and --seed (one line when --seed overrides a
+    derandomized profile's fixed draws)."""
+    from gate.profiles import DERANDOMIZED, check_name, register
+
+    register()
+    try:
+        profile = check_name(args.profile) if args.profile else default
+    except ValueError as e:
+        raise SystemExit(str(e))
+    if args.examples is not None and args.examples < 1:
+        raise SystemExit(f"--examples: expected a count >= 1, got {args.examples}")
+    if args.seed is not None and profile in DERANDOMIZED:
+        # Hypothesis lets @seed override derandomize: the run stays reproducible, but not with the profile's draws
+        print(f"note: --seed {args.seed} replaces the {profile} profile's fixed draws with seed {args.seed}'s "
+              f"(the same examples on every run with this seed); to explore fresh random examples use "
+              f"--profile explore", file=sys.stderr)
+    return profile
 
 
 def _rich(stderr: bool = False):
@@ -96,13 +132,15 @@ def _rich(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, width=width)
 
 
-def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title):
+def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title, results=None):
+    """Run `checks` in order, appending each result to `results` as it finishes (so a Ctrl-C leaves
+    the finished ones there for the report); returns `results`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gate.profiles import EXAMPLES
     from gate.runner import run_check
 
-    results = []
+    results = [] if results is None else results
     per = examples or EXAMPLES[profile]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
@@ -133,31 +171,38 @@ def _ticker(prog, task, console, name: str, per: int, quiet_s: float = 10.0):
     return tick
 
 
+STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]",
+          "not run": "[bold yellow]NOT RUN[/]"}
+
+
+def _ratio(x) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
 def _table(results, title):
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("mechanism", "check", "examples", "worst error / bound", "status"):
+    for col in ("mechanism", "check", "examples"):
         t.add_column(col)
+    for col in ("error/limit p50", "p99", "max", "flips", "ill-cond."):
+        t.add_column(col, justify="right")
+    t.add_column("status")
     for r in results:
-        ratio = "-" if r.worst_ratio < 0 else f"{r.worst_ratio:.3g}"
-        status = {"pass": "[green]pass[/]", "not run": "[bold yellow]NOT RUN[/]"}.get(r.status, "[bold red]FAIL[/]")
-        t.add_row(r.mechanism, r.check, str(r.examples), ratio, status)
+        m = r.margin
+        top = _ratio(m["max"])
+        if m["max"] is not None and m["max"] > 1:
+            top = f"[bold red]{top}[/]"
+        t.add_row(r.mechanism, r.check, str(r.examples), _ratio(m["p50"]), _ratio(m["p99"]), top,
+                  str(r.flip_examples), str(r.ill_conditioned_examples), STATUS.get(r.status, r.status))
     return t
 
 
-def cmd_run(args) -> int:
-    _setup_device(args.device)
-    from gate.profiles import default_profile, register
-    from gate.runner import REFERENCE_CHECK, results_json, run_reference
+def _select(args):
+    """(checks, whether model.reference runs) from --mechanism and --check."""
+    from gate.runner import REFERENCE_CHECK
     from invariants.matrix import BY_NAME, checks_for
-    from invariants.reference import VERSION
 
-    register()
-    profile = args.profile or default_profile()
-    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
-    cand, base = _target(args.impl, args.device, dtype)
-    geometry = _geometry(args)
     try:
         checks = checks_for([m.strip() for m in args.mechanism.split(",")]) if args.mechanism else \
             checks_for(sorted({c.mechanism for c in BY_NAME.values()}))
@@ -171,26 +216,37 @@ def cmd_run(args) -> int:
             raise SystemExit(f"--check: unknown {unknown}; known: {sorted([*BY_NAME, REFERENCE_CHECK])}")
         reference = reference and REFERENCE_CHECK in args.check
         checks = [c for c in checks if c.name in args.check]
-    # with --json - the JSON owns stdout; the human report goes to stderr
-    console = _rich(stderr=args.json == "-")
-    console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
-                  f"geometry={args.config or args.geometry} profile={profile}")
-    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run")
-    if reference:
-        console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (SPEC §13 tiny config) ...")
-        results.append(run_reference())
-        r = results[-1]
-        console.print(f"  {r.check}: {r.status} ({r.examples} paths, {r.seconds:.1f}s)")
+    return checks, reference
+
+
+def _interrupted_rows(checks, reference, results):
+    """A "not run" row for every selected check a Ctrl-C stopped before it finished."""
+    from gate.runner import REFERENCE_CHECK, CheckResult
+
+    done = {r.check for r in results}
+    names = [(c.name, c.mechanism) for c in checks] + ([(REFERENCE_CHECK, "model")] if reference else [])
+    return [CheckResult(n, m, "not run", 0, -1.0, "", None, None, "interrupted (Ctrl-C) before it finished",
+                        None, {}, 0.0) for n, m in names if n not in done]
+
+
+def _report(results, args, console) -> None:
+    """The table, the summary line, then why each check did not pass."""
+    from gate.runner import REFERENCE_CHECK, summarize, summary_line
+
     console.print(_table(results, "glmgate: contracts"))
+    console.print(summary_line(summarize(results)), markup=False)
     for r in results:
         console.print(f"  {r.check}: worst seen {r.worst_line or '-'}", style="dim", markup=False)
-    not_run = [r for r in results if r.status == "not run"]
-    for r in not_run:
+    for r in (r for r in results if r.status == "not run"):
         console.print(f"\n[bold yellow]{r.check} NOT RUN[/]")
-        console.print(f"  {r.message}" + ("" if args.require_reference else
-                                          " (not an error without --require-reference)"), markup=False)
-    failed = [r for r in results if r.status == "fail" or (r.status == "not run" and args.require_reference)]
-    for r in (r for r in failed if r.status == "fail"):
+        quiet = r.check != REFERENCE_CHECK or args.require_reference
+        console.print(f"  {r.message}" + ("" if quiet else " (not an error without --require-reference)"),
+                      markup=False)
+    for r in (r for r in results if r.status == "error"):
+        console.print(f"\n[bold red]{r.check} ERROR[/]: the check could not reach a verdict "
+                      f"({r.examples} examples ran)")
+        console.print(f"  {r.message}", markup=False)
+    for r in (r for r in results if r.status == "fail"):
         console.print(f"\n[bold red]{r.check} broke a contract[/]")
         console.print(f"  {r.message}", markup=False)
         if r.repro is None:                        # model.reference: fixed paths, nothing to shrink
@@ -198,15 +254,68 @@ def cmd_run(args) -> int:
         console.print(f"  shrunk scenario: {json.dumps(r.shrunk_case)}", markup=False)
         console.print(f"  worst case seen: {json.dumps(r.worst_case)}", markup=False)
         console.print(f"  {r.repro}", soft_wrap=True, markup=False)
-    if args.json:
-        meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile}
-        text = results_json(results, meta)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(text)
-    return 1 if failed else 0
+
+
+def _write_json(results, meta: dict, where: str) -> None:
+    from gate.runner import results_json
+
+    text = results_json(results, meta)
+    if where == "-":
+        print(text)
+    else:
+        with open(where, "w") as fh:
+            fh.write(text)
+
+
+def _exit_code(results, require_reference: bool) -> int:
+    from gate.runner import REFERENCE_CHECK
+
+    bad = [r for r in results if r.status in ("fail", "error")
+           or (r.status == "not run" and r.check == REFERENCE_CHECK and require_reference)]
+    return 1 if bad else 0
+
+
+def cmd_run(args) -> int:
+    _setup_device(args.device)
+    from gate.profiles import default_profile
+    from gate.runner import REFERENCE_CHECK, run_reference
+    from invariants.reference import VERSION
+
+    try:
+        default = default_profile()
+    except ValueError as e:
+        raise SystemExit(str(e))
+    profile = _profile(args, default)
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
+    cand, base = _target(args.impl, args.device, dtype)
+    geometry = _geometry(args)
+    checks, reference = _select(args)
+    # with --json - the JSON owns stdout; the human report goes to stderr
+    console = _rich(stderr=args.json == "-")
+    console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
+                  f"geometry={args.config or args.geometry} profile={profile}")
+    results, interrupted = [], False
+    try:
+        _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results)
+        if reference:
+            console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (tiny config) ...")
+            results.append(run_reference())
+            r = results[-1]
+            console.print(f"  {r.check}: {r.status} ({r.examples} paths, {r.seconds:.1f}s)")
+    except KeyboardInterrupt:
+        interrupted = True
+        results += _interrupted_rows(checks, reference, results)
+    meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile,
+            "seed": args.seed, "examples": args.examples, "interrupted": interrupted}
+    try:
+        _report(results, args, console)
+    finally:
+        if args.json:
+            _write_json(results, meta, args.json)
+    if interrupted:
+        console.print("\n[bold yellow]interrupted[/]: the report covers the checks that finished")
+        return 130
+    return _exit_code(results, args.require_reference)
 
 
 def cmd_repro(args) -> int:
@@ -244,6 +353,10 @@ def cmd_repro(args) -> int:
         import traceback
         traceback.print_exception(e.exc)
         return 1
+    except Exception as e:          # the check itself could not reach a verdict (an undeclared contract)
+        from gate.runner import describe_exception
+        print(f"  ERROR {describe_exception(e)}")
+        return 1
     for v in verdicts:
         print("  ok   " + describe(v))
     return 0
@@ -274,20 +387,46 @@ def cmd_contracts(args) -> int:
 ZOO_PROFILE = "ci"
 
 
+def _zoo_mutant(n, m, args, dtype, geometry, profile, console, table) -> bool:
+    """Run mutant n's mechanism checks (its designated catcher first) until one fails; one table row.
+    True when caught."""
+    from invariants.matrix import checks_for
+
+    cand, base = _target(f"mutant:{n}", args.device, dtype)
+    checks = checks_for([m.mechanism])
+    # the check named by the mutant's property first: it is the one designed to catch it
+    checks.sort(key=lambda c: not m.caught_by.startswith(c.name))
+    errors = []
+    for chk in checks:
+        r = _run_checks([chk], geometry, cand, base, profile, args.examples, args.seed, console, n)[0]
+        if r.status == "fail":
+            table.add_row(n, "[green]caught[/]", r.check, json.dumps(r.shrunk_case))
+            console.print(f"{n}: caught by {r.check}: {r.message[:300]}", markup=False)
+            return True
+        if r.status == "error":
+            errors.append(r)
+    if errors:
+        # a check that could not reach a verdict proves nothing either way: not an escape
+        table.add_row(n, "[bold red]ERROR[/]", ", ".join(r.check for r in errors), errors[0].message[:300])
+        console.print(f"{n}: ERROR in {errors[0].check}: {errors[0].message}", markup=False)
+    else:
+        table.add_row(n, "[bold red]ESCAPED[/]", "-", "-")
+        console.print(f"{n}: ESCAPED every {m.mechanism} check", markup=False)
+    return False
+
+
 def cmd_zoo(args) -> int:
     _setup_device(args.device)
     from impl import mutants
-    from gate.profiles import register
-    from invariants.matrix import checks_for
-
-    register()
     from invariants.matrix import CHECKS
+
+    serving_table = getattr(mutants, "SERVING_MUTANTS", {})
     in_matrix = {c.mechanism for c in CHECKS}
     names = args.mutant or sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in in_matrix)
     elsewhere = sorted([n for n, m in mutants.MUTANTS.items() if m.mechanism not in in_matrix]
-                       + list(getattr(mutants, "SERVING_MUTANTS", {})))
+                       + list(serving_table))
     if args.list:
-        table = {**mutants.MUTANTS, **getattr(mutants, "SERVING_MUTANTS", {})}
+        table = {**mutants.MUTANTS, **serving_table}
         for n in sorted(table):
             m = table[n]
             print(f"{n:40s} {m.mechanism:8s} {m.description}")
@@ -295,77 +434,121 @@ def cmd_zoo(args) -> int:
     unknown = [n for n in names if n not in mutants.MUTANTS and n not in elsewhere]
     if unknown:
         raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
-    serving = [n for n in names if n in getattr(mutants, "SERVING_MUTANTS", {})]
-    if args.mutant is None:
-        serving = sorted(getattr(mutants, "SERVING_MUTANTS", {}))
+    profile = _profile(args, ZOO_PROFILE)
+    if args.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device is visible to torch on this machine")
+    serving = sorted(serving_table) if args.mutant is None else [n for n in names if n in serving_table]
     names = [n for n in names if n in mutants.MUTANTS and mutants.MUTANTS[n].mechanism in in_matrix]
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     geometry = _geometry(args)
     console = _rich()
-    escaped = []
     from rich.table import Table
-    table = Table(title="glmgate zoo: planted mutants")
-    for col in ("mutant", "status", "caught by", "shrunk scenario"):
+    table = Table(title=f"glmgate zoo: planted mutants, matrix checks and serving scenarios on {args.device}, "
+                        f"{dtype} (profile {profile})")
+    for col in ("mutant", "status", "caught by", "shrunk scenario / why"):
         table.add_column(col, overflow="fold")
-    for n in names:
-        m = mutants.MUTANTS[n]
-        cand, base = _target(f"mutant:{n}", args.device, dtype)
-        checks = checks_for([m.mechanism])
-        # the check named by the mutant's property first: it is the one designed to catch it
-        checks.sort(key=lambda c: not m.caught_by.startswith(c.name))
-        caught = None
-        for chk in checks:
-            r = _run_checks([chk], geometry, cand, base, args.profile or ZOO_PROFILE, args.examples,
-                            args.seed, console, n)[0]
-            if r.status == "fail":
-                caught = r
-                break
-        if caught:
-            table.add_row(n, "[green]caught[/]", caught.check, json.dumps(caught.shrunk_case))
-            console.print(f"{n}: caught by {caught.check}: {caught.message[:300]}", markup=False)
-        else:
-            escaped.append(n)
-            table.add_row(n, "[bold red]ESCAPED[/]", "-", "-")
-            console.print(f"{n}: ESCAPED every {m.mechanism} check", markup=False)
+    missed = [n for n in names if not _zoo_mutant(n, mutants.MUTANTS[n], args, dtype, geometry, profile,
+                                                  console, table)]
     if serving:
-        escaped += _zoo_serving(serving, table, console)
+        missed += _zoo_serving(serving, table, console, args.device, dtype)
     console.print(table)
-    return 1 if escaped else 0
+    return 1 if missed else 0
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVING_TEST = "tests/test_serving_state.py"
+SERVING_REPORT = "glmgate-serving:"    # tests/test_serving_state.py's REPORT
+SERVING_CASE = re.compile(r"test_serving_mutant_breaks_an_invariant\[(\w+)-(\w+)\]")
+# "<REPORT> <mutant> <scenario> <outcome> (<device>, <dtype>): <detail>"
+SERVING_LINE = re.compile(rf"^{re.escape(SERVING_REPORT)} \w+ \w+ (caught|escaped|crashed) \([^)]*\): (.*)$", re.M)
 
 
-def _zoo_serving(names, table, console) -> list:
+def _serving_case(case) -> tuple[str, str]:
+    """(outcome, detail) of one JUnit testcase of a serving mutant: the test's own report line when
+    it printed one (caught / escaped / crashed), else "not run" for a skip and "crashed" for a
+    failure or error before it could report (a fixture, the models' load)."""
+    out = "".join(e.text or "" for e in case.iter("system-out"))
+    line = SERVING_LINE.search(out)
+    if line:
+        return line.group(1), line.group(2)
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return "not run", skipped.get("message") or "skipped"
+    for tag in ("failure", "error"):
+        bad = case.find(tag)
+        if bad is not None:
+            return "crashed", bad.get("message") or (bad.text or "").strip().splitlines()[-1:][0]
+    return "crashed", "the test ended without its report line"
+
+
+def serving_outcomes(junit_xml: str, names) -> tuple[dict, str]:
+    """({mutant: [(scenario, outcome, detail)]}, a collection error or "") from pytest's JUnit XML."""
+    import xml.etree.ElementTree as ET
+
+    found, collection = {n: [] for n in names}, ""
+    for case in ET.fromstring(junit_xml).iter("testcase") if junit_xml else ():
+        m = SERVING_CASE.fullmatch(case.get("name", ""))
+        if m and m.group(1) in found:
+            found[m.group(1)].append((m.group(2), *_serving_case(case)))
+        elif not m and case.find("error") is not None and not collection:
+            err = case.find("error")
+            lines = (err.text or "").strip().splitlines()
+            collection = f"{err.get('message') or 'error'}: {lines[-1] if lines else ''}".strip(": ")
+    return found, collection
+
+
+def serving_verdict(rows, why_empty: str) -> tuple[str, str]:
+    """(status, detail) of one serving mutant from its scenarios' outcomes: caught only when every
+    scenario broke an invariant; a crash is an ERROR, never an escape."""
+    if not rows:
+        return "NOT COLLECTED", why_empty
+    outcomes = {o for _, o, _ in rows}
+    detail = "; ".join(f"{sc}: {d[:200]}" if o == "caught" else f"{sc} {o.upper()}: {d[:300]}" for sc, o, d in rows)
+    for outcome, status in (("escaped", "ESCAPED"), ("crashed", "ERROR"), ("not run", "NOT RUN")):
+        if outcome in outcomes:
+            return status, detail
+    return "caught", detail
+
+
+SERVING_STYLE = {"caught": "[green]caught[/]", "NOT RUN": "[yellow]NOT RUN[/]"}
+
+
+def _zoo_serving(names, table, console, device: str, dtype: str) -> list:
     """Serving-engine mutants break the engine, not a mechanism: their catcher is the serving state
-    machine's fixed scenarios (tests/test_serving_state.py), run here through pytest. Returns the
-    escaped names; without the repository's tests/ (a non-editable install) they are reported NOT RUN."""
-    import re
+    machine's fixed scenarios (tests/test_serving_state.py), run here through pytest with the zoo's
+    device and dtype. Returns the names not caught (NOT RUN excepted); without the repository's tests/
+    (a non-editable install) they are reported NOT RUN."""
     import subprocess
+    import tempfile
+    catcher = f"serving.state_machine ({device}, {dtype})"
     test = os.path.join(ROOT, SERVING_TEST)
     if not os.path.exists(test):
         for n in names:
-            table.add_row(n, "[yellow]NOT RUN[/]", "serving.state_machine",
+            table.add_row(n, "[yellow]NOT RUN[/]", catcher,
                           f"needs {SERVING_TEST} (run glmgate from a clone of the repository)")
         return []
-    console.print(f"serving mutants: running the state machine's fixed scenarios ({SERVING_TEST})", markup=False)
+    console.print(f"serving mutants: the state machine's fixed scenarios ({SERVING_TEST}) on {device}, {dtype}",
+                  markup=False)
     expr = "test_serving_mutant_breaks_an_invariant and (" + " or ".join(names) + ")"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-rA", "-p", "no:cacheprovider", test, "-k", expr],
-                       cwd=ROOT, capture_output=True, text=True)
-    escaped = []
+    env = {**os.environ, "GLMGATE_SERVING_DEVICE": device, "GLMGATE_SERVING_DTYPE": dtype}
+    with tempfile.TemporaryDirectory(prefix="glmgate-zoo-") as tmp:
+        xml = os.path.join(tmp, "serving.xml")
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o",
+                            "junit_logging=system-out", f"--junitxml={xml}", test, "-k", expr],
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+        report = open(xml).read() if os.path.exists(xml) else ""
+    found, collection = serving_outcomes(report, names)
+    tail = (r.stdout.strip() or r.stderr.strip()).splitlines()[-1:] or [f"pytest exited {r.returncode}"]
+    why_empty = collection or f"no test of {SERVING_TEST} matched ({tail[0][:200]})"
+    missed = []
     for n in names:
-        ran = re.findall(rf"(PASSED|FAILED) \S*test_serving_mutant_breaks_an_invariant\[{re.escape(n)}-(\w+)\]", r.stdout)
-        msgs = re.findall(rf"{re.escape(n)} \((\w+)\): (.*)$", r.stdout, flags=re.M)
-        if ran and all(status == "PASSED" for status, _ in ran):
-            table.add_row(n, "[green]caught[/]", "serving.state_machine",
-                          "; ".join(f"{sc}: {msg[:160]}" for sc, msg in msgs))
-        else:
-            escaped.append(n)
-            why = "ESCAPED" if ran else "NOT COLLECTED"
-            table.add_row(n, f"[bold red]{why}[/]", "serving.state_machine",
-                          ", ".join(f"{sc} {st}" for st, sc in ran) or r.stdout.strip().splitlines()[-1:][0][:200])
-    return escaped
+        status, detail = serving_verdict(found[n], why_empty)
+        table.add_row(n, SERVING_STYLE.get(status, f"[bold red]{status}[/]"), catcher, detail)
+        if status not in ("caught", "NOT RUN"):
+            missed.append(n)
+    return missed
 
 
 BENCHES = {"kda": "bench_kda", "mla": "bench_mla", "dsa": "bench_mla", "moe": "bench_moe", "nvfp4": "bench_moe",

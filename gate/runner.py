@@ -1,18 +1,35 @@
-"""Run matrix checks under Hypothesis and collect one result per check (the CLI's engine)."""
+"""Run matrix checks under Hypothesis and collect one result per check (the CLI's engine).
+
+A check ends in one of four states: "pass", "fail" (the candidate broke a contract or raised:
+ContractBroken / CheckCrashed), "error" (the check itself could not run to a verdict: an undeclared
+contract, a strategy or Hypothesis error, an import error; the message names the exception and where
+it was raised) or "not run" (model.reference without a usable transformers). No exception other than
+KeyboardInterrupt leaves run_check / run_reference, so one broken check never loses a run's report.
+"""
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import sys
 import time
+import traceback
 from typing import Callable, NamedTuple, Optional
 
 from hypothesis import given, settings, target
-from hypothesis import strategies as st
+from hypothesis.errors import Flaky, HypothesisException
+from hypothesis.reporting import with_reporter
 
 from invariants import labels
+from invariants.contracts import UndeclaredContract
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
 from invariants.target import Target
 from strategies.cases import case_to_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NO_MARGIN = {"p50": None, "p99": None, "max": None}
 
 
 class CheckCrashed(AssertionError):
@@ -26,9 +43,9 @@ class CheckCrashed(AssertionError):
 class CheckResult(NamedTuple):
     check: str
     mechanism: str
-    status: str                  # "pass" | "fail" | "not run" (the reference cross-check without transformers)
+    status: str                  # "pass" | "fail" | "error" | "not run"
     examples: int
-    worst_ratio: float           # max over examples of error / limit
+    worst_ratio: float           # max over examples of error / limit (-1: no example judged)
     worst_line: str              # the worst verdict seen, described
     worst_case: Optional[dict]
     shrunk_case: Optional[dict]
@@ -36,9 +53,74 @@ class CheckResult(NamedTuple):
     repro: Optional[str]
     events: dict
     seconds: float
+    margin: dict = NO_MARGIN     # p50 / p99 / max over examples of (max over its verdicts of error / limit)
+    flip_examples: int = 0       # examples with at least one legal decision flip (within the tie tolerance)
+    ill_conditioned_examples: int = 0   # examples where the baseline's error exceeded its cap
 
     def to_json(self) -> dict:
         return self._asdict()
+
+
+def percentile(values, q: float) -> float:
+    """Nearest-rank percentile: always one of the values, so inf (a broken exact contract) stays inf."""
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
+
+
+class Tally:
+    """Per-example margins, legal flips and ill-conditioning, and the worst verdict.
+
+    Counting stops after the first failing example: Hypothesis then replays shrunk variants of that one
+    case, which would swamp the distribution of the examples it drew."""
+
+    def __init__(self):
+        self.ratios: list[float] = []
+        self.flips = self.ill = 0
+        self.worst, self.line, self.case = -1.0, "", None
+        self.closed = False
+
+    def add(self, verdicts, case=None, prefix: str = "") -> None:
+        if self.closed or not verdicts:
+            return
+        worst = max(verdicts, key=lambda v: v.ratio)
+        self.ratios.append(worst.ratio)
+        self.flips += any(getattr(v, "flips", 0) > 0 for v in verdicts)
+        self.ill += any(getattr(v, "ill_conditioned", False) for v in verdicts)
+        if worst.ratio > self.worst:
+            self.worst, self.line, self.case = worst.ratio, prefix + describe(worst), case
+
+    def margin(self) -> dict:
+        if not self.ratios:
+            return dict(NO_MARGIN)
+        return {"p50": percentile(self.ratios, 50), "p99": percentile(self.ratios, 99), "max": max(self.ratios)}
+
+    def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
+               message: str = "", repro=None, events=None) -> CheckResult:
+        return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
+                           repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill)
+
+
+def _where(frame: traceback.FrameSummary) -> str:
+    path = frame.filename
+    if path.startswith(ROOT + os.sep):
+        path = os.path.relpath(path, ROOT)
+    elif "site-packages" + os.sep in path:
+        path = path.split("site-packages" + os.sep, 1)[1]
+    return f"{path}:{frame.lineno} in {frame.name}"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: message (raised at file:line in function)`, the frame being the innermost one; for an
+    exception group, its first leaf's type, message and frame too."""
+    leaf = exc
+    while isinstance(leaf, BaseExceptionGroup) and leaf.exceptions:
+        leaf = leaf.exceptions[0]
+    frames = traceback.extract_tb(leaf.__traceback__)
+    where = f" (raised at {_where(frames[-1])})" if frames else ""
+    text = f"{type(exc).__name__}: {str(exc).strip()}"
+    if leaf is not exc:
+        text += f"; first: {type(leaf).__name__}: {str(leaf).strip()}"
+    return text + where
 
 
 def _repro(check: Check, case, cand: Target) -> str:
@@ -46,10 +128,13 @@ def _repro(check: Check, case, cand: Target) -> str:
 
 
 def run_one(check: Check, case, cand: Target, base: Target):
-    """Evaluate one case; raise ContractBroken / CheckCrashed on failure; return the verdicts."""
+    """Evaluate one case; raise ContractBroken / CheckCrashed on failure; return the verdicts.
+
+    An undeclared contract or a Hypothesis error is the check's own fault, not the candidate's: it
+    propagates unwrapped (run_check reports it as an error)."""
     try:
         verdicts = evaluate(check, case, cand, base)
-    except AssertionError:
+    except (AssertionError, UndeclaredContract, HypothesisException):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
         raise CheckCrashed(check.name, case, exc, _repro(check, case, cand)) from exc
@@ -58,72 +143,138 @@ def run_one(check: Check, case, cand: Target, base: Target):
     return verdicts
 
 
+class _Abort(BaseException):
+    """Carries an error that no example can fix out of Hypothesis at once (it would shrink an
+    Exception, for minutes on a slow check); BaseException so Hypothesis does not catch it."""
+
+    def __init__(self, exc: BaseException):
+        super().__init__(exc)
+        self.exc = exc
+
+
+def derandomized_seed(check_name: str) -> int:
+    """The seed of a derandomized profile's draws for one check: a function of its name alone.
+
+    Hypothesis would derive it from the source text of the property below, so any edit of that
+    function (a comment) would silently redraw every check's examples, and every check would share one
+    seed; a verdict under `ci` or `gpu` must change only when the code under test or its strategy does."""
+    return int.from_bytes(hashlib.sha256(f"glmgate derandomized {check_name}".encode()).digest()[:16], "big")
+
+
+def _hypothesis_report(value) -> None:
+    # stdout may belong to `--json -`; the CLI prints the shrunk case and its repro line itself
+    print(value, file=sys.stderr)
+
+
+def _run_test(test) -> None:
+    """Run the Hypothesis test; of several distinct failures raise the candidate's first one."""
+    try:
+        with with_reporter(_hypothesis_report):
+            test()
+    except BaseExceptionGroup as group:
+        if isinstance(group, Flaky):          # a failure that did not replay: no verdict to trust
+            raise
+        first = next((e for e in group.exceptions if isinstance(e, (ContractBroken, CheckCrashed))), None)
+        if first is None:
+            raise
+        raise first from group
+
+
 def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
               max_examples: Optional[int] = None, on_example: Callable[[], None] = lambda: None,
               seed: Optional[int] = None) -> CheckResult:
-    stats = {"n": 0, "worst": -1.0, "line": "", "case": None}
+    tally, n = Tally(), [0]
     labels.COUNTS.clear()
     t0 = time.time()
 
     def prop(case):
-        stats["n"] += 1
+        n[0] += 1
         on_example()
-        verdicts = run_one(check, case, cand, base)
-        worst = max(verdicts, key=lambda v: v.ratio)
-        target(min(worst.ratio, 1e9), label="error / limit")
-        if worst.ratio > stats["worst"]:
-            stats.update(worst=worst.ratio, line=describe(worst), case=case_to_json(case))
-
-    kw = {} if max_examples is None else {"max_examples": max_examples}
-    test = settings(settings.get_profile(profile), **kw)(given(check.cases(geometry))(prop))
-    if seed is not None:
-        from hypothesis import seed as hseed
-        test = hseed(seed)(test)
-    status, shrunk, message, repro = "pass", None, "", None
-    try:
         try:
-            test()
-        except BaseExceptionGroup as group:  # Hypothesis found several distinct failures: report the first
-            first = next((e for e in group.exceptions if isinstance(e, (ContractBroken, CheckCrashed))), None)
-            if first is None:
-                raise
-            raise first
+            verdicts = run_one(check, case, cand, base)
+        except ContractBroken as e:
+            tally.add(e.verdicts, case_to_json(case))
+            tally.closed = True
+            raise
+        except UndeclaredContract as e:       # a property of the check, the same for every example
+            raise _Abort(e) from e
+        except Exception:
+            tally.closed = True
+            raise
+        tally.add(verdicts, case_to_json(case))
+        target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
+
+    def done(status, **kw):
+        return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS, **kw)
+
+    try:
+        kw = {} if max_examples is None else {"max_examples": max_examples}
+        test = settings(settings.get_profile(profile), **kw)(given(check.cases(geometry))(prop))
+        if seed is None and settings.get_profile(profile).derandomize:
+            seed = derandomized_seed(check.name)
+        if seed is not None:
+            from hypothesis import seed as hseed
+            test = hseed(seed)(test)
+        _run_test(test)
     except (ContractBroken, CheckCrashed) as e:
-        status, shrunk, message, repro = "fail", case_to_json(e.case), str(e).split("\n")[0], e.repro
+        message = str(e).split("\n")[0]
         if isinstance(e, ContractBroken):
             message = "; ".join(describe(v) for v in e.verdicts if not v.ok)
-    return CheckResult(check.name, check.mechanism, status, stats["n"], stats["worst"], stats["line"],
-                       stats["case"], shrunk, message, repro, dict(labels.COUNTS), time.time() - t0)
+        return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro)
+    except _Abort as a:
+        return done("error", message=describe_exception(a.exc))
+    except Exception as e:
+        return done("error", message=describe_exception(e))
+    return done("pass")
 
 
 REFERENCE_CHECK = "model.reference"
 
 
 def run_reference(on_example: Callable[[], None] = lambda: None) -> CheckResult:
-    """SPEC §14: the float64 oracle's logits vs transformers 5.23's on fixed paths (invariants/reference.py)
-    under the `reference` contract; status "not run", saying why and how to install, without transformers."""
-    from invariants import reference
-    from invariants.contracts import judge, lookup
-
+    """The float64 oracle's logits vs the published transformers implementation's on fixed paths
+    (invariants/reference.py) under the `reference` contract; status "not run", saying why and how to
+    install, without a usable transformers."""
+    tally, n, broken = Tally(), 0, []
     t0 = time.time()
-    missing = reference.unavailable()
-    if missing:
-        return CheckResult(REFERENCE_CHECK, "model", "not run", 0, -1.0, "", None, None,
-                           f"the cross-check against the published reference was NOT run: {missing}", None, {},
-                           time.time() - t0)
-    contract = lookup("model", "reference", "output", "reference")
-    n, worst, line, broken = 0, -1.0, "", []
-    for what, got, want in reference.scenarios():
-        n += 1
-        on_example()
-        v = judge(contract, "float64", got, want)
-        if v.ratio > worst:
-            worst, line = v.ratio, f"{what}: {describe(v)}"
-        if not v.ok:
-            broken.append(f"{what}: {describe(v)}")
-    return CheckResult(REFERENCE_CHECK, "model", "fail" if broken else "pass", n, worst, line, None, None,
-                       "; ".join(broken), None, {}, time.time() - t0)
+
+    def done(status, message):
+        return tally.result(REFERENCE_CHECK, "model", status, n, t0, message=message)
+
+    try:
+        from invariants import reference
+        from invariants.contracts import judge, lookup
+
+        missing = reference.unavailable()
+        if missing:
+            return done("not run", f"the cross-check against the published reference was NOT run: {missing}")
+        contract = lookup("model", "reference", "output", "reference")
+        for what, got, want in reference.scenarios():
+            n += 1
+            on_example()
+            v = judge(contract, "float64", got, want)
+            tally.add([v], prefix=f"{what}: ")
+            if not v.ok:
+                broken.append(f"{what}: {describe(v)}")
+    except Exception as e:
+        return done("error", describe_exception(e))
+    return done("fail" if broken else "pass", "; ".join(broken))
+
+
+def summarize(results) -> dict:
+    """Counts of a run: checks by status, examples with a legal flip, ill-conditioned examples."""
+    by = lambda s: sum(r.status == s for r in results)  # noqa: E731
+    return {"checks": len(results), "passed": by("pass"), "failed": by("fail"), "errors": by("error"),
+            "not_run": by("not run"), "flip_examples": sum(r.flip_examples for r in results),
+            "ill_conditioned_examples": sum(r.ill_conditioned_examples for r in results)}
+
+
+def summary_line(s: dict) -> str:
+    return (f"{s['checks']} checks: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
+            f"{s['not_run']} not run; {s['flip_examples']} examples with a legal decision flip, "
+            f"{s['ill_conditioned_examples']} ill-conditioned examples")
 
 
 def results_json(results, meta: dict) -> str:
-    return json.dumps({"meta": meta, "results": [r.to_json() for r in results]}, indent=2, default=str)
+    return json.dumps({"meta": meta, "summary": summarize(results), "results": [r.to_json() for r in results]},
+                      indent=2, default=str)

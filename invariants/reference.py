@@ -41,17 +41,38 @@ def classes():
     return Glm5NextConfig, Glm5NextForConditionalGeneration
 
 
+def probe(config_cls) -> None:
+    """Build the tiny text config with an "indexed_attention" layer, as build() will; raise when this
+    transformers rejects it or maps it to something else (versions before 5.23 have no such type)."""
+    cfg = config_cls(text_config=TINY.to_dict(), vision_config=VISION)
+    text = getattr(cfg, "text_config", cfg)
+    validate = getattr(text, "validate_layer_type", None)
+    if validate is not None:
+        validate()
+    if "indexed_attention" not in list(getattr(text, "layer_types", None) or []):
+        raise ValueError(f'the "indexed_attention" layers became {getattr(text, "layer_types", None)!r}')
+
+
 def unavailable() -> Optional[str]:
-    """None when the reference can run here, else why not and how to install it."""
+    """None when the reference can run here, else why not and how to install it (never raises)."""
     try:
         import transformers
     except ImportError:
         return f"transformers is not installed; install the reference extra: {INSTALL}"
+    version = getattr(transformers, "__version__", "(version unknown)")
+    needs = f"needs transformers=={VERSION}: {INSTALL}"
     try:
-        classes()
+        config_cls, _ = classes()
     except ImportError as e:
-        return (f"transformers {transformers.__version__} has no Glm5Next ({e}); the cross-check needs "
-                f"transformers=={VERSION}: {INSTALL}")
+        return f"transformers {version} has no Glm5Next ({e}); the cross-check {needs}"
+    try:
+        probe(config_cls)
+    except Exception as e:
+        if "indexed_attention" in f"{e}":
+            return (f'transformers {version} is installed, but its glm5_next has no "indexed_attention" layer '
+                    f"type ({needs})")
+        return (f"transformers {version} is installed, but its Glm5Next rejects the tiny config "
+                f"({type(e).__name__}: {e}); the cross-check {needs}")
     return None
 
 

@@ -1,14 +1,19 @@
 """Serving scenarios as a state machine (ARCHITECTURE.md; SERVING.md B3 / B4 P2, P3, P4, P5).
 
 Three impl.serving.Engine instances run the same scenario side by side: the one under test over impl.model
-(Triton backend, float32, CPU interpreter), a torch-backend one (the error baseline of the bound), and one
-over the float64 oracle. Rules: admit, admit a left-padded batch (one prefill, state split per request),
+(Triton backend), a torch-backend one (the error baseline of the bound), both on $GLMGATE_SERVING_DEVICE in
+$GLMGATE_SERVING_DTYPE (default cpu, float32 there and bfloat16 on cuda; `glmgate zoo` passes its own), and
+one over the float64 oracle (always float64 on the CPU).
+
+Rules: admit, admit a left-padded batch (one prefill, state split per request),
 prefill chunk, decode, packed step (prefill chunks, 1-token decode rows and zero-length rows in ONE
 forward), reorder a batch, speculate k in 1..3 then accept a in [0, k], fork (prefix-cache hit), cancel
 (then a step naming the cancelled request must be refused, and its id may be reused by a fresh request).
 Invariants after every rule, for every live request:
 
-(a) impl state arrays == oracle state arrays: rel-L2 <= 4 x (torch backend's rel-L2) + 1e-5 (tests/test_model.py)
+(a) impl state arrays == oracle state arrays: rel-L2 <= k x (torch backend's rel-L2) + floor, k and the
+    dtype's floor those of the whole decoder's kernel_replacement contract (model.chunked_prefill.logits in
+    invariants/contracts.toml: 4 x + 1e-5 in float32)
 (b) cached logits == a COLD oracle run over the request's whole history (same bound for impl; 1e-8 for
     the oracle engine, whose state must also equal the cold state): nothing of a cancelled or rejected
     branch, of another document of a packed step or of a pad is visible. Packed steps and padded batches
@@ -21,7 +26,8 @@ same per-request logits and states as the drawn order (1e-12); impl and the base
 order, so (a) holds impl's permuted step to the oracle's drawn one.
 
 Each serving mutant (impl.mutants.SERVING_MUTANTS) is driven through fixed scenarios of the same machine
-and must break an invariant in every one of them.
+and must break an invariant in every one of them; each such test prints one `glmgate-serving:` line
+(caught / escaped / crashed) that `glmgate zoo` reads.
 
 CI: profile "ci" runs SHARDS derandomized machines (one seed each, spread over the xdist workers) of
 RUNS["ci"] examples x steps each: 200 rule steps in all. Geometry: tests/test_model.py's 5-layer cut of
@@ -31,6 +37,7 @@ and chunks are short.
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 
 import numpy as np
@@ -44,27 +51,57 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 import impl.model as im
 import oracle.model as om
 from gate.profiles import default_profile
+from gate.runner import describe_exception
 from impl.mutants import SERVING_MUTANTS
 from impl.serving import Engine, Request
+from invariants.contracts import lookup
+from invariants.target import DTYPES
 from oracle.checkpoint import write_random
 from test_model import _geometry, _rel
 
 # (examples, rule steps per example) of each of the SHARDS machines: ci = 4 x 5 x 10 = 200 rule steps
 # (the initial admit is one of each example's steps); four shards keep pytest -n 2's workers balanced
 SHARDS = 4
-RUNS = {"dev": (1, 8), "ci": (5, 10), "nightly": (15, 30), "gpu": (5, 20)}
+RUNS = {"dev": (1, 8), "ci": (5, 10), "nightly": (15, 30), "gpu": (5, 20), "explore": (10, 20)}
 _EXAMPLES, _STEPS = RUNS.get(default_profile(), RUNS["dev"])
 SETTINGS = settings(settings.default, max_examples=_EXAMPLES, stateful_step_count=_STEPS, deadline=None,
                     suppress_health_check=list(HealthCheck))
 
 MAX_PROMPT = 6          # tokens of a drawn prompt (and of a prefill chunk)
 MAX_ROWS = 4            # rows of a packed step
+REPORT = "glmgate-serving:"      # the prefix of the per-scenario line `glmgate zoo` reads
+
+
+def serving_target(env=os.environ) -> tuple[str, str]:
+    """(device, dtype name) of the implementation engines: $GLMGATE_SERVING_DEVICE (default cpu) and
+    $GLMGATE_SERVING_DTYPE (default float32 on cpu, bfloat16 on cuda)."""
+    device = env.get("GLMGATE_SERVING_DEVICE") or "cpu"
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"$GLMGATE_SERVING_DEVICE: expected cpu or cuda[:N], got {device!r}")
+    dtype = env.get("GLMGATE_SERVING_DTYPE") or ("float32" if device == "cpu" else "bfloat16")
+    if dtype not in DTYPES:
+        raise ValueError(f"$GLMGATE_SERVING_DTYPE: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    return device, dtype
+
+
+DEVICE, DTYPE = serving_target()
+if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+    # with CUDA present conftest leaves Triton compiling for the GPU: CPU tensors would crash every kernel
+    pytest.skip("the Triton engines run on the CPU only in the interpreter (TRITON_INTERPRET=1); on a CUDA "
+                "machine set GLMGATE_SERVING_DEVICE=cuda", allow_module_level=True)
+# invariant (a)'s bound: the whole decoder's kernel_replacement contract, k x baseline + floor[dtype]
+CONTRACT = lookup("model", "chunked_prefill", "logits")
+if CONTRACT.metric != "rel_l2":
+    raise ValueError(f"{CONTRACT.key} gates {CONTRACT.metric}; the serving invariants measure rel_l2")
 
 
 @functools.lru_cache(maxsize=1)
 def _models():
+    """(oracle float64 CPU, impl Triton, impl torch baseline), the impl pair on DEVICE in DTYPE."""
     d = write_random(tempfile.mkdtemp(prefix="glmgate-serving-"), _geometry(), seed=3)
-    return om.load(d), im.load(d), im.load(d, backend="torch")
+    dtype = DTYPES[DTYPE]
+    return (om.load(d), im.load(d, device=DEVICE, dtype=dtype),
+            im.load(d, device=DEVICE, dtype=dtype, backend="torch"))
 
 
 V = _geometry().vocab_size
@@ -94,7 +131,9 @@ def _arrays(state):
 
 def _bounded(tag, got, base, ref):
     e, b = _rel(got, ref), _rel(base, ref)
-    assert e <= 4 * b + 1e-5, f"{tag}: impl rel-L2 {e:.3e} > 4 x torch baseline {b:.3e} + 1e-5"
+    limit = CONTRACT.limit(DTYPE, b)
+    assert e <= limit, (f"{tag}: impl rel-L2 {e:.3e} > {CONTRACT.k:g} x torch baseline {b:.3e} + "
+                        f"{CONTRACT.floor[DTYPE]:g} = {limit:.3e} ({DEVICE}, {DTYPE})")
 
 
 def _same_layout(tag, got, ref):
@@ -406,7 +445,30 @@ CORRECT_ONLY = (_scenario_packed,)
 @pytest.mark.parametrize("scenario", sorted({s for ss in SCENARIOS.values() for s in ss} | set(CORRECT_ONLY),
                                             key=lambda s: s.__name__), ids=lambda s: s.__name__)
 def test_fixed_scenario_passes_on_the_correct_engine(scenario):
-    scenario(_machine(Engine))
+    # through drive(): the correct engine is what an escaped mutant looks like to `glmgate zoo`
+    outcome, detail = drive(scenario, Engine)
+    assert outcome == "escaped", f"correct engine, {scenario.__name__} ({DEVICE}, {DTYPE}): {outcome}: {detail}"
+
+
+def _raised_by_an_invariant(err: AssertionError) -> bool:
+    """An AssertionError from the invariants of this directory, not one from inside the engine or Triton."""
+    import traceback
+    frames = traceback.extract_tb(err.__traceback__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    return bool(frames) and os.path.dirname(os.path.abspath(frames[-1].filename)) == here
+
+
+def drive(scenario, engine_cls) -> tuple[str, str]:
+    """("caught", the broken invariant) | ("escaped", ...) | ("crashed", the exception and where)."""
+    try:
+        scenario(_machine(engine_cls))
+    except AssertionError as e:
+        if _raised_by_an_invariant(e):
+            return "caught", str(e).splitlines()[0]
+        return "crashed", " ".join(describe_exception(e).split())      # one line: the zoo reads lines
+    except Exception as e:
+        return "crashed", " ".join(describe_exception(e).split())
+    return "escaped", "the scenario ran to the end and every invariant held"
 
 
 @pytest.mark.parametrize("name,scenario", [(n, s) for n in sorted(SERVING_MUTANTS) for s in SCENARIOS[n]],
@@ -414,9 +476,60 @@ def test_fixed_scenario_passes_on_the_correct_engine(scenario):
 def test_serving_mutant_breaks_an_invariant(name, scenario):
     mut = SERVING_MUTANTS[name]
     assert mut.mechanism == "serving" and mut.caught_by == "serving.state_machine.state"
-    with pytest.raises(AssertionError) as err:
-        scenario(_machine(mut.factory()))
-    print(f"{name} ({scenario.__name__}): {str(err.value).splitlines()[0]}")
+    outcome, detail = drive(scenario, mut.factory())
+    print(f"{REPORT} {name} {scenario.__name__} {outcome} ({DEVICE}, {DTYPE}): {detail}")
+    assert outcome == "caught", f"{name} {outcome.upper()} in {scenario.__name__} ({DEVICE}, {DTYPE}): {detail}"
+
+
+class _AdmitRaises(Engine):
+    def admit(self, rid, prompt):
+        raise RuntimeError("admission table full")
+
+
+class _AdmitAsserts(Engine):
+    def admit(self, rid, prompt):
+        # an AssertionError raised outside this directory (numpy's, as Triton's or torch's would be): a crash
+        np.testing.assert_array_equal(prompt, [], err_msg="an engine-internal assert")
+
+
+@pytest.mark.parametrize("engine_cls, expected", [(_AdmitRaises, "RuntimeError: admission table full"),
+                                                  (_AdmitAsserts, "an engine-internal assert")],
+                         ids=["RuntimeError", "AssertionError outside the invariants"])
+def test_a_scenario_that_crashes_is_reported_crashed_not_caught(engine_cls, expected):
+    outcome, detail = drive(_scenario_fork, engine_cls)
+    assert outcome == "crashed", f"{engine_cls.__name__}: {outcome}: {detail}"
+    assert expected in detail and "(raised at " in detail, detail
+
+
+def test_the_report_line_is_the_one_glmgate_zoo_reads():
+    from gate import cli
+    line = f"{REPORT} serving_x _scenario_fork crashed ({DEVICE}, {DTYPE}): RuntimeError: boom (raised at a.py:1 in f)"
+    assert cli.SERVING_REPORT == REPORT
+    assert cli.SERVING_LINE.search(line).groups() == ("crashed", "RuntimeError: boom (raised at a.py:1 in f)")
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, ("cpu", "float32")),
+    ({"GLMGATE_SERVING_DTYPE": "bfloat16"}, ("cpu", "bfloat16")),
+    ({"GLMGATE_SERVING_DEVICE": "cuda"}, ("cuda", "bfloat16")),
+    ({"GLMGATE_SERVING_DEVICE": "cuda:1", "GLMGATE_SERVING_DTYPE": "float32"}, ("cuda:1", "float32")),
+], ids=["default", "cpu bf16", "cuda default dtype", "cuda:1 f32"])
+def test_serving_target_reads_device_and_dtype_from_the_environment(env, expected):
+    assert serving_target(env) == expected
+
+
+@pytest.mark.parametrize("env, match", [({"GLMGATE_SERVING_DEVICE": "tpu"}, "GLMGATE_SERVING_DEVICE"),
+                                        ({"GLMGATE_SERVING_DTYPE": "fp8"}, "GLMGATE_SERVING_DTYPE")])
+def test_serving_target_refuses_an_unknown_device_or_dtype(env, match):
+    with pytest.raises(ValueError, match=match):
+        serving_target(env)
+
+
+def test_invariant_a_bound_is_the_model_contract_for_the_engines_dtype():
+    c = lookup("model", "chunked_prefill", "logits")
+    _bounded("ok", np.full(4, 1.0 + (c.floor[DTYPE] * 0.9) / 2), np.ones(4), np.ones(4))
+    with pytest.raises(AssertionError, match=rf"> {c.k:g} x torch baseline .* \+ {c.floor[DTYPE]:g} = .*{DTYPE}"):
+        _bounded("too far", np.full(4, 1.0 + c.floor[DTYPE] * 1.1), np.ones(4), np.ones(4))
 
 
 # ---------------------------------------------------------------------------------------- bad calls
