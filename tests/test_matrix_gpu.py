@@ -18,7 +18,7 @@ from invariants.matrix import CHECKS
 from invariants.target import Target
 from oracle.config import Geometry
 
-EXAMPLES = int(os.environ.get("GLMGATE_GPU_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("GLMGATE_GPU_EXAMPLES", "40"))
 
 
 @pytest.mark.gpu
