@@ -174,16 +174,17 @@ class NondeterministicOutput(TorchKDA):
 
     def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
         y, s = super().sublayer(w, x, state, mask, cu_seqlens)
-        # the flip is made on the output dtype's own bits: noise added in float32 and cast back would
-        # round away in bf16, where a real race still shows as a last-bit difference
-        bits = _INT_VIEW[y.dtype]
-        flip = torch.randint(0, 2, y.shape, device=y.device, dtype=bits)
+        # made on the output's own bits: noise added in float32 and cast back rounds away in bf16,
+        # where a real race still shows as a last-bit difference
+        bits, lsb = _LAST_BIT[y.dtype]
+        flip = torch.randint(0, 2, y.shape, device=y.device, dtype=bits) * lsb
         return (y.contiguous().view(bits) ^ flip).view(y.dtype), s
 
 
-# same-width integer views of the float dtypes (for last-bit flips)
-_INT_VIEW = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
-             torch.float64: torch.int64}
+# (same-width integer view, the bit an unordered reduction leaves nondeterministic): the last one of
+# the output dtype, or of the float32 accumulator when the output is wider (float64: 52 - 23 = bit 29)
+_LAST_BIT = {torch.bfloat16: (torch.int16, 1), torch.float16: (torch.int16, 1), torch.float32: (torch.int32, 1),
+             torch.float64: (torch.int64, 1 << 29)}
 
 
 def _row(cls, name: str, caught_by: str, dtype: Optional[str] = None) -> tuple[str, Mutant]:
