@@ -204,7 +204,9 @@ def mhc_cases(draw, base) -> MHCCase:
 
 class MoECase(NamedTuple):
     """One MoE layer over `tokens` tokens; family "clamps" boosts weights so the +-10 SwiGLU clamps fire,
-    "tied" gives two experts identical router rows (an exact router tie)."""
+    "tied" gives two experts identical router rows (an exact router tie), "gates_off" puts every gate
+    pre-activation (routed and shared) in [-20, -11] with up of order 1..10, where the output is all
+    silu's far-negative tail (invariants/moe_checks.py: moe_inputs)."""
 
     hidden: int
     experts: int
@@ -217,6 +219,9 @@ class MoECase(NamedTuple):
     seed: int
 
 
+MOE_FAMILIES = ("normal", "clamps", "tied", "gates_off")
+
+
 @st.composite
 def moe_cases(draw, base) -> MoECase:
     E = base.n_routed_experts
@@ -226,7 +231,7 @@ def moe_cases(draw, base) -> MoECase:
     k = draw(st.integers(1, min(base.num_experts_per_tok + 1, topk_group * E // groups)))
     d = draw(st.sampled_from(sorted({base.hidden_size, 48})))
     return MoECase(d, E, k, groups, topk_group, base.moe_intermediate_size, draw(st.integers(1, 24)),
-                   draw(st.sampled_from(("normal", "clamps", "tied"))), draw(SEEDS))
+                   draw(st.sampled_from(MOE_FAMILIES)), draw(SEEDS))
 
 
 class NVFP4Case(NamedTuple):
@@ -270,6 +275,11 @@ class QuantGateCase(NamedTuple):
 
 @st.composite
 def quant_gate_cases(draw, base) -> QuantGateCase:
+    # its own families, not moe_cases': "tied" is the router's business, and under "gates_off" each
+    # gate is ONE weight times x[:, 0] and the output ~e^gate, so the fp8 block scale's rounding of
+    # that weight (up to ~6%, ~1 in a gate of -15) moves it up to ~2x: a quantization effect the
+    # quantization_* bands (measured on ordinary weights) do not describe (W4A4 mean KL 1.5-1.9x its
+    # bound there). moe.forward holds that family's kernels.
     m = draw(moe_cases(base))
     return QuantGateCase(*m[:7], draw(st.sampled_from(("normal", "clamps", "outliers"))),
                          draw(st.sampled_from(("dynamic", "static"))),

@@ -1,18 +1,20 @@
 """Every planted mutant is caught by the check designed for it (`glmgate zoo` in the suite).
 
 A property no mutant breaks is untested; a mutant no property catches is a gap. Both directions are
-asserted: each mutant fails its designated check (with a shrunk case), and each KDA check of the
-matrix is the designated catcher of at least one mutant.
+asserted: each mutant fails its designated check (with a shrunk case) in float32 (the CPU's dtype)
+AND in bfloat16 (inputs rounded to bf16 under the bf16 contracts, the CPU's stand-in for the GPU run),
+or only in the dtype its row names (Mutant.dtype: a property of that dtype's contract); and each check
+of the matrix is the designated catcher of at least one mutant.
 """
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gate.runner import run_check
 from impl import mutants, registry
+from invariants.contracts import load
 from invariants.matrix import BY_NAME, CHECKS
-from invariants.target import Target
+from invariants.target import DTYPES, Target
 from oracle.config import Geometry
 
 TINY = Geometry.preset("tiny")
@@ -30,15 +32,40 @@ STATE_MACHINE = sorted(n for n, m in {**mutants.MUTANTS, **getattr(mutants, "SER
                        if m.mechanism == "serving")
 
 
-@pytest.mark.parametrize("name", sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in MATRIX_MECHANISMS))
-def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name):
+def _dtypes(m) -> tuple[str, ...]:
+    """The dtypes a mutant must be caught in on the CPU: its own, else float32 and bfloat16."""
+    return (m.dtype,) if m.dtype else ("float32", "bfloat16")
+
+
+@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items())
+                                        if m.mechanism in MATRIX_MECHANISMS for d in _dtypes(m)])
+def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name, dtype):
     m = mutants.MUTANTS[name]
     chk = _check_of(m)
-    cand = Target(registry.get(f"mutant:{name}"), "cpu", torch.float32)
-    base = Target(registry.get("torch"), "cpu", torch.float32)
+    cand = Target(registry.get(f"mutant:{name}"), "cpu", DTYPES[dtype])
+    base = Target(registry.get("torch"), "cpu", DTYPES[dtype])
     r = run_check(chk, TINY, cand, base, "ci", max_examples=30)
-    assert r.status == "fail", f"{name} escaped {chk.name} ({r.examples} examples, worst {r.worst_line})"
+    assert r.status == "fail", f"{name} escaped {chk.name} in {dtype} ({r.examples} examples, worst {r.worst_line})"
     assert r.shrunk_case is not None and r.repro.startswith("glmgate repro '")
+
+
+def _contract_dtypes(caught_by: str) -> set:
+    """The dtypes the contracts of `caught_by` ("mechanism.path.quantity") declare a bound for."""
+    key = tuple(caught_by.split(".", 2))
+    found = [c for (mech, path, qty, kind), c in load().items() if (mech, path, qty) == key and kind != "bench_gate"]
+    assert found, f"caught_by {caught_by!r} names no declared contract"
+    return {d for c in found for d in (*c.floor, *c.bound, *(d for t in c.gate.values() if isinstance(t, dict)
+                                                              for d in t))}
+
+
+def test_a_mutant_pinned_to_a_dtype_names_one_its_contract_declares():
+    pinned = {n: m for n, m in mutants.MUTANTS.items() if m.dtype is not None}
+    # the bf16 run cannot see a bf16 rounding of a float32 state: that property is float32's
+    assert pinned.get("kda_state_bf16_across_chunks") and pinned["kda_state_bf16_across_chunks"].dtype == "float32"
+    for n, m in pinned.items():
+        assert m.dtype in DTYPES, f"{n}: dtype {m.dtype!r} not one of {sorted(DTYPES)}"
+        declared = _contract_dtypes(m.caught_by)
+        assert m.dtype in declared, f"{n}: dtype {m.dtype!r}, but {m.caught_by} declares {sorted(declared)}"
 
 
 def test_every_check_of_the_matrix_is_some_mutants_designated_catcher():
