@@ -289,6 +289,19 @@ class MlaSharedRerunsIndexer(TorchMLA):
         return super()._select(iw, a, q_lat, old_rows, mask, prev, "full", T)
 
 
+class DsaNewestPoolStaleKey(TorchDSA):
+    """The newest kept pool is scored with the pool key before it (a pooled-key cache one pool behind):
+    only queries that see the newest pool pick wrongly, so only the last positions' attention output is
+    wrong while the latent cache and the index rows are right (what a kernel bug near the end of the
+    selection looks like from outside)."""
+
+    def pool_keys(self, packed, ape, kpool):
+        kbar, member_idx, pool_valid, first, kept = super().pool_keys(packed, ape, kpool)
+        if kbar.shape[1] >= 2:
+            kbar = torch.cat([kbar[:, :-1], kbar[:, -2:-1]], dim=1)
+        return kbar, member_idx, pool_valid, first, kept
+
+
 def _dsa_mla_row(cls, name: str, caught_by: str) -> tuple[str, Mutant]:
     return name, Mutant(name, caught_by.split(".", 1)[0], cls.__doc__.strip(), caught_by, cls)
 
@@ -303,6 +316,8 @@ MUTANTS.update((
     _dsa_mla_row(MlaScaleMoved, "mla_scale_moved", "mla.absorbed.output"),
     _dsa_mla_row(MlaUnnormalizedLatentCached, "mla_unnormalized_latent_cached", "mla.paths.latent_cache"),
     _dsa_mla_row(MlaSharedRerunsIndexer, "mla_shared_reruns_indexer", "mla.paths.shared_output"),
+    ("mla_newest_pool_stale_key", Mutant("mla_newest_pool_stale_key", "mla", DsaNewestPoolStaleKey.__doc__.strip(),
+                                         "mla.paths.selection", lambda: TorchMLA(DsaNewestPoolStaleKey()))),
 ))
 
 

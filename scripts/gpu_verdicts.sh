@@ -8,20 +8,23 @@
 #   SEEDS seeds (1..SEEDS) of EXAMPLES examples for the checks whose outputs hang on a discrete decision
 #   (selections, expert choices, the gate's top-1); OTHER_SEEDS seeds of OTHER_EXAMPLES for the rest.
 #   Defaults 8 150 2 40. Results: $OUT/verdicts.json (every seed's glmgate JSON) and $OUT/verdicts.log.
+#   FIRST=k starts the seeds at k (a second batch: FIRST=5 ... 4); LIMIT=s interrupts each process after
+#   s seconds (SIGINT: glmgate writes the checks that finished and marks the rest "not run").
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 OUT=${OUT:-/tmp/out}
-SEEDS=${1:-8}; EXAMPLES=${2:-150}; OTHER_SEEDS=${3:-2}; OTHER_EXAMPLES=${4:-40}
+SEEDS=${1:-8}; EXAMPLES=${2:-150}; OTHER_SEEDS=${3:-2}; OTHER_EXAMPLES=${4:-40}; DEVICE=${DEVICE:-cuda}
+FIRST=${FIRST:-1}; LIMIT=${LIMIT:-0}
 DECISION="dsa.index mla.absorbed mla.paths moe.route moe.forward nvfp4.gate model.paths"
 OTHERS="kda.recurrent kda.chunked kda.decode kda.sublayer kda.paths kda.packed kda.rerun mhc.coefficients mhc.write_back nvfp4.quantize nvfp4.dequantize"
 work=$(mktemp -d)
 mkdir -p "$OUT"
 checks() { for c in $1; do printf -- "--check %s " "$c"; done; }
-for s in $(seq 1 "$SEEDS"); do
-  ( python3 -m gate.cli run --device cuda --profile explore --seed "$s" --examples "$EXAMPLES" \
+for s in $(seq "$FIRST" $((FIRST + SEEDS - 1))); do
+  ( timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" --examples "$EXAMPLES" \
       $(checks "$DECISION") --json "$work/decisions_$s.json" > "$work/decisions_$s.log" 2>&1
-    if [ "$s" -le "$OTHER_SEEDS" ]; then
-      python3 -m gate.cli run --device cuda --profile explore --seed "$s" --examples "$OTHER_EXAMPLES" \
+    if [ "$s" -lt $((FIRST + OTHER_SEEDS)) ]; then
+      timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" --examples "$OTHER_EXAMPLES" \
         $(checks "$OTHERS") --json "$work/others_$s.json" > "$work/others_$s.log" 2>&1
     fi ) &
 done
