@@ -21,12 +21,12 @@ work=$(mktemp -d)
 mkdir -p "$OUT"
 checks() { for c in $1; do printf -- "--check %s " "$c"; done; }
 for s in $(seq "$FIRST" $((FIRST + SEEDS - 1))); do
-  ( timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" --examples "$EXAMPLES" \
-      $(checks "$DECISION") --json "$work/decisions_$s.json" > "$work/decisions_$s.log" 2>&1
-    if [ "$s" -lt $((FIRST + OTHER_SEEDS)) ]; then
-      timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" --examples "$OTHER_EXAMPLES" \
-        $(checks "$OTHERS") --json "$work/others_$s.json" > "$work/others_$s.log" 2>&1
-    fi ) &
+  timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" \
+    --examples "$EXAMPLES" $(checks "$DECISION") --json "$work/decisions_$s.json" > "$work/decisions_$s.log" 2>&1 &
+  if [ "$s" -lt $((FIRST + OTHER_SEEDS)) ]; then
+    timeout -s INT "$LIMIT" python3 -m gate.cli run --device "$DEVICE" --profile explore --seed "$s" \
+      --examples "$OTHER_EXAMPLES" $(checks "$OTHERS") --json "$work/others_$s.json" > "$work/others_$s.log" 2>&1 &
+  fi
 done
 wait
 python3 - "$work" "$OUT" <<'PY'
