@@ -68,16 +68,19 @@ def bitwise_equal(a, b) -> bool:
 
 class Comparison(tuple):
     """One comparison a check asks for: (path, quantity, kind, candidate, reference, baseline,
-    baseline_reference, where).
+    baseline_reference, where, held_reference).
 
     baseline_reference: what the baseline is measured against when it is not `reference` (the oracle
-    re-run with the baseline's own discrete decisions); where: a label for messages ("layer 3").
+    re-run with the baseline's own discrete decisions); where: a label for messages ("layer 3");
+    held_reference: the float64 oracle run on the inputs exactly as the candidate's working dtype holds
+    them: its distance to `reference` is the error exact arithmetic makes from those rounded inputs, a
+    floor under the baseline's error (a baseline can land closer by luck on a small or cancelling output).
     """
 
     def __new__(cls, path, quantity, candidate, reference, baseline=None, kind="kernel_replacement",
-                baseline_reference=None, where=""):
+                baseline_reference=None, where="", held_reference=None):
         return super().__new__(cls, (path, quantity, kind, candidate, reference, baseline, baseline_reference,
-                                     where))
+                                     where, held_reference))
 
     path = property(lambda s: s[0])
     quantity = property(lambda s: s[1])
@@ -87,6 +90,7 @@ class Comparison(tuple):
     baseline = property(lambda s: s[5])
     baseline_reference = property(lambda s: s[6])
     where = property(lambda s: s[7])
+    held_reference = property(lambda s: s[8])
 
 
 class SelectionReport(NamedTuple):
@@ -111,11 +115,42 @@ class RoutingReference(NamedTuple):
     n_group: int
 
 
+def _groups_of(experts, per: int) -> set:
+    return {int(e) // per for e in experts}
+
+
+def _legal_experts(c: set, full, groups, ref: RoutingReference, per: int, eps: float) -> bool:
+    """Is expert set c a top-k the oracle could have made if its scores moved by at most eps?
+
+    Groups first: every group scoring above the topk_group-th cut by more than eps must be kept, any kept
+    group must lie within eps of the cut, and c's experts must come from kept groups. Among the kept
+    groups (the undetermined ones tried in every combination), c must hold every expert beating the k-th
+    biased score by more than eps and nothing below it by more than eps.
+    """
+    from itertools import combinations
+
+    gk = np.sort(groups)[::-1][ref.topk_group - 1]
+    must_g = {g for g in range(ref.n_group) if groups[g] > gk + eps}
+    ok_g = {g for g in range(ref.n_group) if groups[g] >= gk - eps}
+    base = _groups_of(c, per) | must_g
+    if not base <= ok_g or len(base) > ref.topk_group:
+        return False
+    rest = sorted(ok_g - base)
+    for fill in combinations(rest, min(ref.topk_group - len(base), len(rest))):
+        kept = base | set(fill)
+        sc = np.where([e // per in kept for e in range(len(full))], full, -np.inf)
+        kth = np.sort(sc)[::-1][ref.top_k - 1]
+        must = {e for e in range(len(full)) if sc[e] > kth + eps}
+        free = {e for e in range(len(full)) if sc[e] >= kth - eps}
+        if must <= c <= must | free:
+            return True
+    return False
+
+
 def compare_experts(candidate, ref: RoutingReference, eps: float) -> DecisionReport:
-    """Tie-aware expert sets (TESTING.md): per token the candidate's k distinct experts must lie in groups
-    whose oracle group score is within eps of the topk_group-th best, include every expert whose biased
-    score beats the k-th by more than eps (in a group that beats the cut by more than eps), and take
-    the rest among experts within eps of the k-th score. Equal sets pass without a tie."""
+    """Tie-aware expert sets (TESTING.md): per token, k distinct experts that the oracle's top-k could
+    have been had its group and biased scores moved by at most eps (_legal_experts); such a difference
+    is a legal flip (counted). Equal sets pass without one."""
     ids = to_int(candidate)
     r = ref.routing
     oid = to_int(r.expert_ids)
@@ -132,24 +167,20 @@ def compare_experts(candidate, ref: RoutingReference, eps: float) -> DecisionRep
                                                         f"in [0, {E})")
         if c == set(oid[t].tolist()):
             continue
-        gk = np.sort(groups[t])[::-1][ref.topk_group - 1]
-        ok_groups = {g for g in range(ref.n_group) if groups[t, g] >= gk - eps}
-        allowed = np.array([e // per in ok_groups for e in range(E)])
-        sc = np.where(allowed, full[t], -np.inf)
-        kth = np.sort(sc)[::-1][ref.top_k - 1]
-        must = {e for e in range(E) if sc[e] > kth + eps and groups[t, e // per] > gk + eps}
-        free = {e for e in range(E) if sc[e] >= kth - eps}
-        if must <= c <= must | free:
+        if _legal_experts(c, full[t], groups[t], ref, per, eps):
             ties += 1
             continue
+        gk = np.sort(groups[t])[::-1][ref.topk_group - 1]
+        kth = full[t, oid[t]].min()                                   # the oracle's k-th pick's biased score
         return DecisionReport(False, t, ties, (t,),
                               f"experts {sorted(c)} vs oracle {sorted(oid[t].tolist())} (k-th biased score "
-                              f"{kth:.6g}, group scores {np.round(groups[t], 6).tolist()}, tie eps {eps:g})")
+                              f"{kth:.6g}, group scores {np.round(groups[t], 6).tolist()} (cut {gk:.6g}), "
+                              f"tie eps {eps:g})")
     return DecisionReport(True, ids.shape[0], ties, None, "")
 
 
 def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: int, token_pool,
-                      eps: float) -> SelectionReport:
+                      eps: float, scale=None) -> SelectionReport:
     """Tie-aware comparison of a top-k pool selection (TESTING.md: selections are compared tie-aware).
 
     Args:
@@ -159,8 +190,10 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
         ref_candidate: [B, S, P] which pools may be picked for each query
         k_sel: picks per query before non-candidates are dropped
         token_pool: [B, T] kept-pool id of every cached token, -1 for tokens in no kept pool
-        eps: scores within eps x (the query row's largest |candidate score|) of the k-th oracle score are
-            a tie: any choice among them is accepted
+        eps: scores within eps x scale[b, s] of the k-th oracle score are a tie: any choice among them
+            is accepted
+        scale: [B, S] the size of each query's scores' terms (Selection.scale: what their rounding
+            scales with); None: the row's largest |candidate score|
     Each row must hold valid (0 <= t < T) and unique indices; the oracle's tail tokens; whole pools
     only; every pool scoring above the k-th place by more than eps; nothing below it by more than
     eps; and as many pools as the oracle picked.
@@ -195,9 +228,11 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
             sc = np.where(cands[b, s], scores[b, s], -np.inf)
             order = np.sort(sc)[::-1]
             kth = order[min(k_sel, len(order)) - 1] if k_sel > 0 and len(order) else -np.inf
-            # relative to the row's score scale: a "large" input family scales the scores and their error alike
+            # relative to the size of the terms: the signed head mix cancels, so its rounding error
+            # scales with Σ|w|σ, not with the score (and a "large" input family scales both alike)
             finite = np.abs(sc[np.isfinite(sc)])
-            tol = eps * (finite.max() if finite.size and finite.max() > 0 else 1.0)
+            size = float(scale[b, s]) if scale is not None else (finite.max() if finite.size else 0.0)
+            tol = eps * (size if size > 0 else 1.0)
             must = {p for p in range(len(sc)) if sc[p] > kth + tol}
             free = {p for p in range(len(sc)) if abs(sc[p] - kth) <= tol and cands[b, s, p]}
             if must <= cp and cp <= must | free and len(cp) == len(rp):
@@ -205,7 +240,7 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
                 continue
             return SelectionReport(False, b * S + s, ties, where,
                                    f"pools {sorted(cp)} vs oracle {sorted(rp)} (k-th score {kth:.6g}, "
-                                   f"tied within {tol:.3g} = eps {eps:g} x the row's largest |score|: "
+                                   f"tied within {tol:.3g} = eps {eps:g} x the query's score magnitude: "
                                    f"{sorted(free)})")
     return SelectionReport(True, B * S, ties, None, "")
 

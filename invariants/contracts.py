@@ -209,11 +209,14 @@ class Verdict(NamedTuple):
         return self.value / self.limit
 
 
-def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None) -> Verdict:
+def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None,
+          held_reference=None) -> Verdict:
     """Evaluate one comparison under its contract (see the kinds in contracts.toml).
 
     baseline_reference: what the baseline's error is measured against when it differs from the
     candidate's reference (the oracle re-run with the BASELINE's discrete decisions); default reference.
+    held_reference: the oracle on the inputs as the working dtype holds them; the baseline's error is
+    taken as at least its distance to `reference` (the error exact arithmetic makes from those inputs).
     """
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
@@ -234,6 +237,11 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
         if base == float("inf"):
             raise ValueError(f"{contract.key}: the baseline itself has a non-finite mismatch "
                              f"at {bm.worst_index}: the baseline is broken, not the candidate")
+        if held_reference is not None:
+            held = metrics(held_reference, reference).get(contract.metric)
+            if held > base:
+                label("baseline closer than exact arithmetic on the rounded inputs: the latter sets the limit")
+                base = held
     ill = base is not None and contract.capped(dtype, base)
     if ill:
         label("ill-conditioned: baseline error above its cap")
@@ -273,7 +281,8 @@ def judge_decision(contract: Contract, dtype: str, candidate, reference, where: 
     eps = contract.limit(dtype)
     if contract.kind == "selection":
         sel, tpool = reference
-        r = compare_selection(candidate, sel.indices, sel.scores, sel.candidate, sel.k_sel, tpool, eps)
+        r = compare_selection(candidate, sel.indices, sel.scores, sel.candidate, sel.k_sel, tpool, eps,
+                              getattr(sel, "scale", None))
         unit, what = "query rows", "selection"
     else:
         r = compare_experts(candidate, reference, eps)

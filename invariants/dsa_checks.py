@@ -74,12 +74,17 @@ def _impl_index(t: Target, w, a, q_lat, mask, S):
     return packed, sel
 
 
-def _candidate_scores(scores, cand):
-    """Scores of candidate pools only (non-candidates are -inf in the oracle, finfo.min in kernels)."""
+def _candidate_scores(scores, ref):
+    """Scores of candidate pools only (non-candidates are -inf in the oracle, finfo.min in kernels), in
+    units of each query's score magnitude (ref.scale = max Σ_j |w_j| σ_j): the signed head mix cancels,
+    so a small score carries the rounding of large terms and a plain rel-L2 over I would call a
+    correct bf16 kernel 30% off on a query whose scores nearly cancel."""
     s = np.asarray(scores.detach().float().cpu() if hasattr(scores, "detach") else scores, dtype=np.float64)
-    if s.shape != np.shape(cand):
+    cand = np.asarray(ref.candidate)
+    if s.shape != cand.shape:
         return s    # another number of kept pools: the contract reports the shape mismatch
-    return np.where(np.asarray(cand), s, 0.0)
+    size = np.asarray(ref.scale, dtype=np.float64)[..., None]
+    return np.where(cand, s, 0.0) / np.where(size > 0, size, 1.0)
 
 
 def run_index(case: sc.IndexCase, cand: Target, base: Target):
@@ -95,8 +100,8 @@ def run_index(case: sc.IndexCase, cand: Target, base: Target):
     pc, sc_ = _impl_index(cand, w, a, q_lat, mask, S)
     pb, sb = _impl_index(base, w, a, q_lat, mask, S)
     return [Comparison("index_rows", "index_rows", pc, packed, pb),
-            Comparison("scores", "scores", _candidate_scores(sc_.scores, ref.candidate),
-                       _candidate_scores(ref.scores, ref.candidate), _candidate_scores(sb.scores, ref.candidate)),
+            Comparison("scores", "scores", _candidate_scores(sc_.scores, ref), _candidate_scores(ref.scores, ref),
+                       _candidate_scores(sb.scores, ref)),
             Comparison("index", "selection", sc_.indices, (ref, token_pool(packed, w)), kind="selection")]
 
 

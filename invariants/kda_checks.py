@@ -49,25 +49,35 @@ def _core_call(t: Target, fn: str, x, state, cu, **kw):
         return getattr(t.impl.kda, fn)(*args, st, cu_seqlens=cu_t, **kw)
 
 
+def held_core(t: Target, x, state):
+    """The core inputs as t's working dtype holds them (q, k, v, beta rounded; g and the state float32)."""
+    held = {n: t.held(x[n], f32=n == "g") for n in x}
+    return held, None if state is None else t.held(state, f32=True)
+
+
 def run_recurrent(case: sc.CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
     o, s = okda.recurrent(**x, state=state, cu_seqlens=cu)
+    xh, sh = held_core(cand, x, state)
+    oh, shh = okda.recurrent(**xh, state=sh, cu_seqlens=cu)
     oc, scand = _core_call(cand, "recurrent", x, state, cu)
     ob, sb = _core_call(base, "recurrent", x, state, cu)
-    return [Comparison("recurrent", "output", oc, o, ob),
-            Comparison("recurrent", "final_state", scand, s, sb)]
+    return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh),
+            Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh)]
 
 
 def run_chunked(case: sc.CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
     o, s, bnd = okda.chunked(**x, state=state, chunk=64, cu_seqlens=cu)
+    xh, sh = held_core(cand, x, state)
+    oh, shh, bh = okda.chunked(**xh, state=sh, chunk=64, cu_seqlens=cu)
     oc, scand, bc = _core_call(cand, "chunked", x, state, cu, chunk=64)
     ob, sb, bb = _core_call(base, "chunked", x, state, cu, chunk=64)
-    return [Comparison("chunked", "output", oc, o, ob),
-            Comparison("chunked", "final_state", scand, s, sb),
-            Comparison("chunked", "boundary_states", bc, bnd, bb)]
+    return [Comparison("chunked", "output", oc, o, ob, held_reference=oh),
+            Comparison("chunked", "final_state", scand, s, sb, held_reference=shh),
+            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh)]
 
 
 # ----------------------------------------------------------------------------- decode
@@ -86,13 +96,17 @@ def decode_inputs(case: sc.DecodeCase):
 def run_decode(case: sc.DecodeCase, cand: Target, base: Target):
     w, z, f, b, s0 = decode_inputs(case)
     outs = {}
-    for name, t in (("oracle", None), ("cand", cand), ("base", base)):
+    for name, t in (("oracle", None), ("held", None), ("cand", cand), ("base", base)):
         s = s0 if t is None else t.state(s0)
         wt = w if t is None else t.weights(w)
+        if name == "held":             # the oracle on the inputs as the candidate's dtype holds them
+            s, wt = cand.held_state(s0), cand.held_weights(w)
         os_ = []
         for i in range(case.steps):
             zi, fi, bi = z[:, i], f[:, i], b[:, i]
-            if t is None:
+            if name == "held":
+                o, s = okda.decode(wt, cand.held(zi), cand.held(fi, f32=True), cand.held(bi), s)
+            elif t is None:
                 o, s = okda.decode(wt, zi, fi, bi, s)
             else:
                 with poisoned_memory():
@@ -101,9 +115,11 @@ def run_decode(case: sc.DecodeCase, cand: Target, base: Target):
         outs[name] = (os_, s)
     res = []
     for i in range(case.steps):
-        res.append(Comparison("decode", "output", outs["cand"][0][i], outs["oracle"][0][i], outs["base"][0][i]))
+        res.append(Comparison("decode", "output", outs["cand"][0][i], outs["oracle"][0][i], outs["base"][0][i],
+                              held_reference=outs["held"][0][i]))
     for q, j in (("final_state", 0), ("conv_state", 1)):
-        res.append(Comparison("decode", q, outs["cand"][1][j], outs["oracle"][1][j], outs["base"][1][j]))
+        res.append(Comparison("decode", q, outs["cand"][1][j], outs["oracle"][1][j], outs["base"][1][j],
+                              held_reference=outs["held"][1][j]))
     return res
 
 
@@ -144,11 +160,17 @@ def run_sublayer(case: sc.SublayerCase, cand: Target, base: Target):
         event("left padding")
     w, x, mask, state = sublayer_inputs(case)
     y, s = okda.sublayer(w, x, state, mask)
+    yh, sh = held_sublayer(cand, w, x, state, mask)
     yc, sc_ = call_sublayer(cand, w, x, state, mask)
     yb, sb = call_sublayer(base, w, x, state, mask)
-    return [Comparison("sublayer", "output", yc, y, yb),
-            Comparison("sublayer", "final_state", sc_.recurrent, s.recurrent, sb.recurrent),
-            Comparison("sublayer", "conv_state", sc_.conv, s.conv, sb.conv)]
+    return [Comparison("sublayer", "output", yc, y, yb, held_reference=yh),
+            Comparison("sublayer", "final_state", sc_.recurrent, s.recurrent, sb.recurrent, held_reference=sh.recurrent),
+            Comparison("sublayer", "conv_state", sc_.conv, s.conv, sb.conv, held_reference=sh.conv)]
+
+
+def held_sublayer(t: Target, w, x, state, mask=None, cu=None):
+    """The oracle sublayer on weights, x and state as t's working dtype holds them."""
+    return okda.sublayer(t.held_weights(w), t.held(x), t.held_state(state), mask, cu)
 
 
 def run_rerun(case: sc.SublayerCase, cand: Target, base: Target):

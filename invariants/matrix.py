@@ -86,7 +86,8 @@ def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
         if cmp.kind in DECISION_KINDS:
             out.append(judge_decision(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.where))
         else:
-            v = judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference)
+            v = judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
+                      cmp.held_reference)
             out.append(v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else
                                   (cmp.where or v.detail)))
     return out

@@ -17,7 +17,7 @@ from invariants.labels import label as event
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from invariants.kda_checks import Comparison, call_sublayer, sublayer_inputs
+from invariants.kda_checks import Comparison, call_sublayer, held_sublayer, sublayer_inputs
 from invariants.target import Target
 from oracle import kda as okda
 from oracle.types import KDAState
@@ -82,14 +82,16 @@ def run_paths(case: sc.SublayerCase, cand: Target, base: Target):
         event("split not on a chunk boundary")
     w, x, mask, state = sublayer_inputs(case)
     y_ref, s_ref = okda.sublayer(w, x, state, mask)
+    y_held, s_held = held_sublayer(cand, w, x, state, mask)
     y_one, s_one = call_sublayer(cand, w, x, state, mask)
     res = []
     for path, fn in PATHS.items():
         yc, scand = fn(cand, w, x, mask, state, case.splits)
         yb, sb = fn(base, w, x, mask, state, case.splits)
-        res += [Comparison(path, "output", yc, y_ref, yb),
-                Comparison(path, "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent),
-                Comparison(path, "conv_state", scand.conv, s_ref.conv, sb.conv),
+        res += [Comparison(path, "output", yc, y_ref, yb, held_reference=y_held),
+                Comparison(path, "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent,
+                           held_reference=s_held.recurrent),
+                Comparison(path, "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv),
                 Comparison(path, "output_vs_prefill", yc, y_one, kind="self_consistency"),
                 Comparison(path, "state_vs_prefill", scand.recurrent, s_one.recurrent,
                            kind="self_consistency")]
@@ -132,8 +134,10 @@ def run_packed(case: sc.PackedCase, cand: Target, base: Target):
     w, x, state = packed_inputs(case)
     cu = cu_seqlens(case.docs)
     y_ref, s_ref = _alone(w, x, state, case.docs)
+    y_held, s_held = _alone(cand.held_weights(w), cand.held(x), cand.held_state(state), case.docs)
     yc, scand = call_sublayer(cand, w, x, state, None, cu)
     yb, sb = call_sublayer(base, w, x, state, None, cu)
-    return [Comparison("packed", "output", yc, y_ref, yb),
-            Comparison("packed", "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent),
-            Comparison("packed", "conv_state", scand.conv, s_ref.conv, sb.conv)]
+    return [Comparison("packed", "output", yc, y_ref, yb, held_reference=y_held),
+            Comparison("packed", "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent,
+                       held_reference=s_held.recurrent),
+            Comparison("packed", "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -43,6 +43,21 @@ class Target(NamedTuple):
 
     def state(self, s: KDAState) -> KDAState:
         return KDAState(self.tensor(s.recurrent, f32=True), self.tensor(s.conv))
+
+    # what the working dtype makes of float64 inputs, back in float64: the oracle run on these is exact
+    # arithmetic from the very inputs the candidate receives (contracts: the held_reference floor)
+    def held(self, a, *, f32: bool = False) -> np.ndarray:
+        return _f64(self.tensor(a, f32=f32))
+
+    def held_weights(self, w: KDAWeights) -> KDAWeights:
+        return self.weights(w).map(_f64)
+
+    def held_state(self, s: Optional[KDAState]) -> Optional[KDAState]:
+        return None if s is None else KDAState(_f64(self.tensor(s.recurrent, f32=True)), self.held(s.conv))
+
+
+def _f64(t) -> np.ndarray:
+    return t.detach().double().cpu().numpy()
 
 
 @functools.lru_cache(maxsize=None)

@@ -134,22 +134,24 @@ def _softmax_members(lam):
 # ----------------------------------------------------------------------------- scores
 
 
-def scores(w: IndexerWeights, q_lat, a, kbar):
+def scores(w: IndexerWeights, q_lat, a, kbar, magnitude: bool = False):
     """Index scores I[b,s,p] = Σ_j w_j · relu((qI_j · K̄_p) · d_i^-1/2) (SPEC §8.4).
 
     w = (a WwI^T) · H_i^-1/2 is signed (no softmax); qI = q_lat wq_b^T from the normalized q_a output.
 
     Args:
         q_lat: [B, S, r_q];  a: [B, S, D];  kbar: [B, P, d_i]
+        magnitude: also return Σ_j |w_j| σ_j [B, S, P], the size of the terms the signed sum cancels
     Returns:
-        I: [B, S, P]
+        I: [B, S, P] (and the magnitude)
     """
     B, S, _ = q_lat.shape
     Hi, di = w.n_heads, w.head_dim
     qI = (q_lat @ w.wq_b.T).reshape(B, S, Hi, di)                                       # [B, S, H_i, d_i]
     sigma = np.maximum(np.einsum("bsjc,bpc->bsjp", qI, kbar) * di ** -0.5, 0.0)         # [B, S, H_i, P]
     wts = (a @ w.weights_proj.T) * Hi ** -0.5                                           # [B, S, H_i]
-    return np.einsum("bsj,bsjp->bsp", wts, sigma)
+    I = np.einsum("bsj,bsjp->bsp", wts, sigma)
+    return (I, np.einsum("bsj,bsjp->bsp", np.abs(wts), sigma)) if magnitude else I
 
 
 # ----------------------------------------------------------------------------- selection
@@ -194,14 +196,16 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     kbar, member_idx, pool_valid, first, kept = pool_keys(packed_all, w.compress_ape, w.kpool)
     pos = T - S + np.arange(S)                                                          # [S]
     cand = candidates(member_idx, pool_valid, val, pos)                                 # [B, S, P]
-    I = np.where(cand, scores(w, q_lat, a, kbar), -np.inf)                              # [B, S, P]
+    I, mag = scores(w, q_lat, a, kbar, magnitude=True)
+    I = np.where(cand, I, -np.inf)                                                      # [B, S, P]
+    scale = np.where(cand, mag, 0.0).max(axis=-1, initial=0.0)                          # [B, S]
     k_sel = min(w.topk_pools, int(kept.sum()))
     picked = _pick_pools(I, cand, member_idx, k_sel)                                    # [B, S, k_sel·P_k]
     tail = _tail(first, val, pos, w.kpool) if w.always_select_tail and w.kpool > 1 \
         else np.full((B, S, 0), -1, dtype=np.int64)
     indices = _compact(np.concatenate([picked, tail], axis=-1), slots(w.topk, w.kpool))
     indices[~real] = -1
-    return Selection(indices, I, cand, k_sel, first, kept)
+    return Selection(indices, I, cand, k_sel, first, kept, scale)
 
 
 def candidates(member_idx, pool_valid, val, pos):

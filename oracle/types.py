@@ -282,6 +282,8 @@ class Selection(NamedTuple):
     k_sel:      min(topk / P_k, P), one value per forward (§8.6)
     pool_first: [B] the anchor f_b (first real token; T for a row with none) (§8.3)
     kept:       [ceil(T / P_k)] bool, which pools were valid in at least one batch row (§8.3)
+    scale:      [B, S] (oracle only) max over candidate pools of Σ_j |w_j| σ_j, the size of the terms the
+                signed head mix cancels: score rounding errors scale with it, not with the score
     """
 
     indices: Any
@@ -290,11 +292,13 @@ class Selection(NamedTuple):
     k_sel: int
     pool_first: Any
     kept: Any
+    scale: Any = None      # [B, S] the oracle's score magnitude per query: max over candidate pools of
+                           # Σ_j |w_j| σ_j (what rounding errors in the scores scale with); None elsewhere
 
     def map(self, fn: Callable[[Any], Any]) -> "Selection":
         """Apply `fn` to every array field (k_sel stays an int)."""
         return Selection(fn(self.indices), fn(self.scores), fn(self.candidate), self.k_sel,
-                         fn(self.pool_first), fn(self.kept))
+                         fn(self.pool_first), fn(self.kept), None if self.scale is None else fn(self.scale))
 
 
 class DSACache(NamedTuple):

@@ -181,3 +181,15 @@ def test_the_model_forced_with_its_own_decisions_is_the_unforced_model():
     other = [LayerDecisions(d.selection, None if d.experts is None else np.roll(d.experts, 1, axis=-1))
              for d in whole.decisions]                    # the same expert sets, another order
     assert mdc._same_decisions(other, whole.decisions)
+
+
+def test_experts_from_a_group_tied_at_the_cut_are_judged_within_that_group():
+    """moe.route on the H200 (bf16): groups 1 and 2 tie at the topk_group-th place (0.8 vs 0.7999); the
+    candidate kept group 2 and took its best expert, 0.05 below the oracle's k-th pick from group 1.
+    Within the groups it kept that is the exact top-k: a legal flip, not an expert 0.05 too low."""
+    biased = [0.9, 0.2, 0.3, 0.5, 0.45, 0.3499, 0.1, 0.05]          # groups of 2: 1.1, 0.8, 0.7999, 0.15
+    ref = _routing(biased, k=2, groups=4)._replace(topk_group=2)
+    ok = compare_experts(np.array([[0, 4]]), ref, eps=2e-2)
+    assert ok.ok and ok.tie_rows == 1, ok.reason
+    assert not compare_experts(np.array([[0, 5]]), ref, eps=2e-2).ok      # not group 2's best
+    assert not compare_experts(np.array([[3, 4]]), ref, eps=2e-2).ok      # drops group 0 (beats the cut)
