@@ -17,13 +17,18 @@ class Metrics(NamedTuple):
     worst_candidate: float
     worst_reference: float
     nonfinite_mismatch: int  # entries finite in one and not in the other
+    rms_abs: float = 0.0     # sqrt(mean((c - r)^2)) over the finite entries: for quantities already in
+                             # units of their own magnitude, where ||r|| may cancel to near 0
 
     def get(self, metric: str) -> float:
         if self.nonfinite_mismatch:
             return float("inf")
-        if metric not in ("rel_l2", "max_abs_scaled"):
-            raise ValueError(f"metric: expected rel_l2 or max_abs_scaled, got {metric!r}")
+        if metric not in METRICS:
+            raise ValueError(f"metric: expected one of {METRICS}, got {metric!r}")
         return getattr(self, metric)
+
+
+METRICS = ("rel_l2", "max_abs_scaled", "rms_abs")
 
 
 def to_numpy(x) -> np.ndarray:
@@ -58,7 +63,8 @@ def metrics(candidate, reference) -> Metrics:
         idx = None
     wc = float(c[idx]) if idx is not None else 0.0
     wr = float(r[idx]) if idx is not None else 0.0
-    return Metrics(float(rel), float(mas), cos, idx, wc, wr, mismatch)
+    rms = nd / np.sqrt(max(int(np.count_nonzero(both)), 1))
+    return Metrics(float(rel), float(mas), cos, idx, wc, wr, mismatch, float(rms))
 
 
 def bitwise_equal(a, b) -> bool:
@@ -229,7 +235,7 @@ def compare_selection(candidate, ref_indices, ref_scores, ref_candidate, k_sel: 
             order = np.sort(sc)[::-1]
             kth = order[min(k_sel, len(order)) - 1] if k_sel > 0 and len(order) else -np.inf
             # relative to the size of the terms: the signed head mix cancels, so its rounding error
-            # scales with Σ|w|σ, not with the score (and a "large" input family scales both alike)
+            # scales with Σ|w||q||K̄|, not with the score (and a "large" input family scales both alike)
             finite = np.abs(sc[np.isfinite(sc)])
             size = float(scale[b, s]) if scale is not None else (finite.max() if finite.size else 0.0)
             tol = eps * (size if size > 0 else 1.0)

@@ -76,7 +76,7 @@ def _impl_index(t: Target, w, a, q_lat, mask, S):
 
 def _candidate_scores(scores, ref):
     """Scores of candidate pools only (non-candidates are -inf in the oracle, finfo.min in kernels), in
-    units of each query's score magnitude (ref.scale = max Σ_j |w_j| σ_j): the signed head mix cancels,
+    units of each query's score magnitude (ref.scale = max Σ_j |w_j| |qI_j| |K̄| / sqrt(d_i)): the signed head mix cancels,
     so a small score carries the rounding of large terms and a plain rel-L2 over I would call a
     correct bf16 kernel 30% off on a query whose scores nearly cancel."""
     s = np.asarray(scores.detach().float().cpu() if hasattr(scores, "detach") else scores, dtype=np.float64)

@@ -141,7 +141,8 @@ def scores(w: IndexerWeights, q_lat, a, kbar, magnitude: bool = False):
 
     Args:
         q_lat: [B, S, r_q];  a: [B, S, D];  kbar: [B, P, d_i]
-        magnitude: also return Σ_j |w_j| σ_j [B, S, P], the size of the terms the signed sum cancels
+        magnitude: also return Σ_j |w_j| ||qI_j|| ||K̄_p|| d_i^-1/2 [B, S, P], the size of the terms the
+            signed head mix cancels and of the dots inside its ReLUs: what rounding errors scale with
     Returns:
         I: [B, S, P] (and the magnitude)
     """
@@ -151,7 +152,11 @@ def scores(w: IndexerWeights, q_lat, a, kbar, magnitude: bool = False):
     sigma = np.maximum(np.einsum("bsjc,bpc->bsjp", qI, kbar) * di ** -0.5, 0.0)         # [B, S, H_i, P]
     wts = (a @ w.weights_proj.T) * Hi ** -0.5                                           # [B, S, H_i]
     I = np.einsum("bsj,bsjp->bsp", wts, sigma)
-    return (I, np.einsum("bsj,bsjp->bsp", np.abs(wts), sigma)) if magnitude else I
+    if not magnitude:
+        return I
+    # Cauchy-Schwarz: a dot near 0 sits at the ReLU's kink, where its rounding (~ |q||K̄|) decides the term
+    size = np.einsum("bsj,bsj,bp->bsp", np.abs(wts), np.linalg.norm(qI, axis=-1), np.linalg.norm(kbar, axis=-1))
+    return I, size * di ** -0.5
 
 
 # ----------------------------------------------------------------------------- selection

@@ -282,8 +282,9 @@ class Selection(NamedTuple):
     k_sel:      min(topk / P_k, P), one value per forward (§8.6)
     pool_first: [B] the anchor f_b (first real token; T for a row with none) (§8.3)
     kept:       [ceil(T / P_k)] bool, which pools were valid in at least one batch row (§8.3)
-    scale:      [B, S] (oracle only) max over candidate pools of Σ_j |w_j| σ_j, the size of the terms the
-                signed head mix cancels: score rounding errors scale with it, not with the score
+    scale:      [B, S] (oracle only) max over candidate pools of Σ_j |w_j| |qI_j| |K̄_p| / sqrt(d_i), the size
+                of the terms the signed head mix cancels and of the dots at the ReLUs' kinks: score rounding
+                errors scale with it, not with the score
     """
 
     indices: Any
@@ -293,7 +294,7 @@ class Selection(NamedTuple):
     pool_first: Any
     kept: Any
     scale: Any = None      # [B, S] the oracle's score magnitude per query: max over candidate pools of
-                           # Σ_j |w_j| σ_j (what rounding errors in the scores scale with); None elsewhere
+                           # Σ_j |w_j| |qI_j| |K̄_p| / sqrt(d_i) (what score rounding scales with); None elsewhere
 
     def map(self, fn: Callable[[Any], Any]) -> "Selection":
         """Apply `fn` to every array field (k_sel stays an int)."""
