@@ -290,10 +290,10 @@ class MlaSharedRerunsIndexer(TorchMLA):
 
 
 class DsaNewestPoolStaleKey(TorchDSA):
-    """The newest kept pool is scored with the pool key before it (a pooled-key cache one pool behind):
-    only queries that see the newest pool pick wrongly, so only the last positions' attention output is
-    wrong while the latent cache and the index rows are right (what a kernel bug near the end of the
-    selection looks like from outside)."""
+    """The newest kept pool is scored with the pool key before it (a pooled-key cache one pool behind): only the last positions pick wrongly, the caches stay right."""
+
+    # what a bug near the end of the selection looks like from outside: in an MLA layer only the last
+    # positions' attention output is wrong while the latent cache and the index rows agree
 
     def pool_keys(self, packed, ape, kpool):
         kbar, member_idx, pool_valid, first, kept = super().pool_keys(packed, ape, kpool)
@@ -316,8 +316,7 @@ MUTANTS.update((
     _dsa_mla_row(MlaScaleMoved, "mla_scale_moved", "mla.absorbed.output"),
     _dsa_mla_row(MlaUnnormalizedLatentCached, "mla_unnormalized_latent_cached", "mla.paths.latent_cache"),
     _dsa_mla_row(MlaSharedRerunsIndexer, "mla_shared_reruns_indexer", "mla.paths.shared_output"),
-    ("mla_newest_pool_stale_key", Mutant("mla_newest_pool_stale_key", "mla", DsaNewestPoolStaleKey.__doc__.strip(),
-                                         "mla.paths.selection", lambda: TorchMLA(DsaNewestPoolStaleKey()))),
+    _dsa_mla_row(DsaNewestPoolStaleKey, "dsa_newest_pool_stale_key", "dsa.index.scores"),
 ))
 
 

@@ -374,6 +374,7 @@ PROBES = {
     "dsa_visible_by_first_token": _dsa_probe(6),
     "dsa_budget_topk": _dsa_probe(23),
     "dsa_anchor_at_zero": _dsa_probe(13, pads=[0, 2], B=2),
+    "dsa_newest_pool_stale_key": _dsa_probe(13),
     "mla_scale_moved": _attention_probe,
     "mla_unnormalized_latent_cached": _sublayer_probe,
     "mla_shared_reruns_indexer": _shared_probe,
