@@ -114,12 +114,16 @@ def target_weights(base: str, layers: int, seed: int, device: str, dtype: torch.
 
 def model_lengths(g: Geometry, max_len: int) -> st.SearchStrategy[int]:
     """Pool-boundary lengths (1..2·kpool+1, topk + kpool ± 1), lengths past topk + kpool (real top-k
-    sparsity: the selection no longer covers the whole prefix), or any up to max_len; a third each."""
+    sparsity: the selection no longer covers the whole prefix), or any up to max_len; a third each
+    (half special, half any for short prompts, whose special lengths reach past topk + kpool)."""
     special = sorted({n for n in [*range(1, 2 * g.index_kpool + 2), g.index_topk + g.index_kpool - 1,
                                   g.index_topk + g.index_kpool, g.index_topk + g.index_kpool + 1]
                       if 1 <= n <= max_len})
     lo = g.index_topk + g.index_kpool
-    sparse = st.integers(lo, max_len) if lo <= max_len else st.integers(1, max_len)
+    if max_len <= lo + 2:
+        # the interpreter's short prompts: the special lengths already hold every sparse one
+        return st.booleans().flatmap(lambda pick: st.sampled_from(special) if pick else st.integers(1, max_len))
+    sparse = st.integers(lo, max_len)
     return st.integers(0, 2).flatmap(lambda pick: (st.sampled_from(special), sparse, st.integers(1, max_len))[pick])
 
 
