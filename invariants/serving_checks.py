@@ -1,0 +1,381 @@
+"""Serving scenarios as a check (`serving.state_machine`): a drawn program of serving operations runs on
+three engines side by side, and after EVERY operation every live request is compared.
+
+Engines (impl.serving.Engine, or the candidate's own engine class `Implementation.serving`): over the
+float64 oracle model; over the candidate's mechanisms (its model composed by impl.model); over the
+torch baseline's (the error scale of the contract). Operations (OPS; a program is a tuple of them):
+
+    admit p          a new request with prompt p (its prefill pending)
+    admit_padded ps  several new requests prefilled as ONE left-padded batch
+    prefill i n      the next n prompt tokens of live request i
+    decode i t       one token (the request's prefill finished first)
+    step rows        ONE packed forward: per row a live request and its prefill chunk length or decode
+                     tokens (zero-length rows allowed)
+    reorder rows o   the same rows stepped in the permuted order o
+    speculate i d a  draft d, then accept a of them (rollback = restore + replay)
+    fork i           a new request from request i's state (a prefix-cache hit)
+    cancel i p       cancel; a step naming it must be refused and move nothing; p: a fresh request
+                     reusing the id (slot reuse), or None
+
+Requests are named by their position among the live ones at the time (modulo their count), so a
+program stays valid when the shrinker drops operations. Comparisons after each operation, per live
+request (contracts.toml, mechanism "serving"): `history` exact; every state array and the cached
+logits row against the oracle engine (kernel_replacement, the baseline engine's error as the scale);
+the oracle engine's logits and state against a COLD oracle run over the request's whole history
+(self_consistency: nothing of a cancelled or rejected branch, another document or a pad is visible);
+a reordered step's oracle results against the drawn order's (self_consistency); a refused step
+`refused` (exact: raised, nothing moved).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tempfile
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from invariants.compare import Comparison, to_numpy
+from invariants.labels import label
+from invariants.target import Target, poisoned_memory
+from oracle.config import Geometry
+
+MAX_PROMPT = 6      # tokens of a drawn prompt (and of a prefill chunk): the interpreter costs ~0.3 s a token
+MAX_ROWS = 4        # rows of a packed step
+MAX_OPS = 10        # operations of a drawn program
+MODEL_SEED = 3
+
+
+class ServingCase(NamedTuple):
+    """A program of serving operations (module docstring), run from empty engines."""
+
+    ops: tuple
+
+
+# ----------------------------------------------------------------------------- the models
+
+
+@functools.lru_cache(maxsize=1)
+def geometry() -> Geometry:
+    """The preset "tiny" cut to its first five layers (KDA, full DSA, KDA, full DSA, shared DSA), 4
+    Sinkhorn iterations: every layer kind at the least interpreter cost per token."""
+    g = Geometry.preset("tiny")
+    n = 5
+    return dataclasses.replace(g, num_hidden_layers=n, layer_types=g.layer_types[:n],
+                               mlp_layer_types=g.mlp_layer_types[:n], indexer_types=g.indexer_types[:n],
+                               hc_sinkhorn_iters=4)
+
+
+@functools.lru_cache(maxsize=1)
+def _checkpoint() -> str:
+    from oracle.checkpoint import write_random
+    return write_random(tempfile.mkdtemp(prefix="glmgate-serving-"), geometry(), seed=MODEL_SEED)
+
+
+@functools.lru_cache(maxsize=1)
+def oracle_model():
+    from oracle import model as om
+    return om.load(_checkpoint())
+
+
+@functools.lru_cache(maxsize=8)
+def _weights(device: str, dtype: torch.dtype):
+    from impl.model import to_torch
+    from oracle.checkpoint import load
+    return to_torch(load(_checkpoint()), device, dtype)
+
+
+def target_model(t: Target):
+    """impl.model's composition over t's mechanism namespaces, on t's device in t's dtype."""
+    from impl.model import Backend, Model
+    m = Model(_weights(t.device, t.dtype), "triton")
+    m.backend = Backend(t.impl.name, t.impl.kda, t.impl.mla, t.impl.moe, t.impl.mhc)
+    return m
+
+
+def _engine(t: Optional[Target]):
+    from impl.serving import Engine
+    if t is None:
+        return Engine(oracle_model())
+    return (getattr(t.impl, "serving", None) or Engine)(target_model(t))
+
+
+@functools.lru_cache(maxsize=512)
+def _cold(history: tuple):
+    """(last logits row, state) of the oracle over `history` from an empty state (a pure function)."""
+    logits, state = oracle_model().forward(np.asarray([history]))
+    return logits[0, -1], state
+
+
+# ----------------------------------------------------------------------------- the strategy
+
+_tokens = st.integers(0, 63)
+_prompts = st.lists(_tokens, min_size=1, max_size=MAX_PROMPT)
+_live = st.integers(0, 7)                       # a live request by position (modulo the live count)
+_rows = st.lists(st.tuples(_live, st.integers(0, 4), st.lists(_tokens, max_size=2)), min_size=1,
+                 max_size=MAX_ROWS)
+OPS = {
+    "admit": st.tuples(st.just("admit"), _prompts),
+    "admit_padded": st.tuples(st.just("admit_padded"),
+                              st.lists(st.lists(_tokens, min_size=1, max_size=3), min_size=2, max_size=3)),
+    "prefill": st.tuples(st.just("prefill"), _live, st.integers(1, MAX_PROMPT)),
+    "decode": st.tuples(st.just("decode"), _live, _tokens),
+    "step": st.tuples(st.just("step"), _rows),
+    "reorder": st.tuples(st.just("reorder"), _rows, st.floats(0, 1, exclude_max=True)),
+    "speculate": st.tuples(st.just("speculate"), _live, st.lists(_tokens, min_size=1, max_size=3), st.integers(0, 3)),
+    "fork": st.tuples(st.just("fork"), _live),
+    "cancel": st.tuples(st.just("cancel"), _live, st.one_of(st.none(), _prompts)),
+}
+
+
+@st.composite
+def serving_cases(draw, base=None, *, max_ops: int = MAX_OPS) -> ServingCase:
+    """A program: an admit first (most operations need a live request), then up to max_ops - 1
+    operations of any kind; `base` is ignored (the serving geometry is fixed: `geometry()`)."""
+    first = draw(OPS["admit"])
+    rest = draw(st.lists(st.one_of(*OPS.values()), max_size=max_ops - 1))
+    return ServingCase(tuple(_plain(op) for op in [first, *rest]))
+
+
+def _plain(op):
+    """JSON-shaped: tuples become lists (a case round-trips through `glmgate repro`); the reorder
+    permutation is stored as a float in [0, 1) that picks one at run time (rows change with shrinking)."""
+    return [_plain(x) if isinstance(x, (tuple, list)) else x for x in op]
+
+
+# ----------------------------------------------------------------------------- running a program
+
+
+def _arrays(state) -> list:
+    """(name, float64 copy) of every cached array of a HybridState: a copy, since engines update their
+    KDA slots in place and a comparison is judged after the whole program ran."""
+    out = []
+    for i, e in enumerate(state.layers):
+        if e is None:
+            continue
+        for field, a in zip(e._fields, e):
+            if a is not None:
+                out.append((f"L{i}.{field}", np.array(to_numpy(a), copy=True)))
+    return out
+
+
+class _Run:
+    """Three engines (oracle, candidate, baseline) stepped together; `out` collects the comparisons."""
+
+    def __init__(self, cand: Target, base: Target):
+        self.oracle, self.cand, self.base = _engine(None), _engine(cand), _engine(base)
+        self.engines = (self.oracle, self.cand, self.base)
+        self.next_id, self.out = 0, []
+
+    def all(self, fn) -> None:
+        for e in self.engines:
+            with poisoned_memory() if e is not self.oracle else _nothing():
+                fn(e)
+
+    def live(self, i):
+        ids = self.oracle.live()
+        return ids[i % len(ids)] if ids else None
+
+    def fresh(self):
+        self.next_id += 1
+        return self.next_id
+
+    def finish_prefill(self, rid) -> None:
+        n = self.oracle.pending(rid)
+        if n:
+            self.all(lambda e: e.prefill_chunk(rid, n))
+
+    def rows(self, spec) -> list:
+        """Distinct live requests with a prefill chunk (pending prompt) or decode tokens (a row may be empty)."""
+        rows, seen = [], set()
+        for i, n, toks in spec:
+            rid = self.live(i)
+            if rid is None or rid in seen:
+                continue
+            seen.add(rid)
+            pending = self.oracle.requests[rid].prompt
+            rows.append((rid, pending[:min(n, len(pending))] if pending else list(toks)))
+        return rows
+
+    # ------------------------------------------------------------------ comparisons
+
+    def compare(self, where: str) -> None:
+        live = self.oracle.live()
+        self.out.append(Comparison("state_machine", "live_requests", np.asarray(self.cand.live(), float),
+                                   np.asarray(live, float), kind="exact", where=where))
+        for rid in live:
+            at = f"{where}, request {rid}"
+            hist = self.oracle.history(rid)
+            self.out.append(Comparison("state_machine", "history", np.asarray(self.cand.history(rid), float),
+                                       np.asarray(hist, float), kind="exact", where=at))
+            ref, got, bas = (_arrays(e.state(rid)) for e in self.engines)
+            self.out.append(Comparison("state_machine", "layout", np.asarray([len(got)], float),
+                                       np.asarray([len(ref)], float), kind="exact", where=at))
+            for (name, r), (_, g), (_, b) in zip(ref, got, bas):
+                self.out.append(Comparison("state_machine", "state", g, r, b, where=f"{at} {name}"))
+            if not hist:
+                continue
+            cold, cold_state = _cold(tuple(hist))
+            self.out.append(Comparison("state_machine", "cached_logits", _copy(self.cand.logits(rid)), cold,
+                                       _copy(self.base.logits(rid)), where=at))
+            self.out.append(Comparison("state_machine", "oracle_vs_cold", _copy(self.oracle.logits(rid)), cold,
+                                       kind="self_consistency", where=at))
+            for (name, c), (_, o) in zip(_arrays(cold_state), ref):
+                self.out.append(Comparison("state_machine", "oracle_vs_cold", o, c, kind="self_consistency",
+                                           where=f"{at} {name}"))
+
+    # ------------------------------------------------------------------ operations
+
+    def admit(self, prompt):
+        rid = self.fresh()
+        self.all(lambda e: e.admit(rid, prompt))
+
+    def admit_padded(self, prompts):
+        rids = [self.fresh() for _ in prompts]
+        if len({len(p) for p in prompts}) > 1:
+            label("padded batch: rows of different lengths")
+        self.all(lambda e: e.admit_padded(list(zip(rids, prompts))))
+
+    def prefill(self, i, n):
+        rid = self.live(i)
+        if rid is not None:
+            self.all(lambda e: e.prefill_chunk(rid, n))
+
+    def decode(self, i, tok):
+        rid = self.live(i)
+        if rid is not None:
+            self.finish_prefill(rid)
+            self.all(lambda e: e.decode(rid, tok))
+
+    def step(self, spec):
+        rows = self.rows(spec)
+        if rows:
+            _label_rows(rows, self.oracle)
+            self.all(lambda e: e.step(rows))
+
+    def reorder(self, spec, pick, where):
+        """The same rows in a permuted order: the oracle's per-request results equal the drawn order's."""
+        rows = self.rows(spec)
+        if not rows:
+            return
+        perms = [list(p) for p in _permutations(len(rows))]
+        order = perms[min(int(pick * len(perms)), len(perms) - 1)]
+        permuted = [rows[i] for i in order]
+        if permuted != rows:
+            label("reorder: a different order")
+        replica = _replica(self.oracle, [r for r, _ in rows])
+        self.oracle.step(rows)
+        replica.step(permuted)
+        for rid, _ in rows:
+            at = f"{where}, request {rid} stepped in order {order}"
+            self.out.append(Comparison("state_machine", "reorder", _copy(replica.logits(rid)),
+                                       _copy(self.oracle.logits(rid)), kind="self_consistency", where=at))
+        for e in (self.cand, self.base):
+            with poisoned_memory():
+                e.step(permuted)
+
+    def speculate(self, i, draft, a):
+        rid = self.live(i)
+        if rid is None:
+            return
+        a = min(a, len(draft))
+        label(f"speculate: accept {'none' if a == 0 else 'all' if a == len(draft) else 'some'}")
+        self.finish_prefill(rid)
+        self.all(lambda e: e.speculate(rid, draft))
+        self.all(lambda e: e.accept(rid, a))
+
+    def fork(self, i):
+        src = self.live(i)
+        if src is not None:
+            rid = self.fresh()
+            self.all(lambda e: e.fork(src, rid))
+
+    def cancel(self, i, reuse, where):
+        """Cancel; a step naming the cancelled request is refused before any request moves; maybe a
+        fresh request reuses the id (slot reuse) and must start from nothing."""
+        rid = self.live(i)
+        if rid is None:
+            return
+        self.all(lambda e: e.cancel(rid))
+        others = self.oracle.live()[:2]
+        for e in self.engines:
+            before = {r: e.history(r) for r in others}
+            refused = 0.0
+            try:
+                e.step([(r, []) for r in others] + [(rid, [0])])
+            except KeyError:
+                refused = 1.0
+            moved = [r for r, h in before.items() if e.history(r) != h] + ([rid] if rid in e.live() else [])
+            self.out.append(Comparison("state_machine", "refused", np.asarray([refused, len(moved)], float),
+                                       np.asarray([1.0, 0.0]), kind="exact",
+                                       where=f"{where}: a step naming cancelled request {rid}"))
+        if reuse:
+            label("cancelled id reused by a fresh request")
+            self.all(lambda e: e.admit(rid, reuse))
+
+
+def _copy(a) -> np.ndarray:
+    return np.array(to_numpy(a), copy=True)
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _permutations(n: int):
+    import itertools
+    return list(itertools.permutations(range(n)))
+
+
+def _replica(engine, rids):
+    """A new engine over the same model holding deep copies of the requests `rids`."""
+    from impl.serving import Engine, Request
+    out = Engine(engine.model)
+    for rid in rids:
+        r = engine.requests[rid]
+        out.requests[rid] = Request(rid, list(r.prompt), r.state.snapshot(), list(r.history),
+                                    None if r.logits is None else np.array(r.logits))
+    return out
+
+
+def _label_rows(rows, oracle) -> None:
+    lens = [len(t) for _, t in rows]
+    if 0 in lens:
+        label("packed: zero-length row")
+    if any(n == 1 for n in lens[1:-1]):
+        label("packed: 1-token row mid-batch")
+    if any(oracle.requests[r].prompt for r, _ in rows) and any(not oracle.requests[r].prompt and t for r, t in rows):
+        label("packed: prefill chunk and decode rows together")
+
+
+def run_state_machine(case: ServingCase, cand: Target, base: Target) -> list:
+    """Run the program on the oracle, candidate and baseline engines; compare after every operation."""
+    run = _Run(cand, base)
+    for k, op in enumerate(case.ops):
+        kind, args = op[0], list(op[1:])
+        where = f"after op {k} ({kind})"
+        if kind in ("reorder", "cancel"):
+            args.append(where)
+        getattr(run, kind)(*args)
+        run.compare(where)
+    return run.out
+
+
+# ----------------------------------------------------------------------------- pinned programs
+# Each drives one serving bug class to where it shows (the serving mutants must break every one that
+# names them in impl/mutants.py); `glmgate zoo` and CI replay them first.
+
+ROLLBACK = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["speculate", 0, [2, 6, 5], 1]))
+REJECT_ALL = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["speculate", 0, [2, 6, 5], 0]))
+FORK = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["fork", 0], ["decode", 1, 7]))
+PADDED = ServingCase((["admit_padded", [[3, 1, 4, 1], [2, 7], [8]]],
+                      ["step", [[0, 0, [5]], [1, 0, [6]], [2, 0, [7]]]]))
+PACKED = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["admit", [2, 7, 1]], ["admit", [8, 2]], ["admit", [6, 6, 6]],
+                      ["prefill", 1, 3], ["prefill", 2, 2],
+                      ["step", [[0, 3, []], [1, 0, [5]], [2, 0, []], [3, 2, []]]],
+                      ["reorder", [[0, 3, []], [1, 0, []], [2, 0, [4]], [3, 1, []]], 0.9],
+                      ["cancel", 1, None]))
+EXAMPLES = (ROLLBACK, REJECT_ALL, FORK, PADDED, PACKED)
