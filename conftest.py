@@ -1,4 +1,4 @@
-"""pytest set-up: Hypothesis profiles (gate/profiles.py), the gpu marker, the Triton backend.
+"""pytest set-up: Hypothesis profiles (invariants/profiles.py), the gpu marker, the Triton backend.
 
 Profile: $GLMGATE_PROFILE, else `ci` when $CI is set, else `dev` (an unknown name stops pytest with the
 list of profiles).
@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
-from gate.profiles import default_profile, register  # noqa: E402
+from invariants.profiles import default_profile, register  # noqa: E402
 
 register()
 

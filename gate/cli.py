@@ -1,6 +1,6 @@
 """`glmgate`: differential tests of the GLM-5.3-Flash decoder against its float64 oracle.
 
-Thin: it calls the runner (gate/runner.py) and renders.
+Thin: it calls the runner (invariants/engine.py) and renders.
 
 Subcommands: run (the matrix), repro (one shrunk case), contracts (the declared table), zoo (every
 planted mutant must be caught), bench (correctness-gated GPU benchmarks).
@@ -105,7 +105,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _profile(args, default: str) -> str:
     """The chosen profile, validated with --examples and --seed (one line when --seed overrides a
     derandomized profile's fixed draws)."""
-    from gate.profiles import DERANDOMIZED, check_name, register
+    from invariants.profiles import DERANDOMIZED, check_name, register
 
     register()
     try:
@@ -137,8 +137,8 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
     the finished ones there for the report); returns `results`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gate.profiles import EXAMPLES
-    from gate.runner import run_check
+    from invariants.profiles import EXAMPLES
+    from invariants.engine import run_check
 
     results = [] if results is None else results
     per = examples or EXAMPLES[profile]
@@ -200,7 +200,7 @@ def _table(results, title):
 
 def _select(args):
     """(checks, whether model.reference runs) from --mechanism and --check."""
-    from gate.runner import REFERENCE_CHECK
+    from invariants.engine import REFERENCE_CHECK
     from invariants.matrix import BY_NAME, checks_for
 
     try:
@@ -221,7 +221,7 @@ def _select(args):
 
 def _interrupted_rows(checks, reference, results):
     """A "not run" row for every selected check a Ctrl-C stopped before it finished."""
-    from gate.runner import REFERENCE_CHECK, CheckResult
+    from invariants.engine import REFERENCE_CHECK, CheckResult
 
     done = {r.check for r in results}
     names = [(c.name, c.mechanism) for c in checks] + ([(REFERENCE_CHECK, "model")] if reference else [])
@@ -231,7 +231,7 @@ def _interrupted_rows(checks, reference, results):
 
 def _report(results, args, console) -> None:
     """The table, the summary line, then why each check did not pass."""
-    from gate.runner import REFERENCE_CHECK, summarize, summary_line
+    from invariants.engine import REFERENCE_CHECK, summarize, summary_line
 
     console.print(_table(results, "glmgate: contracts"))
     console.print(summary_line(summarize(results)), markup=False)
@@ -257,7 +257,7 @@ def _report(results, args, console) -> None:
 
 
 def _write_json(results, meta: dict, where: str) -> None:
-    from gate.runner import results_json
+    from invariants.engine import results_json
 
     text = results_json(results, meta)
     if where == "-":
@@ -268,7 +268,7 @@ def _write_json(results, meta: dict, where: str) -> None:
 
 
 def _exit_code(results, require_reference: bool) -> int:
-    from gate.runner import REFERENCE_CHECK
+    from invariants.engine import REFERENCE_CHECK
 
     bad = [r for r in results if r.status in ("fail", "error")
            or (r.status == "not run" and r.check == REFERENCE_CHECK and require_reference)]
@@ -277,8 +277,8 @@ def _exit_code(results, require_reference: bool) -> int:
 
 def cmd_run(args) -> int:
     _setup_device(args.device)
-    from gate.profiles import default_profile
-    from gate.runner import REFERENCE_CHECK, run_reference
+    from invariants.profiles import default_profile
+    from invariants.engine import REFERENCE_CHECK, run_reference
     from invariants.reference import VERSION
 
     try:
@@ -328,7 +328,7 @@ def cmd_repro(args) -> int:
             raise SystemExit(f"repro: the JSON has no {field!r} field")
     device = args.device or payload.get("device", "cpu")
     _setup_device(device)
-    from gate.runner import CheckCrashed, run_one
+    from invariants.engine import CheckCrashed, run_one
     from invariants.matrix import BY_NAME
     from invariants.report import ContractBroken, describe
     from strategies.cases import case_from_json
@@ -354,7 +354,7 @@ def cmd_repro(args) -> int:
         traceback.print_exception(e.exc)
         return 1
     except Exception as e:          # the check itself could not reach a verdict (an undeclared contract)
-        from gate.runner import describe_exception
+        from invariants.engine import describe_exception
         print(f"  ERROR {describe_exception(e)}")
         return 1
     for v in verdicts:

@@ -1,6 +1,6 @@
 """The correctness matrix as one table of small records (STYLE 2): name, cases, run.
 
-`evaluate` turns a record's comparisons into contract verdicts; the runner (gate/runner.py) and the
+`evaluate` turns a record's comparisons into contract verdicts; the runner (invariants/engine.py) and the
 tests (tests/test_kda.py) both go through it, so the CLI and pytest assert the same thing.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from gate.runner import run_check
+from invariants.engine import run_check
 from impl import mutants, registry
 from invariants.contracts import load
 from invariants.matrix import BY_NAME, CHECKS

@@ -1,4 +1,4 @@
-"""gate/runner.py on fake checks (no kernels, seconds): margins, legal flips and ill-conditioned counts,
+"""invariants/engine.py on fake checks (no kernels, seconds): margins, legal flips and ill-conditioned counts,
 every way a check can end (pass / fail / error), reproducible profiles, and model.reference's
 capability probe and its error path.
 
@@ -16,8 +16,8 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from gate import runner
-from gate.profiles import DB_DIR
+from invariants import engine as runner
+from invariants.profiles import DB_DIR
 from impl import registry
 from invariants.contracts import UndeclaredContract, load
 from invariants.matrix import Check

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import strategies as st
 from rich.console import Console
 
-from gate import cli, runner
+from gate import cli
+from invariants import engine as runner
 from invariants import matrix
 from test_framework_runner import FakeCase, FakeVerdict, fake_check
 

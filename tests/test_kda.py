@@ -12,7 +12,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gate.runner import run_one
+from invariants.engine import run_one
 from impl import registry
 from invariants.matrix import BY_NAME
 from invariants.target import cpu_targets

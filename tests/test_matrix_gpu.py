@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from gate.runner import run_check
+from invariants.engine import run_check
 from impl import registry
 from invariants.matrix import CHECKS
 from invariants.target import Target

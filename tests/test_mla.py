@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hypothesis import example, given
 
-from gate.runner import run_one
+from invariants.engine import run_one
 from invariants.matrix import BY_NAME
 from invariants.target import cpu_targets
 from oracle.config import Geometry

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from gate import cli
-from gate.runner import run_check
+from invariants.engine import run_check
 from impl import mutants, registry
 from invariants import model_checks as mc
 from invariants import reference

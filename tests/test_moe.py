@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import example, given
 
-from gate.runner import run_one
+from invariants.engine import run_one
 from impl import registry
 from invariants.matrix import BY_NAME, evaluate
 from invariants.moe_checks import moe_inputs

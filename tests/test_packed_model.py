@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import impl.model as im
 import oracle.model as om
-from gate.profiles import default_profile
+from invariants.profiles import default_profile
 from impl.state import HybridState
 from oracle.checkpoint import write_random
 from oracle.types import DSACache, KDAState

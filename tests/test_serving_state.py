@@ -50,8 +50,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 import impl.model as im
 import oracle.model as om
-from gate.profiles import default_profile
-from gate.runner import describe_exception
+from invariants.profiles import default_profile
+from invariants.engine import describe_exception
 from impl.mutants import SERVING_MUTANTS
 from impl.serving import Engine, Request
 from invariants.contracts import lookup
