@@ -182,7 +182,7 @@ def _build(cls, g: Geometry, named: dict, prefix: str, **extra):
 
 
 def layer(g: Geometry, named: dict, i: int, nvfp4: Optional[NVFP4ExpertWeights] = None) -> LayerWeights:
-    """LayerWeights of layer i from module-named arrays (NumPy or torch), each sublayer validated.
+    """LayerWeights of layer i from module-named arrays (NumPy or torch), attention and MLP validated.
 
     nvfp4: the layer's NVFP4 routed experts (MoEWeights.nvfp4), if any.
     """
