@@ -27,6 +27,7 @@ import torch
 
 import impl  # noqa: F401  (selects the Triton interpreter on CPU-only machines)
 from impl.state import HybridState
+from impl.weights import F32_WEIGHTS, nvfp4_experts, to_torch  # noqa: F401  (moved to impl/weights.py)
 from oracle.checkpoint import LayerWeights, Weights
 from oracle.checkpoint import load as load_weights
 from oracle.config import DENSE, LINEAR, SHARED, Geometry
@@ -35,9 +36,6 @@ from oracle.state import StateError
 from oracle.types import KDAWeights, MoEWeights, NVFP4ExpertWeights, NVFP4Tensor, Selection
 
 __all__ = ["Model", "load", "forward", "decoder_layer", "effective_mask", "rmsnorm", "to_torch", "nvfp4_experts"]
-
-# kept in float32 whatever the working dtype (SPEC §11)
-F32_WEIGHTS = ("conv1d", "dt_bias", "A_log")
 
 
 def rmsnorm(x, w, eps: float):
@@ -175,55 +173,6 @@ def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, at
     h = rmsnorm(be.mhc.reduce(X), weights.norm, g.rms_norm_eps)                          # [B, S, D]
     logits = (h @ weights.lm_head.T).float()
     return logits, HybridState(g.layer_types, layers, state.seq_len + S)
-
-
-def nvfp4_experts(nv: NVFP4ExpertWeights, device="cpu"):
-    """The oracle's NVFP4 experts (NumPy, gate and up apart) -> impl.nvfp4.NVFP4Experts on `device`
-    (gate_up fused: one global scale per expert, NVFP4.md A5); codes and fp8 scales bit for bit."""
-    from impl.nvfp4 import FP8, NVFP4Experts
-
-    def move(t: NVFP4Tensor) -> NVFP4Tensor:
-        def arr(a):
-            a = np.ascontiguousarray(a)
-            if a.dtype.name == "float8_e4m3fn":                   # no NumPy fp8 in torch: go through the bits
-                return torch.from_numpy(a.view(np.uint8).copy()).view(FP8).to(device)
-            return torch.from_numpy(a.copy()).to(device)
-        return t.map(arr)
-    return NVFP4Experts(move(nv.gate_up()), move(nv.down))
-
-
-def _moe(w: MoEWeights, t, device, nvfp4: bool) -> MoEWeights:
-    """MoEWeights to torch; its NVFP4 experts as NVFP4Experts (nvfp4=True) or dropped (dequantized only)."""
-    moved = w.map(t)
-    if w.nvfp4 is None or not nvfp4:
-        return dataclasses.replace(moved, nvfp4=None)
-    return dataclasses.replace(moved, nvfp4=nvfp4_experts(w.nvfp4, device))
-
-
-def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32, nvfp4: bool = True) -> Weights:
-    """The float64 oracle Weights as torch tensors on `device` in `dtype` (KDA gates/conv in float32).
-
-    nvfp4: keep an NVFP4 checkpoint's expert codes and scales (MoEWeights.nvfp4, for the triton
-    backend's W4A16 kernels); False drops them (the dequantized gate_up_proj / down_proj remain).
-    """
-    def t(a, d=dtype):
-        return torch.as_tensor(np.asarray(a), dtype=d, device=device)
-
-    def mlp(w):
-        return _moe(w, t, device, nvfp4) if isinstance(w, MoEWeights) else w.map(t)
-
-    def kda(w: KDAWeights) -> KDAWeights:
-        moved = w.map(t)
-        return dataclasses.replace(moved, **{n: t(getattr(w, n), torch.float32) for n in F32_WEIGHTS})
-
-    layers = []
-    for lw in weights.layers:
-        layers.append(dataclasses.replace(
-            lw, input_layernorm=t(lw.input_layernorm), post_attention_layernorm=t(lw.post_attention_layernorm),
-            attn_hc=lw.attn_hc.map(t), ffn_hc=lw.ffn_hc.map(t),
-            kda=None if lw.kda is None else kda(lw.kda), mla=None if lw.mla is None else lw.mla.map(t),
-            indexer=None if lw.indexer is None else lw.indexer.map(t), mlp=mlp(lw.mlp)))
-    return Weights(weights.geometry, t(weights.embed_tokens), t(weights.norm), t(weights.lm_head), tuple(layers))
 
 
 class Model:

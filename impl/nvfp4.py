@@ -27,8 +27,7 @@ import triton
 from impl.baseline import nvfp4 as _base
 from impl.baseline.nvfp4 import BLOCK, FP8
 from impl.kernels.moe import nvfp4_qdq_fwd_kernel
-from oracle import nvfp4 as _onv
-from oracle.types import NVFP4Tensor
+from oracle.types import NVFP4Experts, NVFP4Tensor, fused_experts  # noqa: F401  (NVFP4Experts re-exported)
 
 quantize_e2m1 = _base.quantize_e2m1
 dequantize_e2m1 = _base.dequantize_e2m1
@@ -43,12 +42,6 @@ check_tensor = _base.check_tensor
 swizzle_scales = _base.swizzle_scales
 unswizzle_scales = _base.unswizzle_scales
 dequantize_swizzled = _base.dequantize_swizzled
-
-
-# NVFP4 routed-expert weights: gate_up [E, 2I, D] (rows 0..I-1 gate) and down [E, D, I], stacked; the
-# oracle's container (one class on both sides), here with torch fields
-NVFP4Experts = _onv.NVFP4Experts
-fused_experts = _onv.fused_experts
 
 
 def tensor(a, device=None) -> torch.Tensor:

@@ -13,11 +13,9 @@ import numpy as np
 import torch
 
 from impl.registry import Implementation
-from oracle.types import KDAState, KDAWeights
+from oracle.types import F32_WEIGHTS, KDAState, KDAWeights, cast_arrays  # noqa: F401  (F32_WEIGHTS re-exported)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
-# kept in float32 when a checkpoint is loaded in bf16 (SPEC §11)
-F32_WEIGHTS = ("conv1d", "dt_bias", "A_log")
 
 
 class Target(NamedTuple):
@@ -37,9 +35,8 @@ class Target(NamedTuple):
         return torch.as_tensor(np.asarray(a), dtype=torch.int32, device=self.device)
 
     def weights(self, w: KDAWeights) -> KDAWeights:
-        out = {n: self.tensor(getattr(w, n), f32=n in F32_WEIGHTS) for n in F32_WEIGHTS}
-        moved = w.map(self.tensor)
-        return KDAWeights(**{**moved.__dict__, **out})
+        """Any weight container in this target's dtype and device, its declared float32 fields in float32."""
+        return cast_arrays(w, lambda a, f32: self.tensor(a, f32=f32))
 
     def state(self, s: KDAState) -> KDAState:
         return KDAState(self.tensor(s.recurrent, f32=True), self.tensor(s.conv))

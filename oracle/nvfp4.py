@@ -25,12 +25,12 @@ Every zero is encoded as code 0 (+0), never code 8 (-0): compare zeros by value,
 """
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Optional
+from typing import Mapping, Optional
 
 import ml_dtypes
 import numpy as np
 
-from oracle.types import NVFP4Tensor
+from oracle.types import CT, MODELOPT, NVFP4_LEAVES, NVFP4Experts, NVFP4Tensor, fused_experts
 
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 E2M1_MAX = 6.0
@@ -306,6 +306,11 @@ def _exact_flip(name: str, s) -> np.float32:
     return np.float32(f)
 
 
+def _keys(prefix: str, layout: str) -> dict[str, str]:
+    """{NVFP4Tensor field: `<prefix>.<leaf>`} in `layout` (oracle.types.NVFP4_LEAVES)."""
+    return {field: f"{prefix}.{leaf.names[layout]}" for field, leaf in NVFP4_LEAVES.items()}
+
+
 def to_compressed_tensors(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
     """compressed-tensors `nvfp4-pack-quantized` tensors of one module (A5).
 
@@ -315,12 +320,12 @@ def to_compressed_tensors(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
         .input_global_scale float32 [1] ENCODE, only when t.input_global_scale is set (W4A4)
     """
     check_tensor(t)
-    out = {f"{prefix}.weight_packed": np.asarray(t.packed).copy(),
-           f"{prefix}.weight_scale": np.asarray(t.block_scale).copy(),
-           f"{prefix}.weight_global_scale":
-               np.array([_exact_flip("global_decode", t.global_decode)], dtype=np.float32)}
+    key = _keys(prefix, CT)
+    out = {key["packed"]: np.asarray(t.packed).copy(),
+           key["block_scale"]: np.asarray(t.block_scale).copy(),
+           key["global_decode"]: np.array([_exact_flip("global_decode", t.global_decode)], dtype=np.float32)}
     if t.input_global_scale is not None:
-        out[f"{prefix}.input_global_scale"] = np.array([t.input_global_scale], dtype=np.float32).reshape(1)
+        out[key["input_global_scale"]] = np.array([t.input_global_scale], dtype=np.float32).reshape(1)
     return out
 
 
@@ -332,11 +337,12 @@ def to_modelopt(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
         DECODE = global_decode;  .input_scale float32 scalar DECODE = 1 / input_global_scale (W4A4 only)
     """
     check_tensor(t)
-    out = {f"{prefix}.weight": np.asarray(t.packed).copy(),
-           f"{prefix}.weight_scale": np.asarray(t.block_scale).copy(),
-           f"{prefix}.weight_scale_2": np.array(t.global_decode, dtype=np.float32).reshape(())}
+    key = _keys(prefix, MODELOPT)
+    out = {key["packed"]: np.asarray(t.packed).copy(),
+           key["block_scale"]: np.asarray(t.block_scale).copy(),
+           key["global_decode"]: np.array(t.global_decode, dtype=np.float32).reshape(())}
     if t.input_global_scale is not None:
-        out[f"{prefix}.input_scale"] = np.array(
+        out[key["input_global_scale"]] = np.array(
             _exact_flip("input_global_scale", t.input_global_scale), dtype=np.float32).reshape(())
     return out
 
@@ -347,10 +353,11 @@ def from_compressed_tensors(tensors: Mapping[str, np.ndarray], prefix: str) -> N
     global_decode = float32 1 / weight_global_scale (what SGLang/vLLM store at load time).
     Raises ValueError naming the missing or mis-shaped tensor, NaN/inf/negative scales, a global scale of 0.
     """
-    packed, scale = _weight_pair(tensors, f"{prefix}.weight_packed", f"{prefix}.weight_scale")
-    name = f"{prefix}.weight_global_scale"
+    key = _keys(prefix, CT)
+    packed, scale = _weight_pair(tensors, key["packed"], key["block_scale"])
+    name = key["global_decode"]
     _check_global(name, _get(tensors, name))
-    g_in = _optional_global(tensors, f"{prefix}.input_global_scale")
+    g_in = _optional_global(tensors, key["input_global_scale"])
     return NVFP4Tensor(packed, scale, np.float32(flip_global_scale(tensors[name]).reshape(())), g_in)
 
 
@@ -360,10 +367,11 @@ def from_modelopt(tensors: Mapping[str, np.ndarray], prefix: str) -> NVFP4Tensor
     global_decode = weight_scale_2 as stored; input_global_scale = float32 1 / input_scale when present.
     Raises ValueError naming the missing or mis-shaped tensor, NaN/inf/negative scales, a global scale of 0.
     """
-    packed, scale = _weight_pair(tensors, f"{prefix}.weight", f"{prefix}.weight_scale")
-    name = f"{prefix}.weight_scale_2"
+    key = _keys(prefix, MODELOPT)
+    packed, scale = _weight_pair(tensors, key["packed"], key["block_scale"])
+    name = key["global_decode"]
     _check_global(name, _get(tensors, name))
-    g_in = _optional_global(tensors, f"{prefix}.input_scale")
+    g_in = _optional_global(tensors, key["input_global_scale"])
     if g_in is not None:
         g_in = np.float32(flip_global_scale(g_in))
     return NVFP4Tensor(packed, scale, np.float32(np.asarray(tensors[name]).reshape(())), g_in)
@@ -393,32 +401,6 @@ def _optional_global(tensors, name: str) -> Optional[np.float32]:
 
 
 # ----------------------------------------------------------------------------- MoE experts (A5, A6)
-
-
-class NVFP4Experts(NamedTuple):
-    """Stacked NVFP4 routed experts as fused-w13 kernels take them (NVFP4.md A5, A7).
-
-    gate_up: NVFP4Tensor of [E, 2I, D] (rows 0..I-1 gate): packed [E, 2I, D/2], block_scale [E, 2I, D/16]
-             LINEAR, global_decode float32 [E] (DECODE, one per expert for both halves),
-             input_global_scale float32 [E] (ENCODE, W4A4's static scale of x) or None
-    down:    the same for down_proj [E, D, I]; input_global_scale is the static scale of h
-    NumPy fields on the oracle side, torch on the impl side (impl.nvfp4 re-exports this class).
-    """
-
-    gate_up: NVFP4Tensor
-    down: NVFP4Tensor
-
-    def map(self, fn) -> "NVFP4Experts":
-        return NVFP4Experts(self.gate_up.map(fn), self.down.map(fn))
-
-
-def fused_experts(nv) -> NVFP4Experts:
-    """NVFP4Experts as is, or a checkpoint's NVFP4ExpertWeights (gate, up, down) with gate and up fused."""
-    if isinstance(nv, NVFP4Experts):
-        return nv
-    if callable(getattr(nv, "gate_up", None)):
-        return NVFP4Experts(nv.gate_up(), nv.down)
-    raise ValueError(f"nvfp4: expected NVFP4Experts or NVFP4ExpertWeights, got {type(nv).__name__}")
 
 
 def expert_tensor(t: NVFP4Tensor, e: int) -> NVFP4Tensor:

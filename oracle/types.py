@@ -1,48 +1,45 @@
 """Plain containers shared by oracle/ and impl/ (no math here).
 
-Letters: B batch, S tokens of this call, H KDA heads (h), K key dim (d), V value dim (d),
+Letters: B batch, S tokens of this call, H KDA heads (h), K key dim (d), V value dim (d, = K),
 D hidden size, C conv channels (3·H·K), W conv kernel width (linear_conv_kernel_dim).
 
 The same containers hold float64 NumPy arrays on the oracle side and torch tensors on the
-implementation side; `map` converts every array field at once.
+implementation side. Each weight array is declared once, on its field (oracle/fields.py `weight`:
+shape in the section's letters, SPEC §11 on-disk and module names, float32 or not); `map`,
+`validate`, `cast_arrays` and the checkpoint name table (oracle/checkpoint_names.py) follow from it.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Union
 
-KDA_ARRAYS = (
-    "q_proj", "k_proj", "v_proj", "conv1d", "f_a_proj", "f_b_proj", "dt_bias", "A_log",
-    "b_proj", "g_a_proj", "g_b_proj", "o_norm", "o_proj",
-)
-
+from oracle.fields import (EMBED, INERT, NORM, Declared, Parts, cast_arrays, check_positive,  # noqa: F401
+                           check_shapes, declared, part, weight)
 
 @dataclasses.dataclass(frozen=True)
-class KDAWeights:
-    """One KDA sublayer's parameters (SPEC §6, §11 names without the `self_attn.` prefix).
+class KDAWeights(Declared):
+    """One KDA sublayer's parameters (SPEC §6; names under `self_attn.`).
 
     Args:
-        q_proj, k_proj, v_proj: [H·K, D]      conv1d: [C, W] (the checkpoint's [C, 1, W] squeezed)
-        f_a_proj: [K, D]   f_b_proj: [H·K, K]  dt_bias: [H·K]   A_log: [H]
-        b_proj: [H, D]     g_a_proj: [K, D]    g_b_proj: [H·K, K]
-        o_norm: [K]        o_proj: [D, H·V]
+        conv1d: the q, k, v short-conv taps concatenated (the checkpoint's [C, 1, W] squeezed)
         lower_bound: the safe-gate bound (-5.0), or None for the softplus gate (SPEC §6.4)
         eps: rms_norm_eps of the gated output norm (SPEC §6.7)
     """
 
-    q_proj: Any
-    k_proj: Any
-    v_proj: Any
-    conv1d: Any
-    f_a_proj: Any
-    f_b_proj: Any
-    dt_bias: Any
-    A_log: Any
-    b_proj: Any
-    g_a_proj: Any
-    g_b_proj: Any
-    o_norm: Any
-    o_proj: Any
+    q_proj: Any = weight("[H·K, D]", "q_proj.weight")
+    k_proj: Any = weight("[H·K, D]", "k_proj.weight")
+    v_proj: Any = weight("[H·K, D]", "v_proj.weight")
+    conv1d: Any = weight("[C, W]", Parts(("q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"), "[H·K, 1, W]"),
+                         module="conv1d.weight", squeeze=1, f32=True)
+    f_a_proj: Any = weight("[K, D]", "f_a_proj.weight", module="forget_gate.f_a_proj.weight")
+    f_b_proj: Any = weight("[H·K, K]", "f_b_proj.weight", module="forget_gate.f_b_proj.weight")
+    dt_bias: Any = weight("[H·K]", "dt_bias", module="forget_gate.dt_bias", f32=True)
+    A_log: Any = weight("[H]", "A_log", module="forget_gate.A_log", f32=True, init=INERT)
+    b_proj: Any = weight("[H, D]", "b_proj.weight")
+    g_a_proj: Any = weight("[K, D]", "g_a_proj.weight")
+    g_b_proj: Any = weight("[H·K, K]", "g_b_proj.weight")
+    o_norm: Any = weight("[K]", "o_norm.weight", init=NORM)
+    o_proj: Any = weight("[D, H·V]", "o_proj.weight")
     lower_bound: Optional[float] = -5.0
     eps: float = 1e-5
 
@@ -58,25 +55,11 @@ class KDAWeights:
     def conv_width(self) -> int:
         return int(self.conv1d.shape[-1])
 
-    def map(self, fn: Callable[[Any], Any]) -> "KDAWeights":
-        """Apply `fn` to every array field (e.g. to move to torch, a device, a dtype)."""
-        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in KDA_ARRAYS})
-
     def validate(self, hidden: Optional[int] = None) -> None:
         """Check every shape against H, K, W (and D if given); raise naming the tensor."""
-        H, K, W = self.num_heads, self.head_dim, self.conv_width
+        H, K = self.num_heads, self.head_dim
         D = hidden if hidden is not None else int(self.q_proj.shape[1])
-        want = {
-            "q_proj": (H * K, D), "k_proj": (H * K, D), "v_proj": (H * K, D),
-            "conv1d": (3 * H * K, W), "f_a_proj": (K, D), "f_b_proj": (H * K, K),
-            "dt_bias": (H * K,), "A_log": (H,), "b_proj": (H, D), "g_a_proj": (K, D),
-            "g_b_proj": (H * K, K), "o_norm": (K,), "o_proj": (D, H * K),
-        }
-        for name, shape in want.items():
-            got = tuple(getattr(self, name).shape)
-            if got != shape:
-                raise ValueError(f"KDAWeights.{name}: shape {got}, expected {shape} "
-                                 f"(H={H}, K={K}, W={W}, D={D})")
+        check_shapes(self, {"H": H, "K": K, "V": K, "C": 3 * H * K, "W": self.conv_width, "D": D})
         if self.lower_bound is not None and not self.lower_bound < 0:
             raise ValueError(f"KDAWeights.lower_bound: {self.lower_bound}, expected < 0 or None")
 
@@ -135,41 +118,31 @@ class KDAState(NamedTuple):
 # Letters: H MLA heads, d_n / d_v per-head q·k / value dims, r_q / r_kv query / KV latent ranks,
 # H_i / d_i indexer heads / head dim, P_k pool size, P kept pools, T cached tokens (past + current).
 
-MLA_ARRAYS = (
-    "q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj",
-    "o_proj",
-)
-MLA_BIASES = ("q_a_bias", "kv_a_bias", "o_bias")
-
-
 @dataclasses.dataclass(frozen=True)
-class MLAWeights:
-    """One MLA sublayer's parameters (SPEC §7, §11 names without the `self_attn.` prefix).
+class MLAWeights(Declared):
+    """One MLA sublayer's parameters (SPEC §7; names under `self_attn.`).
 
     Args:
-        q_a_proj: [r_q, D]    q_a_layernorm: [r_q]    q_b_proj: [H·d_n, r_q]
-        kv_a_proj_with_mqa: [r_kv, D]   kv_a_layernorm: [r_kv]
-        kv_b_proj: [H·(d_n+d_v), r_kv] (per head: d_n key rows, then d_v value rows)
-        o_proj: [D, H·d_v]
+        kv_b_proj: per head d_n key rows, then d_v value rows
         num_heads, nope_dim, v_dim: H, d_n, d_v (d_n alone sets the softmax scale: no rope part)
         eps: rms_norm_eps of q_a_layernorm and kv_a_layernorm
-        q_a_bias [r_q], kv_a_bias [r_kv], o_bias [D]: only with attention_bias, else None
+        q_a_bias, kv_a_bias, o_bias: only with attention_bias, else None
     """
 
-    q_a_proj: Any
-    q_a_layernorm: Any
-    q_b_proj: Any
-    kv_a_proj_with_mqa: Any
-    kv_a_layernorm: Any
-    kv_b_proj: Any
-    o_proj: Any
+    q_a_proj: Any = weight("[r_q, D]", "q_a_proj.weight")
+    q_a_layernorm: Any = weight("[r_q]", "q_a_layernorm.weight", init=NORM)
+    q_b_proj: Any = weight("[H·d_n, r_q]", "q_b_proj.weight")
+    kv_a_proj_with_mqa: Any = weight("[r_kv, D]", "kv_a_proj_with_mqa.weight")
+    kv_a_layernorm: Any = weight("[r_kv]", "kv_a_layernorm.weight", init=NORM)
+    kv_b_proj: Any = weight("[H·(d_n+d_v), r_kv]", "kv_b_proj.weight")
+    o_proj: Any = weight("[D, H·d_v]", "o_proj.weight")
     num_heads: int
     nope_dim: int
     v_dim: int
     eps: float = 1e-5
-    q_a_bias: Any = None
-    kv_a_bias: Any = None
-    o_bias: Any = None
+    q_a_bias: Any = weight("[r_q]", "q_a_proj.bias", when="attention_bias", default=None)
+    kv_a_bias: Any = weight("[r_kv]", "kv_a_proj_with_mqa.bias", when="attention_bias", default=None)
+    o_bias: Any = weight("[D]", "o_proj.bias", when="attention_bias", default=None)
 
     @property
     def q_rank(self) -> int:
@@ -179,57 +152,30 @@ class MLAWeights:
     def kv_rank(self) -> int:
         return int(self.kv_a_layernorm.shape[0])
 
-    def map(self, fn: Callable[[Any], Any]) -> "MLAWeights":
-        """Apply `fn` to every array field (biases only where present)."""
-        arrays = {n: fn(getattr(self, n)) for n in MLA_ARRAYS}
-        biases = {n: fn(getattr(self, n)) for n in MLA_BIASES if getattr(self, n) is not None}
-        return dataclasses.replace(self, **arrays, **biases)
-
     def validate(self, hidden: Optional[int] = None) -> None:
         """Check every shape against H, d_n, d_v, r_q, r_kv (and D if given); raise naming the tensor."""
-        for name in ("num_heads", "nope_dim", "v_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"MLAWeights.{name}: {value!r}, expected a positive int")
-        H, dn, dv, rq, rkv = self.num_heads, self.nope_dim, self.v_dim, self.q_rank, self.kv_rank
+        check_positive(self, ints=("num_heads", "nope_dim", "v_dim"))
         D = hidden if hidden is not None else int(self.q_a_proj.shape[-1])
-        want = {
-            "q_a_proj": (rq, D), "q_a_layernorm": (rq,), "q_b_proj": (H * dn, rq),
-            "kv_a_proj_with_mqa": (rkv, D), "kv_a_layernorm": (rkv,),
-            "kv_b_proj": (H * (dn + dv), rkv), "o_proj": (D, H * dv),
-            "q_a_bias": (rq,), "kv_a_bias": (rkv,), "o_bias": (D,),
-        }
-        for name, shape in want.items():
-            a = getattr(self, name)
-            if a is not None and tuple(a.shape) != shape:
-                raise ValueError(f"MLAWeights.{name}: shape {tuple(a.shape)}, expected {shape} "
-                                 f"(H={H}, d_n={dn}, d_v={dv}, r_q={rq}, r_kv={rkv}, D={D})")
-
-
-INDEXER_ARRAYS = (
-    "wq_b", "wk", "k_norm_weight", "k_norm_bias", "weights_proj", "compress_gate", "compress_ape",
-)
+        check_shapes(self, {"H": self.num_heads, "d_n": self.nope_dim, "d_v": self.v_dim, "r_q": self.q_rank,
+                            "r_kv": self.kv_rank, "D": D})
 
 
 @dataclasses.dataclass(frozen=True)
-class IndexerWeights:
-    """One "full" DSA layer's indexer (SPEC §8, §11 `self_attn.indexer.*`).
+class IndexerWeights(Declared):
+    """One "full" DSA layer's indexer (SPEC §8; names under `self_attn.indexer.`).
 
     Args:
-        wq_b: [H_i·d_i, r_q]   wk: [d_i, D]   k_norm_weight, k_norm_bias: [d_i]
-        weights_proj: [H_i, D]   compress_gate: [d_i, D] (index_kpool_compress_gate)
-        compress_ape: [P_k, d_i] (index_kpool_compress_ape)
         n_heads, head_dim: H_i, d_i;  topk: index_topk (tokens);  kpool: P_k (index_kpool)
         always_select_tail: index_kpool_always_select_tail
     """
 
-    wq_b: Any
-    wk: Any
-    k_norm_weight: Any
-    k_norm_bias: Any
-    weights_proj: Any
-    compress_gate: Any
-    compress_ape: Any
+    wq_b: Any = weight("[H_i·d_i, r_q]", "wq_b.weight")
+    wk: Any = weight("[d_i, D]", "wk.weight")
+    k_norm_weight: Any = weight("[d_i]", "k_norm.weight", init=NORM)
+    k_norm_bias: Any = weight("[d_i]", "k_norm.bias", init=INERT)
+    weights_proj: Any = weight("[H_i, D]", "weights_proj.weight")
+    compress_gate: Any = weight("[d_i, D]", "index_kpool_compress_gate")
+    compress_ape: Any = weight("[P_k, d_i]", "index_kpool_compress_ape", init=INERT)
     n_heads: int
     head_dim: int
     topk: int
@@ -246,31 +192,15 @@ class IndexerWeights:
         """Most pools one query selects, topk / P_k (k_sel before the min with the kept pools)."""
         return self.topk // self.kpool
 
-    def map(self, fn: Callable[[Any], Any]) -> "IndexerWeights":
-        """Apply `fn` to every array field."""
-        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in INDEXER_ARRAYS})
-
     def validate(self, hidden: Optional[int] = None, q_rank: Optional[int] = None) -> None:
         """Check the scalars (topk % kpool == 0) and every shape; raise naming the field."""
-        for name in ("n_heads", "head_dim", "topk", "kpool"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"IndexerWeights.{name}: {value!r}, expected a positive int")
+        check_positive(self, ints=("n_heads", "head_dim", "topk", "kpool"))
         if self.topk % self.kpool:
             raise ValueError(f"IndexerWeights.topk: {self.topk}, expected a multiple of "
                              f"kpool={self.kpool} (index_topk % index_kpool == 0)")
-        Hi, di, Pk = self.n_heads, self.head_dim, self.kpool
         D = hidden if hidden is not None else int(self.wk.shape[-1])
         rq = q_rank if q_rank is not None else int(self.wq_b.shape[-1])
-        want = {
-            "wq_b": (Hi * di, rq), "wk": (di, D), "k_norm_weight": (di,), "k_norm_bias": (di,),
-            "weights_proj": (Hi, D), "compress_gate": (di, D), "compress_ape": (Pk, di),
-        }
-        for name, shape in want.items():
-            got = tuple(getattr(self, name).shape)
-            if got != shape:
-                raise ValueError(f"IndexerWeights.{name}: shape {got}, expected {shape} "
-                                 f"(H_i={Hi}, d_i={di}, P_k={Pk}, r_q={rq}, D={D})")
+        check_shapes(self, {"H_i": self.n_heads, "d_i": self.head_dim, "P_k": self.kpool, "r_q": rq, "D": D})
 
 
 class Selection(NamedTuple):
@@ -320,23 +250,20 @@ class DSACache(NamedTuple):
 # ------------------------------------------------------------------------- mHC (SPEC §4)
 # Letters: N streams (hc_mult), D hidden size (per stream), M = (2 + N)·N projection rows.
 
-MHC_ARRAYS = ("fn", "base", "scale")
-
-
 @dataclasses.dataclass(frozen=True)
-class MHCWeights:
-    """One mHC instance's parameters (SPEC §4, §11 `attn_hc.*` / `ffn_hc.*`) and its scalars.
+class MHCWeights(Declared):
+    """One mHC instance's parameters (SPEC §4; names under `attn_hc.` / `ffn_hc.`) and its scalars.
 
     Args:
-        fn: [(2+N)·N, N·D] projection, rows [pre (N) | post (N) | comb (N·N, row-major m·N + n)]
-        base: [(2+N)·N] bias, split like fn's rows;  scale: [3] (pre, post, comb) logit scales
+        fn: the projection, rows [pre (N) | post (N) | comb (N·N, row-major m·N + n)]
+        base: the bias, split like fn's rows;  scale: the (pre, post, comb) logit scales
         hc_mult: N;  sinkhorn_iters: hc_sinkhorn_iters (>= 1 column normalizations)
         hc_eps: the pre floor and every Sinkhorn denominator;  rms_eps: rms_norm_eps of the input norm
     """
 
-    fn: Any
-    base: Any
-    scale: Any
+    fn: Any = weight("[(2+N)·N, N·D]", "fn")
+    base: Any = weight("[(2+N)·N]", "base", init=INERT)
+    scale: Any = weight("[3]", "scale", init=INERT)
     hc_mult: int = 4
     sinkhorn_iters: int = 20
     hc_eps: float = 1e-6
@@ -352,103 +279,69 @@ class MHCWeights:
         """D, from fn's N·D columns."""
         return int(self.fn.shape[-1]) // self.hc_mult
 
-    def map(self, fn: Callable[[Any], Any]) -> "MHCWeights":
-        """Apply `fn` to every array field (the scalars stay)."""
-        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in MHC_ARRAYS})
-
     def validate(self, hidden: Optional[int] = None) -> None:
         """Check the scalars and every shape against N (and D if given); raise naming the field."""
-        for name in ("hc_mult", "sinkhorn_iters"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"MHCWeights.{name}: {value!r}, expected a positive int")
-        for name in ("hc_eps", "rms_eps"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ValueError(f"MHCWeights.{name}: {value!r}, expected a positive float")
+        check_positive(self, ints=("hc_mult", "sinkhorn_iters"), floats=("hc_eps", "rms_eps"))
         N = self.hc_mult
         if len(self.fn.shape) != 2 or int(self.fn.shape[1]) % N:
             raise ValueError(f"MHCWeights.fn: shape {tuple(self.fn.shape)}, expected [(2+N)·N, N·D] "
                              f"with N={N}")
-        D = hidden if hidden is not None else self.hidden
-        want = {"fn": (self.rows, N * D), "base": (self.rows,), "scale": (3,)}
-        for name, shape in want.items():
-            got = tuple(getattr(self, name).shape)
-            if got != shape:
-                raise ValueError(f"MHCWeights.{name}: shape {got}, expected {shape} (N={N}, D={D})")
+        check_shapes(self, {"N": N, "D": hidden if hidden is not None else self.hidden})
 
 
 # ------------------------------------------------------------------------- MoE (SPEC §9, §11)
 # Letters: E routed experts, I expert width (moe_intermediate_size), F dense or shared width,
 # k experts per token (num_experts_per_tok), G expert groups (n_group).
 
-DENSE_ARRAYS = ("gate_proj", "up_proj", "down_proj")
-MOE_ARRAYS = ("router", "e_score_correction_bias", "gate_up_proj", "down_proj")
-MOE_SHARED = ("shared_gate_proj", "shared_up_proj", "shared_down_proj")
-
-
-def _positive_int(owner: str, name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{owner}.{name}: {value!r}, expected a positive int")
-
 
 @dataclasses.dataclass(frozen=True)
-class DenseMLPWeights:
+class DenseMLPWeights(Declared):
     """A clamped-SwiGLU MLP: the dense layers' `mlp` and the MoE shared expert (SPEC §9.1, §9.2).
 
     Args:
-        gate_proj, up_proj: [F, D]   down_proj: [D, F]
         swiglu_limit: L of the clamps (10.0)
     """
 
-    gate_proj: Any
-    up_proj: Any
-    down_proj: Any
+    gate_proj: Any = weight("[F, D]", "gate_proj.weight")
+    up_proj: Any = weight("[F, D]", "up_proj.weight")
+    down_proj: Any = weight("[D, F]", "down_proj.weight")
     swiglu_limit: float = 10.0
 
     @property
     def width(self) -> int:
         return int(self.gate_proj.shape[0])
 
-    def map(self, fn: Callable[[Any], Any]) -> "DenseMLPWeights":
-        """Apply `fn` to every array field."""
-        return dataclasses.replace(self, **{n: fn(getattr(self, n)) for n in DENSE_ARRAYS})
-
     def validate(self, hidden: Optional[int] = None) -> None:
         """Check every shape against F (and D if given) and L > 0; raise naming the field."""
-        F = self.width
-        D = hidden if hidden is not None else int(self.gate_proj.shape[-1])
-        want = {"gate_proj": (F, D), "up_proj": (F, D), "down_proj": (D, F)}
-        for name, shape in want.items():
-            got = tuple(getattr(self, name).shape)
-            if got != shape:
-                raise ValueError(f"DenseMLPWeights.{name}: shape {got}, expected {shape} (F={F}, D={D})")
+        check_shapes(self, {"F": self.width, "D": hidden if hidden is not None else int(self.gate_proj.shape[-1])})
         if not self.swiglu_limit > 0:
             raise ValueError(f"DenseMLPWeights.swiglu_limit: {self.swiglu_limit}, expected > 0")
 
 
 @dataclasses.dataclass(frozen=True)
-class MoEWeights:
-    """One MoE `mlp` (SPEC §9.3, §11 names without the `mlp.` prefix).
+class MoEWeights(Declared):
+    """One MoE `mlp` (SPEC §9.3; names under `mlp.`).
 
     Args:
-        router: [E, D] (`gate.weight`)   e_score_correction_bias: [E] (selection only)
-        gate_up_proj: [E, 2I, D] (rows 0..I-1 gate, I..2I-1 up)   down_proj: [E, D, I]
-        shared_gate_proj, shared_up_proj: [F, D]   shared_down_proj: [D, F], F = I·n_shared_experts;
-            all three None when n_shared_experts = 0
+        e_score_correction_bias: used for selection only
+        gate_up_proj: rows 0..I-1 gate, I..2I-1 up (per expert, gate and up apart on disk)
+        shared_gate_proj, shared_up_proj, shared_down_proj: F = I·n_shared_experts; all three None
+            when n_shared_experts = 0
         top_k: k_e (num_experts_per_tok);  n_group, topk_group: group-limited routing
         norm_topk_prob: renormalize the k weights;  routed_scaling_factor: x after renormalizing
         swiglu_limit: L of the clamps, shared by routed and shared experts
         nvfp4: None, or the NVFP4 routed experts behind gate_up_proj / down_proj (NVFP4.md A5)
     """
 
-    router: Any
-    e_score_correction_bias: Any
-    gate_up_proj: Any
-    down_proj: Any
-    shared_gate_proj: Any
-    shared_up_proj: Any
-    shared_down_proj: Any
+    router: Any = weight("[E, D]", "gate.weight")
+    e_score_correction_bias: Any = weight("[E]", "gate.e_score_correction_bias", init=INERT)
+    gate_up_proj: Any = weight("[E, 2·I, D]", Parts(("experts.{e}.gate_proj.weight", "experts.{e}.up_proj.weight"),
+                                                    "[I, D]"), module="experts.gate_up_proj")
+    down_proj: Any = weight("[E, D, I]", Parts(("experts.{e}.down_proj.weight",), "[D, I]"),
+                            module="experts.down_proj")
+    shared_gate_proj: Any = weight("[F, D]", "shared_experts.gate_proj.weight", when="n_shared_experts")
+    shared_up_proj: Any = weight("[F, D]", "shared_experts.up_proj.weight", when="n_shared_experts")
+    shared_down_proj: Any = weight("[D, F]", "shared_experts.down_proj.weight", when="n_shared_experts")
     top_k: int
     n_group: int = 1
     topk_group: int = 1
@@ -477,16 +370,9 @@ class MoEWeights:
         return DenseMLPWeights(self.shared_gate_proj, self.shared_up_proj, self.shared_down_proj,
                                self.swiglu_limit)
 
-    def map(self, fn: Callable[[Any], Any]) -> "MoEWeights":
-        """Apply `fn` to every array field (the shared expert's only where present)."""
-        arrays = {n: fn(getattr(self, n)) for n in MOE_ARRAYS}
-        shared = {n: fn(getattr(self, n)) for n in MOE_SHARED if getattr(self, n) is not None}
-        return dataclasses.replace(self, **arrays, **shared)
-
     def validate(self, hidden: Optional[int] = None) -> None:
         """Check the routing scalars (SPEC §13 constraints) and every shape; raise naming the field."""
-        for name in ("top_k", "n_group", "topk_group"):
-            _positive_int("MoEWeights", name, getattr(self, name))
+        check_positive(self, ints=("top_k", "n_group", "topk_group"))
         E, I, G = self.num_experts, self.expert_dim, self.n_group
         if E % G:
             raise ValueError(f"MoEWeights.n_group: {G} does not divide E={E} (n_routed_experts % n_group == 0)")
@@ -501,23 +387,13 @@ class MoEWeights:
         for name in ("routed_scaling_factor", "swiglu_limit"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"MoEWeights.{name}: {getattr(self, name)}, expected > 0")
-        D = hidden if hidden is not None else int(self.router.shape[-1])
-        want = {"router": (E, D), "e_score_correction_bias": (E,), "gate_up_proj": (E, 2 * I, D),
-                "down_proj": (E, D, I)}
-        for name, shape in want.items():
-            got = tuple(getattr(self, name).shape)
-            if got != shape:
-                raise ValueError(f"MoEWeights.{name}: shape {got}, expected {shape} (E={E}, I={I}, D={D})")
-        present = [getattr(self, n) is not None for n in MOE_SHARED]
+        shared = [f.name for f in declared(MoEWeights) if f.optional]
+        present = [getattr(self, n) is not None for n in shared]
         if any(present) and not all(present):
-            raise ValueError(f"MoEWeights.{MOE_SHARED[present.index(False)]}: None while another shared "
+            raise ValueError(f"MoEWeights.{shared[present.index(False)]}: None while another shared "
                              f"expert tensor is set, expected all three or none")
-        if all(present):
-            F = int(self.shared_gate_proj.shape[0])
-            for name, shape in zip(MOE_SHARED, ((F, D), (F, D), (D, F))):
-                got = tuple(getattr(self, name).shape)
-                if got != shape:
-                    raise ValueError(f"MoEWeights.{name}: shape {got}, expected {shape} (F={F}, D={D})")
+        F = int(self.shared_gate_proj.shape[0]) if all(present) else None
+        check_shapes(self, {"E": E, "I": I, "F": F, "D": hidden if hidden is not None else int(self.router.shape[-1])})
 
 
 class Routing(NamedTuple):
@@ -542,6 +418,29 @@ class Routing(NamedTuple):
 
 # ------------------------------------------------------------------------- NVFP4 (NVFP4.md A1-A5)
 # Letters: N output rows, K reduction dim (packed K/2 bytes, K/16 block scales).
+
+CT, MODELOPT = "compressed-tensors", "modelopt"          # the checkpoint layouts (NVFP4.md A5)
+
+
+class NVFP4Leaf(NamedTuple):
+    """How a checkpoint stores one NVFP4Tensor field of a module, under `<module>.` (NVFP4.md A5)."""
+
+    shape: str          # of the module's [N, K] weight; "[]" one value (compressed-tensors writes it as [1])
+    dtype: str          # safetensors dtype
+    names: dict         # {layout: leaf name}
+    what: str
+
+
+# one declaration per NVFP4Tensor field; compressed-tensors stores both global scales in the ENCODE
+# direction, ModelOpt both in the DECODE one (oracle.nvfp4 converts)
+NVFP4_LEAVES = {
+    "packed": NVFP4Leaf("[N, K/2]", "U8", {CT: "weight_packed", MODELOPT: "weight"}, "packed codes"),
+    "block_scale": NVFP4Leaf("[N, K/16]", "F8_E4M3", {CT: "weight_scale", MODELOPT: "weight_scale"}, "block scales"),
+    "global_decode": NVFP4Leaf("[]", "F32", {CT: "weight_global_scale", MODELOPT: "weight_scale_2"},
+                               "float32 global scale"),
+    "input_global_scale": NVFP4Leaf("[]", "F32", {CT: "input_global_scale", MODELOPT: "input_scale"},
+                                    "float32 activation global scale"),
+}
 
 
 class NVFP4Tensor(NamedTuple):
@@ -599,6 +498,76 @@ class NVFP4ExpertWeights(NamedTuple):
         return NVFP4Tensor(np.concatenate([self.gate.packed, self.up.packed], axis=1),
                            np.concatenate([self.gate.block_scale, self.up.block_scale], axis=1),
                            self.gate.global_decode, self.gate.input_global_scale)
+
+
+class NVFP4Experts(NamedTuple):
+    """Stacked NVFP4 routed experts as fused-w13 kernels take them (NVFP4.md A5, A7).
+
+    gate_up: NVFP4Tensor of [E, 2I, D] (rows 0..I-1 gate): packed [E, 2I, D/2], block_scale [E, 2I, D/16]
+             LINEAR, global_decode float32 [E] (DECODE, one per expert for both halves),
+             input_global_scale float32 [E] (ENCODE, W4A4's static scale of x) or None
+    down:    the same for down_proj [E, D, I]; input_global_scale is the static scale of h
+    NumPy fields on the oracle side, torch on the impl side (oracle.nvfp4 and impl.nvfp4 re-export it).
+    """
+
+    gate_up: NVFP4Tensor
+    down: NVFP4Tensor
+
+    def map(self, fn) -> "NVFP4Experts":
+        return NVFP4Experts(self.gate_up.map(fn), self.down.map(fn))
+
+
+def fused_experts(nv) -> NVFP4Experts:
+    """NVFP4Experts as is, or a checkpoint's NVFP4ExpertWeights (gate, up, down) with gate and up fused."""
+    if isinstance(nv, NVFP4Experts):
+        return nv
+    if callable(getattr(nv, "gate_up", None)):
+        return NVFP4Experts(nv.gate_up(), nv.down)
+    raise ValueError(f"nvfp4: expected NVFP4Experts or NVFP4ExpertWeights, got {type(nv).__name__}")
+
+
+# ------------------------------------------------------------------------- the whole decoder (SPEC §3, §5)
+# Letters: V vocab_size, D hidden size.
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWeights(Declared):
+    """One decoder layer (SPEC §5): norms, both mHC instances, the attention kind's weights, the MLP.
+
+    attention: "linear_attention" (kda set) or "indexed_attention" (mla set; indexer set on "full"
+    layers, None on "shared" ones); mlp: DenseMLPWeights ("dense") or MoEWeights ("sparse").
+    """
+
+    index: int
+    attention: str
+    indexer_type: str
+    input_layernorm: Any = weight("[D]", "input_layernorm.weight", init=NORM)
+    post_attention_layernorm: Any = weight("[D]", "post_attention_layernorm.weight", init=NORM)
+    attn_hc: MHCWeights = part("attn_hc.", disk="hc_attn_")
+    ffn_hc: MHCWeights = part("ffn_hc.", disk="hc_ffn_")
+    kda: Optional[KDAWeights] = part("self_attn.")
+    mla: Optional[MLAWeights] = part("self_attn.")
+    indexer: Optional[IndexerWeights] = part("self_attn.indexer.")
+    mlp: Union[DenseMLPWeights, MoEWeights] = part("mlp.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights(Declared):
+    """The whole text decoder (SPEC §3): float64 from oracle.checkpoint, torch after impl.weights.to_torch.
+
+    lm_head is top level in a checkpoint (not under the text prefix) and is embed_tokens when tied.
+    """
+
+    geometry: Any
+    embed_tokens: Any = weight("[V, D]", "embed_tokens.weight", init=EMBED)
+    norm: Any = weight("[D]", "norm.weight", init=NORM)
+    lm_head: Any = weight("[V, D]", "lm_head.weight")
+    layers: tuple = part("layers.{i}.")
+
+
+# kept in float32 whatever the working dtype (SPEC §11): the declarations' f32 fields
+F32_WEIGHTS = tuple(f.name for c in (KDAWeights, MLAWeights, IndexerWeights, MHCWeights, DenseMLPWeights,
+                                     MoEWeights, LayerWeights, Weights) for f in declared(c) if f.f32)
 
 
 class LayerDecisions(NamedTuple):

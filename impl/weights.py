@@ -1,0 +1,46 @@
+"""The oracle's float64 Weights as torch tensors in the working dtype (SPEC §11).
+
+What stays float32 is each field's declaration (oracle.types, `f32`: KDA's conv1d, dt_bias and A_log);
+an NVFP4 checkpoint's routed experts (NVFP4.md A5) become impl.nvfp4.NVFP4Experts for the W4A16
+kernels, their codes and fp8 scales bit for bit.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from oracle.types import F32_WEIGHTS, MoEWeights, NVFP4ExpertWeights, Weights, cast_arrays
+
+__all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts"]
+
+
+def nvfp4_experts(nv: NVFP4ExpertWeights, device="cpu"):
+    """The oracle's NVFP4 experts (NumPy, gate and up apart) -> impl.nvfp4.NVFP4Experts on `device`
+    (gate_up fused: one global scale per expert, NVFP4.md A5); codes and fp8 scales bit for bit."""
+    from impl.nvfp4 import experts_to   # the Triton kernels behind impl.nvfp4 load only when needed
+
+    return experts_to(nv, device)
+
+
+def _moe(w: MoEWeights, device, nvfp4: bool) -> MoEWeights:
+    """A torch MoEWeights' NVFP4 experts as NVFP4Experts (nvfp4=True) or dropped (dequantized only)."""
+    if w.nvfp4 is None or not nvfp4:
+        return dataclasses.replace(w, nvfp4=None)
+    return dataclasses.replace(w, nvfp4=nvfp4_experts(w.nvfp4, device))
+
+
+def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32, nvfp4: bool = True) -> Weights:
+    """The float64 oracle Weights as torch tensors on `device` in `dtype` (the f32 fields in float32).
+
+    nvfp4: keep an NVFP4 checkpoint's expert codes and scales (MoEWeights.nvfp4, for the triton
+    backend's W4A16 kernels); False drops them (the dequantized gate_up_proj / down_proj remain).
+    """
+    def cast(a, f32: bool):
+        return torch.as_tensor(np.asarray(a), dtype=torch.float32 if f32 else dtype, device=device)
+
+    moved = cast_arrays(weights, cast)
+    layers = tuple(dataclasses.replace(lw, mlp=_moe(lw.mlp, device, nvfp4)) if isinstance(lw.mlp, MoEWeights)
+                   else lw for lw in moved.layers)
+    return dataclasses.replace(moved, layers=layers)
