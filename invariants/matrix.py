@@ -13,6 +13,7 @@ from invariants import mhc_checks as hc
 from invariants import model_checks as mdc
 from invariants import moe_checks as mc
 from invariants import paths
+from invariants import serving_checks as svc
 from invariants.contracts import DECISION_KINDS, Verdict, judge, judge_decision, lookup
 from invariants.target import Target
 from strategies import cases as sc
@@ -64,7 +65,11 @@ CHECKS = (
           "MoE layer + fixed vocab projection, W4A16 and W4A4: KL / top-1 vs oracle NVFP4 and vs unquantized"),
     Check("model.paths", "model", mdc.model_cases, mdc.run_model_paths,
           "whole decoder: split prefill, token decode, serialize+restore, left-padded rows vs the oracle's one "
-          "prefill: logits and every state array; the oracle's own paths agree")
+          "prefill: logits and every state array; the oracle's own paths agree"),
+    Check("serving.state_machine", "serving", svc.serving_cases, svc.run_state_machine,
+          "a drawn program of serving operations (admit, chunked prefill, packed steps, speculate and roll "
+          "back, fork, cancel, reorder) on oracle, candidate and baseline engines, compared after every "
+          "operation: every state array, the cached logits, the history, a cold rerun"),
 )
 
 BY_NAME = {c.name: c for c in CHECKS}
