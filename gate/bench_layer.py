@@ -226,7 +226,6 @@ def _staged_ms(fn, reps: int = 5) -> dict:
 
 
 def bench_kind(g, i: int, args, dtype) -> dict:
-    import impl.model as im
     from impl.model import decoder_layer
     t0 = time.time()
     lw = random_layer(g, i, "cuda", dtype, nvfp4=not args.bf16_experts)

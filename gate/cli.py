@@ -275,7 +275,27 @@ def _exit_code(results, require_reference: bool) -> int:
     return 1 if bad else 0
 
 
+def list_checks(console) -> None:
+    """`glmgate run --list`: the check records, as the table holds them (invariants/matrix.py)."""
+    from rich.table import Table
+
+    from invariants.engine import REFERENCE_CHECK
+    from invariants.matrix import CHECKS
+
+    table = Table(title="glmgate: the correctness matrix (run one with --check NAME, a row with --mechanism)")
+    for col in ("check", "cases", "pinned", "CPU cap", "what it holds"):
+        table.add_column(col, overflow="fold")
+    for c in CHECKS:
+        table.add_row(c.name, c.case.__name__, str(len(c.examples)), str(c.cpu_examples or "-"), c.doc)
+    table.add_row(REFERENCE_CHECK, "fixed paths", "-", "-", "the float64 oracle's logits vs the published "
+                  "transformers implementation (NOT RUN, and said so, without a usable transformers)")
+    console.print(table)
+
+
 def cmd_run(args) -> int:
+    if args.list:
+        list_checks(_rich())
+        return 0
     _setup_device(args.device)
     from invariants.profiles import default_profile
     from invariants.engine import REFERENCE_CHECK, run_reference
@@ -329,15 +349,14 @@ def cmd_repro(args) -> int:
     device = args.device or payload.get("device", "cpu")
     _setup_device(device)
     from invariants.engine import CheckCrashed, run_one
-    from invariants.matrix import BY_NAME
+    from invariants.matrix import BY_NAME, case_of
     from invariants.report import ContractBroken, describe
-    from strategies.cases import case_from_json
 
     if payload["check"] not in BY_NAME:
         raise SystemExit(f"repro: unknown check {payload['check']!r}; known: {sorted(BY_NAME)}")
     check = BY_NAME[payload["check"]]
     try:
-        case = case_from_json(payload["case"])
+        case = case_of(payload["case"])
     except (ValueError, TypeError) as e:
         raise SystemExit(f"repro: bad case: {e}")
     cand, base = _target(args.impl or payload.get("impl", "triton"), device,
@@ -627,8 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run the correctness matrix (exit 1 on a broken contract)")
     _common(r)
-    r.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all of kda, dsa, mla, "
-                                                     "mhc, moe, nvfp4, model)")
+    r.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all; "
+                                                     "`glmgate run --list` shows them)")
     r.add_argument("--check", action="append", help="run only this check (repeatable), e.g. kda.chunked or "
                                                     "model.reference")
     r.add_argument("--require-reference", action="store_true",
@@ -638,6 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and does not change the exit code")
     r.add_argument("--impl", default="triton", help="triton (default), torch, mutant:<name>, pkg.mod:obj")
     r.add_argument("--json", default=None, help="write results as JSON to this path ('-' = stdout)")
+    r.add_argument("--list", action="store_true", help="print every check (name, case type, pinned examples, "
+                                                       "CPU example cap, what it holds) and exit")
     r.set_defaults(fn=cmd_run)
 
     rp = sub.add_parser("repro", help="re-run one shrunk failure from its JSON")

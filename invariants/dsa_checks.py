@@ -1,23 +1,71 @@
-"""The KPool/DSA and MLA rows of the correctness matrix as records' run functions (see kda_checks.py).
+"""The KPool/DSA indexer row of the correctness matrix: cases, run functions, check records (SPEC §8).
 
 Selections are compared tie-aware (invariants.compare.compare_selection): the oracle's scores decide
 which pools are tied at the k-th place, and any tied choice is accepted and labelled.
 """
 from __future__ import annotations
 
-import contextlib
+from typing import NamedTuple
 
 import numpy as np
-import torch
+from hypothesis import strategies as st
 
-from invariants.compare import to_int
-from invariants.kda_checks import Comparison
+from invariants.check import Check
+from invariants.compare import Comparison
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
 from oracle import dsa as odsa
-from oracle import mla as omla
-from strategies import cases as sc
+from oracle.config import Geometry
 from strategies import tensors as tz
+from strategies.geometry import DSAGeometry, dsa_geometries
+from strategies.sequences import sequence_lengths
+from strategies.tensors import SEEDS
+
+TINY = Geometry.preset("tiny")     # the pinned examples' geometry
+
+
+# ------------------------------------------------------------------------ cases
+
+
+class IndexCase(NamedTuple):
+    """T cached tokens, the last `queries` of them querying (1 = a decode step after any prefix);
+    `tie` = "exact" copies one pool's tokens into the next so their scores tie on purpose."""
+
+    geometry: DSAGeometry
+    batch: int
+    length: int
+    queries: int
+    left_pad: tuple[int, ...]
+    tie: str
+    family: str
+    seed: int
+
+
+def dsa_lengths(g: DSAGeometry, *, max_len: int = 80) -> st.SearchStrategy[int]:
+    """Pool-boundary lengths (every length up to 2·kpool + 1, around topk + kpool, 63..65), lengths
+    past topk + kpool (the selection no longer covers the whole prefix: real top-k sparsity, where
+    selections can go wrong), or the general boundary-biased lengths; a third each."""
+    special = sorted({n for n in list(range(1, 2 * g.kpool + 2))
+                      + [g.topk + g.kpool - 1, g.topk + g.kpool, g.topk + g.kpool + 1, 23, 63, 64, 65]
+                      if 1 <= n <= max_len})
+    general = sequence_lengths(max_len=max_len)
+    sparse = st.integers(g.topk + g.kpool, max_len) if g.topk + g.kpool <= max_len else general
+    return st.integers(0, 2).flatmap(lambda pick: (st.sampled_from(special), sparse, general)[pick])
+
+
+@st.composite
+def index_cases(draw, base, *, max_len: int = 80) -> IndexCase:
+    g = draw(dsa_geometries(base))
+    length = draw(dsa_lengths(g, max_len=max_len))
+    queries = draw(st.sampled_from(sorted({1, length}))) if draw(st.booleans()) else \
+        draw(st.integers(1, length))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
+    return IndexCase(g, batch, length, queries, pad, draw(st.sampled_from(("none", "exact"))),
+                     draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
+
+
+# ---------------------------------------------------------------- run functions
 
 
 def _mask(batch, length, left_pad):
@@ -38,7 +86,7 @@ def _tie_exact(a, mask, kpool):
     return a
 
 
-def index_inputs(case: sc.IndexCase):
+def index_inputs(case: IndexCase):
     g = case.geometry
     rng = np.random.default_rng(case.seed)
     w = tz.indexer_weights(rng, g, case.family)
@@ -87,7 +135,12 @@ def _candidate_scores(scores, ref):
     return np.where(cand, s, 0.0) / np.where(size > 0, size, 1.0)
 
 
-def run_index(case: sc.IndexCase, cand: Target, base: Target):
+def _label_sparsity(length: int, g) -> None:
+    label("selection really sparse (T >= topk + kpool)" if length >= g.topk + g.kpool
+          else "selection covers the whole prefix (T < topk + kpool)")
+
+
+def run_index(case: IndexCase, cand: Target, base: Target):
     _label_sparsity(case.length, case.geometry)
     if any(case.left_pad):
         label("left padding")
@@ -105,114 +158,15 @@ def run_index(case: sc.IndexCase, cand: Target, base: Target):
             Comparison("index", "selection", sc_.indices, (ref, token_pool(packed, w)), kind="selection")]
 
 
-def run_absorbed(case: sc.IndexCase, cand: Target, base: Target):
-    """Sparse absorbed attention over the oracle's selection vs the oracle; baseline: torch expanded."""
-    g = case.geometry
-    if g.slots > 256:
-        label("wide selection: split across programs on a GPU")
-    _label_sparsity(case.length, g)
-    w, a, q_lat, mask = index_inputs(case)
-    mw = tz.mla_weights(np.random.default_rng(case.seed + 1), g)
-    S = case.queries
-    q, _, c = omla.project(mw, a)
-    packed = odsa.index_rows(w, a, mask)
-    sel = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
-    o_ref, _ = omla.absorbed(mw, q[:, -S:], c, sel.indices)
-    outs = []
-    for t, fn in ((cand, "absorbed"), (base, "expanded")):
-        with poisoned_memory():
-            o, _ = getattr(t.impl.mla, fn)(mw.map(t.tensor), t.tensor(q[:, -S:]), t.tensor(c),
-                                           t.index(sel.indices).long())
-        outs.append(o)
-    return [Comparison("absorbed", "output", outs[0], o_ref, outs[1])]
+# ----------------------------------------------------------------------------- the records
 
+G0 = DSAGeometry.from_geometry(TINY)
 
-def _mla_layers(t, mw, iw, iw_shared, a, mask, splits, forced=None):
-    """A full DSA layer then a shared one, the stream cut into calls:
-    (y_full, y_shared, full layer's cache, its selection indices over all calls [B, S, W]).
-
-    The shared layer is handed an indexer of its own (same topk and kpool) that it must NOT run:
-    were it to, its selection would differ from the hand-off. forced (oracle only): the selection to
-    attend instead of the oracle's own (the oracle re-run with an implementation's decisions).
-    """
-    conv = (lambda x: x) if t is None else t.tensor
-    mod = omla if t is None else t.impl.mla
-    mw_, iw_, iws_ = (mw, iw, iw_shared) if t is None else \
-        (mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor))
-    cache1 = cache2 = None
-    y1s, y2s, sels, start = [], [], [], 0
-    for n in splits:
-        sl = slice(start, start + n)
-        kw = {} if forced is None else {"forced": forced[:, sl]}
-        with poisoned_memory() if t is not None else contextlib.nullcontext():
-            y1, cache1, sel = mod.sublayer(mw_, iw_, conv(a[:, sl]), cache1, conv(mask[:, sl]), **kw)
-            y2, cache2, _ = mod.sublayer(mw_, iws_, conv(a[:, sl]), cache2, conv(mask[:, sl]), prev=sel,
-                                         kind="shared")
-        y1s.append(y1)
-        y2s.append(y2)
-        sels.append(to_int(sel.indices))
-        start += n
-    cat = np.concatenate if t is None else torch.cat
-    return cat(y1s, 1), cat(y2s, 1), cache1, _cat_selections(sels)
-
-
-def _cat_selections(parts) -> np.ndarray:
-    """Per-call selections [B, S_i, W_i] -> [B, S, W] (-1 padded to the widest call)."""
-    W = max(p.shape[-1] for p in parts)
-    return np.concatenate([np.pad(p, ((0, 0), (0, 0), (0, W - p.shape[-1])), constant_values=-1)
-                           for p in parts], axis=1)
-
-
-def attendable(indices, T: int) -> bool:
-    """Can the oracle attend this selection (each entry in [-1, T))? A selection that is not is judged
-    a failure by its selection verdict; its outputs are then compared with the unconditioned oracle."""
-    idx = to_int(indices)
-    return idx.size == 0 or (idx.min() >= -1 and idx.max() < T)
-
-
-def same_sets(a, b) -> bool:
-    """Two selections [B, S, W] pick the same set of tokens for every query."""
-    return odsa.selected_sets(to_int(a)) == odsa.selected_sets(to_int(b))
-
-
-def conditioned(run, own, indices, T: int):
-    """The oracle's outputs given an implementation's selection: its own run when the sets agree
-    (the common case, no re-run), else `run(indices)`; the unconditioned run when unattendable."""
-    if same_sets(indices, own) or not attendable(indices, T):
-        return None
-    return run(indices)
-
-
-def _label_sparsity(length: int, g) -> None:
-    label("selection really sparse (T >= topk + kpool)" if length >= g.topk + g.kpool
-          else "selection covers the whole prefix (T < topk + kpool)")
-
-
-def run_mla_paths(case: sc.MLACase, cand: Target, base: Target):
-    """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache and the indexer rows of a
-    stream cut into calls equal the oracle's one prefill; a shared layer reuses the selection."""
-    if len(case.splits) > 1:
-        label("prefill cut into calls")
-    if any(n % case.geometry.kpool for n in case.splits[:-1]):
-        label("split not on a pool boundary")
-    _label_sparsity(case.length, case.geometry)
-    g = case.geometry
-    rng = np.random.default_rng(case.seed)
-    iw, mw = tz.indexer_weights(rng, g, case.family), tz.mla_weights(rng, g)
-    iw2 = tz.indexer_weights(rng, g, case.family)
-    a = rng.standard_normal((case.batch, case.length, g.hidden))
-    mask = _mask(case.batch, case.length, case.left_pad)
-    y1, y2, c1, own = _mla_layers(None, mw, iw, iw2, a, mask, (case.length,))
-    yc1, yc2, cc1, csel = _mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
-    yb1, yb2, cb1, bsel = _mla_layers(base, mw, iw, iw2, a, mask, case.splits)
-    ref = odsa.index(iw, a, omla.project(mw, a)[1], c1.index_rows, mask)
-
-    def oracle_given(indices):
-        label("selection differs from the oracle's: outputs judged against the oracle re-run on it")
-        return _mla_layers(None, mw, iw, iw2, a, mask, (case.length,), forced=indices)[:2]
-    (y1c, y2c), (y1b, y2b) = ((conditioned(oracle_given, own, s, case.length) or (y1, y2)) for s in (csel, bsel))
-    return [Comparison("chunked_prefill", "selection", csel, (ref, token_pool(c1.index_rows, iw)), kind="selection"),
-            Comparison("chunked_prefill", "output", yc1, y1c, yb1, baseline_reference=y1b),
-            Comparison("chunked_prefill", "shared_output", yc2, y2c, yb2, baseline_reference=y2b),
-            Comparison("chunked_prefill", "latent_cache", cc1.latent, c1.latent, cb1.latent),
-            Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows)]
+CHECKS = (
+    Check("dsa.index", "dsa", IndexCase, index_cases, run_index,
+          "indexer rows, pool scores and the tie-aware selection at pool-boundary lengths",
+          examples=(IndexCase(G0, 1, 5, 5, (0,), "none", "normal", 0),              # tail only, P = 1
+                    IndexCase(G0, 2, 13, 13, (0, 3), "none", "normal", 1),          # real top-k, left padding
+                    IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2),            # decode query, exact tie
+                    IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3))),
+)

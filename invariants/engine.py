@@ -17,16 +17,16 @@ import time
 import traceback
 from typing import Callable, NamedTuple, Optional
 
-from hypothesis import given, settings, target
+from hypothesis import example, given, settings, target
 from hypothesis.errors import Flaky, HypothesisException
 from hypothesis.reporting import with_reporter
 
 from invariants import labels
 from invariants.contracts import UndeclaredContract
+from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
 from invariants.target import Target
-from strategies.cases import case_to_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_MARGIN = {"p50": None, "p99": None, "max": None}
@@ -180,9 +180,20 @@ def _run_test(test) -> None:
         raise first from group
 
 
+def examples_for(check: Check, profile: str, device: str, max_examples: Optional[int] = None) -> int:
+    """Drawn examples of one run: `max_examples` when given, else the profile's, capped on the CPU
+    interpreter by the record's `cpu_examples` (its cost per example; the GPU runs the profile's)."""
+    if max_examples is not None:
+        return max_examples
+    n = settings.get_profile(profile).max_examples
+    return min(n, check.cpu_examples) if device == "cpu" and check.cpu_examples else n
+
+
 def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
               max_examples: Optional[int] = None, on_example: Callable[[], None] = lambda: None,
               seed: Optional[int] = None) -> CheckResult:
+    """Run one record under Hypothesis: its pinned examples first, then drawn ones (examples_for), the
+    first failure shrunk; never raises (a broken check is a result with status "error")."""
     tally, n = Tally(), [0]
     labels.COUNTS.clear()
     t0 = time.time()
@@ -208,8 +219,11 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS, **kw)
 
     try:
-        kw = {} if max_examples is None else {"max_examples": max_examples}
-        test = settings(settings.get_profile(profile), **kw)(given(check.cases(geometry))(prop))
+        n_ex = examples_for(check, profile, str(cand.device), max_examples)
+        test = given(check.cases(geometry))(prop)
+        for ex in reversed(check.examples):
+            test = example(ex)(test)
+        test = settings(settings.get_profile(profile), max_examples=n_ex)(test)
         if seed is None and settings.get_profile(profile).derandomize:
             seed = derandomized_seed(check.name)
         if seed is not None:

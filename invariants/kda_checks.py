@@ -1,37 +1,148 @@
-"""The KDA row of the correctness matrix as records: name, case strategy, run (STYLE 2).
+"""The KDA row of the correctness matrix: its cases, run functions and check records (SPEC §6, §10).
 
 Each `run(case, cand, base)` draws its float64 inputs from the case's seed, runs the oracle, the
 candidate and the baseline (the "torch" implementation in the candidate's dtype and device), and
-returns the comparisons; `matrix.evaluate` judges them under contracts.toml.
+returns the comparisons; `invariants.matrix.evaluate` judges them under contracts.toml.
+
+The path checks (kda.paths, kda.packed) hold the prefix/chunk/continuation invariant: one token stream,
+several execution paths; each path's output AND state (recurrent + conv window) is held to the oracle's
+ONE-PREFILL result (kernel_replacement, the baseline running the same path) and to the candidate's own
+one-prefill result (self_consistency). Paths: chunked_prefill (calls cut at drawn splits), token_decode
+(prefill of the first part, then one token per call: the fused decode kernel), continuation (prefill,
+snapshot -> serialize -> restore into fresh tensors -> continue in one call), packed (documents in one
+cu_seqlens call vs each alone; a NaN poisoned into one document's state must stay in that document).
 """
 from __future__ import annotations
 
-import numpy as np
-from invariants.labels import label as event
+from typing import NamedTuple, Optional
 
+import numpy as np
+import torch
+from hypothesis import strategies as st
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from invariants.check import Check
+from invariants.compare import Comparison
+from invariants.labels import label
 from invariants.target import Target, poisoned_memory
 from oracle import kda as okda
-from strategies import cases as sc
+from oracle.config import Geometry
+from oracle.types import KDAState
 from strategies import tensors as tz
-from strategies.sequences import cu_seqlens
+from strategies.geometry import KDAGeometry, kda_geometries
+from strategies.sequences import (
+    chunk_splits,
+    cu_seqlens,
+    packed_lengths,
+    sequence_lengths,
+)
+from strategies.tensors import SEEDS, families
+
+TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
 
-from invariants.compare import Comparison  # noqa: E402,F401  (re-exported: the checks modules import it here)
+# ------------------------------------------------------------------------ cases
+
+
+class CoreCase(NamedTuple):
+    """The KDA core on [batch, length] rows, or (docs set) one packed row of documents."""
+
+    heads: int
+    head_dim: int
+    batch: int
+    length: int
+    docs: Optional[tuple[int, ...]]
+    initial_state: bool
+    family: str
+    seed: int
+
+
+class SublayerCase(NamedTuple):
+    """One token stream through the KDA sublayer, cut into calls by `splits`."""
+
+    geometry: KDAGeometry
+    batch: int
+    length: int
+    left_pad: tuple[int, ...]
+    splits: tuple[int, ...]
+    initial_state: bool
+    family: str
+    seed: int
+
+
+class PackedCase(NamedTuple):
+    """Documents run packed (cu_seqlens) vs alone; `poison` (doc index or None) gets a NaN state."""
+
+    geometry: KDAGeometry
+    docs: tuple[int, ...]
+    poison: Optional[int]
+    family: str
+    seed: int
+
+
+class DecodeCase(NamedTuple):
+    """`steps` consecutive one-token decode calls per sequence from a non-zero state."""
+
+    geometry: KDAGeometry
+    batch: int
+    steps: int
+    family: str
+    seed: int
+
+
+@st.composite
+def core_cases(draw, base, *, max_len: int = 160, packed: Optional[bool] = None) -> CoreCase:
+    g = draw(kda_geometries(base))
+    use_docs = draw(st.booleans()) if packed is None else packed
+    if use_docs:
+        docs = draw(packed_lengths(max_len=max_len))
+        batch, length = 1, sum(docs)
+    else:
+        docs, batch, length = None, draw(st.integers(1, 2)), draw(sequence_lengths(max_len=max_len))
+    return CoreCase(g.heads, g.head_dim, batch, length, docs, draw(st.booleans()),
+                    draw(families()), draw(SEEDS))
+
+
+@st.composite
+def sublayer_cases(draw, base, *, max_len: int = 140, padded: bool = True) -> SublayerCase:
+    g = draw(kda_geometries(base))
+    length = draw(sequence_lengths(max_len=max_len))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) if padded else 0 for _ in range(batch))
+    splits = draw(chunk_splits(length))
+    return SublayerCase(g, batch, length, pad, splits, draw(st.booleans()), draw(families()),
+                        draw(SEEDS))
+
+
+@st.composite
+def packed_cases(draw, base, *, max_len: int = 140) -> PackedCase:
+    g = draw(kda_geometries(base))
+    docs = draw(packed_lengths(max_len=max_len))
+    poison = draw(st.one_of(st.none(), st.integers(0, len(docs) - 1)))
+    return PackedCase(g, docs, poison, draw(families()), draw(SEEDS))
+
+
+@st.composite
+def decode_cases(draw, base, *, max_steps: int = 6) -> DecodeCase:
+    g = draw(kda_geometries(base))
+    return DecodeCase(g, draw(st.integers(1, 3)), draw(st.integers(1, max_steps)), draw(families()),
+                      draw(SEEDS))
+
+
+# ---------------------------------------------------------------- run functions
 
 
 def _label(length: int, docs=None):
     if length > 64:
-        event("crossed chunk boundary")
+        label("crossed chunk boundary")
     if length % 64:
-        event("partial tail chunk")
+        label("partial tail chunk")
     if docs is not None and any(n == 0 for n in docs):
-        event("zero-length document")
+        label("zero-length document")
 
 
-# ----------------------------------------------------------------------------- core
-
-
-def core_inputs(case: sc.CoreCase):
+def core_inputs(case: CoreCase):
     """float64 q, k, v, g, beta, state, cu_seqlens for a CoreCase."""
     rng = np.random.default_rng(case.seed)
     x = tz.core_tensors(rng, case.heads, case.head_dim, case.batch, case.length, case.family)
@@ -55,7 +166,7 @@ def held_core(t: Target, x, state):
     return held, None if state is None else t.held(state, f32=True)
 
 
-def run_recurrent(case: sc.CoreCase, cand: Target, base: Target):
+def run_recurrent(case: CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
     o, s = okda.recurrent(**x, state=state, cu_seqlens=cu)
@@ -67,7 +178,7 @@ def run_recurrent(case: sc.CoreCase, cand: Target, base: Target):
             Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh)]
 
 
-def run_chunked(case: sc.CoreCase, cand: Target, base: Target):
+def run_chunked(case: CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
     o, s, bnd = okda.chunked(**x, state=state, chunk=64, cu_seqlens=cu)
@@ -80,10 +191,7 @@ def run_chunked(case: sc.CoreCase, cand: Target, base: Target):
             Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh)]
 
 
-# ----------------------------------------------------------------------------- decode
-
-
-def decode_inputs(case: sc.DecodeCase):
+def decode_inputs(case: DecodeCase):
     g = case.geometry
     rng = np.random.default_rng(case.seed)
     w = tz.kda_weights(rng, g.heads, g.head_dim, g.hidden, g.conv_width, case.family, g.lower_bound)
@@ -93,7 +201,7 @@ def decode_inputs(case: sc.DecodeCase):
     return w, z, f, b, state
 
 
-def run_decode(case: sc.DecodeCase, cand: Target, base: Target):
+def run_decode(case: DecodeCase, cand: Target, base: Target):
     w, z, f, b, s0 = decode_inputs(case)
     outs = {}
     for name, t in (("oracle", None), ("held", None), ("cand", cand), ("base", base)):
@@ -123,10 +231,7 @@ def run_decode(case: sc.DecodeCase, cand: Target, base: Target):
     return res
 
 
-# ----------------------------------------------------------------------------- sublayer
-
-
-def sublayer_inputs(case: sc.SublayerCase):
+def sublayer_inputs(case: SublayerCase):
     g = case.geometry
     rng = np.random.default_rng(case.seed)
     w = tz.kda_weights(rng, g.heads, g.head_dim, g.hidden, g.conv_width, case.family, g.lower_bound)
@@ -154,10 +259,10 @@ def call_sublayer(t: Target, w, x, state, mask=None, cu=None):
                                    None if cu is None else t.index(cu))
 
 
-def run_sublayer(case: sc.SublayerCase, cand: Target, base: Target):
+def run_sublayer(case: SublayerCase, cand: Target, base: Target):
     _label(case.length)
     if any(case.left_pad):
-        event("left padding")
+        label("left padding")
     w, x, mask, state = sublayer_inputs(case)
     y, s = okda.sublayer(w, x, state, mask)
     yh, sh = held_sublayer(cand, w, x, state, mask)
@@ -173,13 +278,165 @@ def held_sublayer(t: Target, w, x, state, mask=None, cu=None):
     return okda.sublayer(t.held_weights(w), t.held(x), t.held_state(state), mask, cu)
 
 
-def run_rerun(case: sc.SublayerCase, cand: Target, base: Target):
+def run_rerun(case: SublayerCase, cand: Target, base: Target):
     """Run-twice determinism of the prefill (chunked kernel) and one decode step."""
     w, x, mask, state = sublayer_inputs(case)
     res = []
-    for path, xs, st in (("sublayer", x, state), ("decode", x[:, :1], okda.sublayer(w, x, state, mask)[1])):
-        a = call_sublayer(cand, w, xs, st)
-        b = call_sublayer(cand, w, xs, st)
+    for path, xs, s0 in (("sublayer", x, state), ("decode", x[:, :1], okda.sublayer(w, x, state, mask)[1])):
+        a = call_sublayer(cand, w, xs, s0)
+        b = call_sublayer(cand, w, xs, s0)
         res += [Comparison(path, "rerun", a[0], b[0], kind="exact"),
                 Comparison(path, "rerun", a[1].recurrent, b[1].recurrent, kind="exact")]
     return res
+
+
+# ------------------------------------------------------------------------ paths
+
+
+def serialize(state: KDAState) -> bytes:
+    """A KDA state as safetensors bytes (what a prefix cache would persist): f32 recurrent kept f32."""
+    return st_save({"recurrent": state.recurrent.contiguous().cpu(), "conv": state.conv.contiguous().cpu()})
+
+
+def restore(blob: bytes, device) -> KDAState:
+    d = st_load(blob)
+    return KDAState(d["recurrent"].to(device), d["conv"].to(device))
+
+
+def _cat(ys):
+    return torch.cat(ys, dim=1) if isinstance(ys[0], torch.Tensor) else np.concatenate(ys, axis=1)
+
+
+def chunked_prefill(t, w, x, mask, state, splits):
+    ys, a = [], 0
+    for n in splits:
+        y, state = call_sublayer(t, w, x[:, a:a + n], state, mask[:, a:a + n])
+        ys.append(y)
+        a += n
+    return _cat(ys), state
+
+
+def token_decode(t, w, x, mask, state, splits):
+    first = splits[0]
+    y, state = call_sublayer(t, w, x[:, :first], state, mask[:, :first])
+    ys = [y]
+    for i in range(first, x.shape[1]):
+        y, state = call_sublayer(t, w, x[:, i:i + 1], state, mask[:, i:i + 1])
+        ys.append(y)
+    return _cat(ys), state
+
+
+def continuation(t, w, x, mask, state, splits):
+    first = splits[0]
+    y, state = call_sublayer(t, w, x[:, :first], state, mask[:, :first])
+    if first == x.shape[1]:
+        return y, state
+    if t is not None:
+        blob = serialize(state)
+        state = None
+        state = restore(blob, t.device)
+    y2, state = call_sublayer(t, w, x[:, first:], state, mask[:, first:])
+    return _cat([y, y2]), state
+
+
+PATHS = {"chunked_prefill": chunked_prefill, "token_decode": token_decode, "continuation": continuation}
+
+
+def run_paths(case: SublayerCase, cand: Target, base: Target):
+    if len(case.splits) > 1:
+        label("prefill cut into calls")
+    if any(n % 64 for n in case.splits[:-1]):
+        label("split not on a chunk boundary")
+    w, x, mask, state = sublayer_inputs(case)
+    y_ref, s_ref = okda.sublayer(w, x, state, mask)
+    y_held, s_held = held_sublayer(cand, w, x, state, mask)
+    y_one, s_one = call_sublayer(cand, w, x, state, mask)
+    res = []
+    for path, fn in PATHS.items():
+        yc, scand = fn(cand, w, x, mask, state, case.splits)
+        yb, sb = fn(base, w, x, mask, state, case.splits)
+        res += [Comparison(path, "output", yc, y_ref, yb, held_reference=y_held),
+                Comparison(path, "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent,
+                           held_reference=s_held.recurrent),
+                Comparison(path, "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv),
+                Comparison(path, "output_vs_prefill", yc, y_one, kind="self_consistency"),
+                Comparison(path, "state_vs_prefill", scand.recurrent, s_one.recurrent,
+                           kind="self_consistency")]
+    return res
+
+
+def packed_inputs(case: PackedCase):
+    g = case.geometry
+    rng = np.random.default_rng(case.seed)
+    w = tz.kda_weights(rng, g.heads, g.head_dim, g.hidden, g.conv_width, case.family, g.lower_bound)
+    T = sum(case.docs)
+    x = tz.hidden_states(rng, 1, T, g.hidden, case.family)
+    state = tz.kda_state(rng, len(case.docs), g.heads, g.head_dim, g.conv_width)
+    if case.poison is not None:
+        state.recurrent[case.poison, 0, 0, 0] = np.nan
+    return w, x, state
+
+
+def _alone(w, x, state, docs):
+    """The oracle on every document alone, packed back into the cu_seqlens layout."""
+    ys, rec, conv, a = [], [], [], 0
+    for i, n in enumerate(docs):
+        s = KDAState(state.recurrent[i:i + 1], state.conv[i:i + 1])
+        if n:
+            y, s = okda.sublayer(w, x[:, a:a + n], s)
+            ys.append(y)
+        rec.append(s.recurrent)
+        conv.append(s.conv)
+        a += n
+    return np.concatenate(ys, axis=1), KDAState(np.concatenate(rec), np.concatenate(conv))
+
+
+def run_packed(case: PackedCase, cand: Target, base: Target):
+    if case.poison is not None:
+        label("NaN poisoned into one document")
+    if any(n == 1 for n in case.docs):
+        label("1-token document")
+    if any(n == 0 for n in case.docs):
+        label("zero-length document")
+    w, x, state = packed_inputs(case)
+    cu = cu_seqlens(case.docs)
+    y_ref, s_ref = _alone(w, x, state, case.docs)
+    y_held, s_held = _alone(cand.held_weights(w), cand.held(x), cand.held_state(state), case.docs)
+    yc, scand = call_sublayer(cand, w, x, state, None, cu)
+    yb, sb = call_sublayer(base, w, x, state, None, cu)
+    return [Comparison("packed", "output", yc, y_ref, yb, held_reference=y_held),
+            Comparison("packed", "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent,
+                       held_reference=s_held.recurrent),
+            Comparison("packed", "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv)]
+
+
+# ----------------------------------------------------------------------------- the records
+
+G0 = KDAGeometry.from_geometry(TINY)
+
+CHECKS = (
+    Check("kda.recurrent", "kda", CoreCase, core_cases, run_recurrent,
+          "token loop vs oracle: output and final state (varlen, initial state)",
+          examples=(CoreCase(2, 8, 1, 65, None, True, "normal", 0),
+                    CoreCase(2, 8, 1, 68, (64, 1, 0, 3), True, "gate_low", 1))),
+    Check("kda.chunked", "kda", CoreCase, core_cases, run_chunked,
+          "chunk-64 kernel vs oracle: output, final state, EVERY boundary state",
+          examples=(CoreCase(2, 8, 1, 64, None, False, "normal", 0),
+                    CoreCase(2, 8, 2, 129, None, True, "gate_high", 2),
+                    CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3))),
+    Check("kda.decode", "kda", DecodeCase, decode_cases, run_decode,
+          "fused decode step: conv window, SiLU, L2, gate, delta step, output",
+          examples=(DecodeCase(G0, 2, 5, "tiny_qk", 0),)),
+    Check("kda.sublayer", "kda", SublayerCase, sublayer_cases, run_sublayer,
+          "projections..o_proj with left padding and an incoming state",
+          examples=(SublayerCase(G0, 2, 65, (0, 3), (65,), True, "normal", 0),)),
+    Check("kda.paths", "kda", SublayerCase, sublayer_cases, run_paths,
+          "prefix/chunk/continuation invariant: split prefill, token decode, serialize+restore",
+          examples=(SublayerCase(G0, 1, 70, (0,), (64, 1, 5), True, "normal", 0),
+                    SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1))),
+    Check("kda.packed", "kda", PackedCase, packed_cases, run_packed,
+          "cu_seqlens packing == each document alone; a NaN stays in its document",
+          examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),)),
+    Check("kda.rerun", "kda", SublayerCase, lambda g: sublayer_cases(g, padded=False), run_rerun,
+          "run-twice determinism of prefill and decode", cpu_examples=3),
+)

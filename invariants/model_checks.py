@@ -29,18 +29,19 @@ import torch
 from hypothesis import strategies as st
 
 from invariants.compare import RoutingReference, to_int, to_numpy
-from invariants.dsa_checks import attendable, token_pool
-from invariants.kda_checks import Comparison
+from invariants.check import Check
+from invariants.compare import Comparison
+from invariants.dsa_checks import token_pool
+from invariants.mla_checks import attendable
 from invariants.labels import label as event
 from invariants.target import Target, poisoned_memory
 from oracle import checkpoint as ock
 from oracle import model as om
-from oracle.config import PRESETS, Geometry
+from oracle.config import DENSE, LINEAR, PRESETS, SHARED, Geometry
 from oracle.state import HybridState as OracleState
-from oracle.config import DENSE, LINEAR, SHARED
 from oracle.types import DSACache, KDAState, LayerDecisions
-from strategies import cases as sc
 from strategies.sequences import chunk_splits
+from strategies.tensors import SEEDS
 
 PATHS = ("chunked_prefill", "token_decode", "continuation")
 MAX_DECODE_STEPS = 3
@@ -59,10 +60,6 @@ class ModelCase(NamedTuple):
     splits: tuple[int, ...]
     decode_steps: int
     seed: int
-
-
-# `glmgate repro` rebuilds cases by type name (strategies/cases.py)
-sc.CASE_TYPES.setdefault("ModelCase", ModelCase)
 
 
 # ----------------------------------------------------------------------------- geometry and models
@@ -147,7 +144,7 @@ def model_cases(draw, base: Geometry, *, max_len: Optional[int] = None, seeds: i
     pad = tuple(draw(st.integers(0, min(length - 1, 6))) for _ in range(batch))
     splits = legal_splits(draw(chunk_splits(length, max_parts=3)), max(pad))
     return ModelCase(name, layers, draw(st.integers(0, seeds - 1)), batch, length, pad, splits,
-                     draw(st.integers(0, MAX_DECODE_STEPS)), draw(sc.SEEDS))
+                     draw(st.integers(0, MAX_DECODE_STEPS)), draw(SEEDS))
 
 
 def legal_splits(splits, max_pad: int) -> tuple[int, ...]:
@@ -545,3 +542,17 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
                           runs["base"]["chunked_prefill"], base_alone=alone_given("base"))
     res += compare_padded("oracle_padded_row", whole, alone, kind="self_consistency")
     return res
+
+
+# ----------------------------------------------------------------------------- the record
+
+_TINY = Geometry.preset("tiny")
+
+CHECKS = (
+    Check("model.paths", "model", ModelCase, model_cases, run_model_paths,
+          "whole decoder: split prefill, token decode, serialize+restore, left-padded rows vs the oracle's one "
+          "prefill: logits and every state array; the oracle's own paths agree",
+          # two rows, one left-padded by 3, cut 2 + 4, then 2 decode steps: every path crosses the padding
+          examples=(ModelCase("tiny", model_cut(_TINY), 0, 2, 6, (0, 3), (2, 4), 2, 1),), cpu_examples=8),
+)
+

@@ -1,29 +1,68 @@
-"""The MoE and NVFP4 rows of the correctness matrix as records' run functions (see kda_checks.py).
+"""The MoE row of the correctness matrix: router and experts (SPEC §9): cases, run functions, records.
 
 Expert ids are compared tie-aware: groups whose oracle group score ties (within eps) at the
 topk_group-th place are interchangeable, and so are experts whose biased score ties at the k-th place.
-NVFP4 quantization and dequantization are held bit-exact against the oracle (the honest bar: the
-same codes and scales dequantize to the same numbers).
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
-import torch
+from hypothesis import strategies as st
 
-from invariants.compare import RoutingReference, to_int, to_numpy
-from invariants.kda_checks import Comparison
+from invariants.check import Check
+from invariants.compare import Comparison, RoutingReference, to_int
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
 from oracle import moe as omoe
-from oracle import nvfp4 as onv
-from oracle.types import MoEWeights, NVFP4Tensor
-from strategies import cases as sc
+from oracle.config import Geometry
+from oracle.types import MoEWeights
+from strategies.tensors import SEEDS
+
+TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
 
-def moe_inputs(case: sc.MoECase):
-    """(MoEWeights float64, x [tokens, D]) of the case's family (sc.MoECase)."""
+# ------------------------------------------------------------------------ cases
+
+
+class MoECase(NamedTuple):
+    """One MoE layer over `tokens` tokens; family "clamps" boosts weights so the +-10 SwiGLU clamps fire,
+    "tied" gives two experts identical router rows (an exact router tie), "gates_off" puts every gate
+    pre-activation (routed and shared) in [-20, -11] with up of order 1..10, where the output is all
+    silu's far-negative tail (invariants/moe_checks.py: moe_inputs)."""
+
+    hidden: int
+    experts: int
+    top_k: int
+    groups: int
+    topk_group: int
+    inter: int
+    tokens: int
+    family: str
+    seed: int
+
+
+MOE_FAMILIES = ("normal", "clamps", "tied", "gates_off")
+
+
+@st.composite
+def moe_cases(draw, base) -> MoECase:
+    E = base.n_routed_experts
+    groups, topk_group = draw(st.sampled_from(sorted({(base.n_group, base.topk_group), (1, 1), (2, 1), (4, 2)})))
+    if E % groups or E // groups < 2:
+        groups, topk_group = 1, 1
+    k = draw(st.integers(1, min(base.num_experts_per_tok + 1, topk_group * E // groups)))
+    d = draw(st.sampled_from(sorted({base.hidden_size, 48})))
+    return MoECase(d, E, k, groups, topk_group, base.moe_intermediate_size, draw(st.integers(1, 24)),
+                   draw(st.sampled_from(MOE_FAMILIES)), draw(SEEDS))
+
+
+# ---------------------------------------------------------------- run functions
+
+
+def moe_inputs(case: MoECase):
+    """(MoEWeights float64, x [tokens, D]) of the case's family (MoECase)."""
     rng = np.random.default_rng(case.seed)
     E, D, I = case.experts, case.hidden, case.inter
     n = rng.standard_normal
@@ -115,7 +154,7 @@ def _keyed(r, order):
     return np.array([[dict(zip(ids[t], wts[t])).get(e, np.nan) for e in order[t]] for t in range(len(order))])
 
 
-def run_route(case: sc.MoECase, cand: Target, base: Target):
+def run_route(case: MoECase, cand: Target, base: Target):
     """Expert ids tie-aware against the oracle's scores; mixture weights against the oracle's weights
     for the implementation's OWN experts (a legal flip changes which weights exist)."""
     if case.family == "tied":
@@ -133,7 +172,7 @@ def run_route(case: sc.MoECase, cand: Target, base: Target):
                        baseline_reference=_keyed(rb, ob))]
 
 
-def run_forward(case: sc.MoECase, cand: Target, base: Target):
+def run_forward(case: MoECase, cand: Target, base: Target):
     """The layer's output against the oracle routed like the implementation (its own `route` decides;
     that choice is judged by moe.route)."""
     if case.family == "clamps":
@@ -151,186 +190,15 @@ def run_forward(case: sc.MoECase, cand: Target, base: Target):
     return [Comparison("forward", "output", outs[0], refs[0], outs[1], baseline_reference=refs[1])]
 
 
-def nvfp4_weights(case: sc.NVFP4Case):
-    rng = np.random.default_rng(case.seed)
-    w = rng.standard_normal((case.rows, case.cols)) * np.exp(rng.uniform(-3, 3, (case.rows, 1)))
-    if case.family == "zero_blocks":
-        # zero blocks, never the whole tensor (a zero amax has no global scale: refused on purpose)
-        if case.cols >= 32:
-            w[:, :16] = 0.0
-        elif case.rows > 1:
-            w[0] = 0.0
-        label("all-zero block")
-    elif case.family == "subnormal_scales":
-        w[0] *= 1e-6                                # block scales fall into the fp8 subnormals
-        label("fp8-subnormal block scales")
-    elif case.family == "ties":
-        # exact e2m1 rounding ties: with the tensor amax 6 the global scale is 2688/6 = 448 (an fp8
-        # value) and a block of amax 6 gets scale exactly 448, so v = x lands on 0.25, 0.75, ... exactly
-        w = w / np.abs(w).max() * 5.5
-        w[:, :16] = np.array([6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0] * 2)
-        label("exact rounding ties")
-    return w
+# ----------------------------------------------------------------------------- the records
 
-
-def _nv_target(t: Target, q: NVFP4Tensor) -> NVFP4Tensor:
-    dev = t.device
-    return NVFP4Tensor(torch.as_tensor(np.asarray(q.packed), device=dev),
-                       torch.as_tensor(np.asarray(q.block_scale).view(np.uint8), device=dev).view(torch.float8_e4m3fn),
-                       torch.as_tensor(np.asarray(q.global_decode, np.float32), device=dev), None)
-
-
-def _bits(t: NVFP4Tensor):
-    """The quantized tensor as integers (codes, scale bytes, global-scale bits), for exact comparison."""
-    if hasattr(t.packed, "detach"):
-        packed = t.packed.cpu().numpy()
-        scale = t.block_scale.cpu().view(torch.uint8).numpy()
-        g = t.global_decode.cpu().numpy().astype(np.float32)
-    else:
-        packed, scale = np.asarray(t.packed), np.asarray(t.block_scale).view(np.uint8)
-        g = np.asarray(t.global_decode, np.float32)
-    return np.concatenate([packed.ravel().astype(np.int64), scale.ravel().astype(np.int64),
-                           np.atleast_1d(g).view(np.int32).astype(np.int64)])
-
-
-def run_quantize(case: sc.NVFP4Case, cand: Target, base: Target):
-    w = nvfp4_weights(case)
-    ref = onv.quantize(w)
-    with poisoned_memory():
-        q = cand.impl.nvfp4.quantize(torch.as_tensor(w, dtype=torch.float32, device=cand.device))
-    return [Comparison("quantize", "codes", _bits(q), _bits(ref), kind="exact")]
-
-
-def run_dequantize(case: sc.NVFP4Case, cand: Target, base: Target):
-    """Dequantization of the oracle's codes and scales, from linear and from 128x4-swizzled scales."""
-    w = nvfp4_weights(case)
-    ref = onv.quantize(w)
-    want = onv.dequantize(ref).astype(np.float32)
-    qt = _nv_target(cand, ref)
-    sw = onv.swizzle_scales(np.asarray(ref.block_scale))
-    sw_t = torch.as_tensor(np.asarray(sw).view(np.uint8), device=cand.device).view(torch.float8_e4m3fn)
-    with poisoned_memory():
-        got = cand.impl.nvfp4.dequantize(qt)
-        got_sw = cand.impl.nvfp4.dequantize_swizzled(qt.packed, sw_t, qt.global_decode)
-    return [Comparison("dequantize", "weights", got.float(), torch.as_tensor(want), kind="exact"),
-            Comparison("dequantize", "weights_from_swizzled", got_sw.float(), torch.as_tensor(want), kind="exact")]
-
-
-# ----------------------------------------------------------------------------- the quantization gate
-
-
-def _calibrated_scales(w, nv, x_cal):
-    """Static W4A4 input scales per expert (ENCODE, [E] each) from a calibration batch, as a static
-    min-max observer would: x's amax over the tokens routed to e, h's over e's W4A16 hidden rows;
-    an expert no calibration token reaches gets the whole batch's amax."""
-    r = omoe.route(w, x_cal)
-    gu, _ = onv.dequantize_experts(nv)
-    I = gu.shape[1] // 2
-    ax, ah = [], []
-    for e in range(w.num_experts):
-        n = np.nonzero((r.expert_ids == e).any(axis=1))[0]
-        xe = x_cal[n] if len(n) else x_cal
-        g = xe @ gu[e].T
-        ax.append(np.abs(xe.astype(np.float32)).max())
-        ah.append(np.abs(omoe.swiglu(g[:, :I], g[:, I:], w.swiglu_limit).astype(np.float32)).max())
-    return onv.global_scale_encode(np.array(ax)), onv.global_scale_encode(np.array(ah))
-
-
-def gate_inputs(case: sc.QuantGateCase):
-    """(MoE weights float64, x [N, D], oracle NVFP4Experts with or without static input scales)."""
-    w, x = moe_inputs(case.moe_case())
-    rng = np.random.default_rng([case.seed, 1])
-    nv = onv.quantize_experts(w.gate_up_proj, w.down_proj)
-    if case.input_scales == "static":
-        nv = onv.with_input_scales(nv, *_calibrated_scales(w, nv, rng.standard_normal((64, case.hidden))))
-        label("static W4A4 input scales")
-    if case.family == "outliers":
-        x[::3] *= 8.0                         # past the calibration: the 448 clamp and ±6 saturation fire
-        label("activation outliers")
-    return w, x, nv
-
-
-def composed_experts(nv_ns, w, x, routing, nv, w4a4: bool):
-    """The NVFP4 routed mixture in plain torch from an nvfp4 namespace's primitives (dequantize,
-    qdq_activation, global_scale_encode): the baseline when the moe namespace has no fused NVFP4 path.
-    Same math and scale conventions as oracle.moe.experts(nvfp4=..., w4a4=...), in float32."""
-    D = x.shape[-1]
-    xs = x.reshape(-1, D).float()
-    gu, dn = nv_ns.dequantize(nv.gate_up), nv_ns.dequantize(nv.down)               # [E, 2I, D], [E, D, I]
-    I, E = gu.shape[1] // 2, gu.shape[0]
-
-    def scales(t, acts):
-        if t.input_global_scale is not None:
-            return t.input_global_scale.float()
-        amax = acts.abs().amax() if acts.numel() else acts.new_zeros(())
-        return (nv_ns.global_scale_encode(amax) if amax > 0 else torch.ones((), device=acts.device)).expand(E)
-
-    ids, wts = routing.expert_ids, routing.weights.float()
-    gx = scales(nv.gate_up, xs) if w4a4 else None
-    rows = {}
-    for e in torch.unique(ids).tolist():
-        n, slot = torch.nonzero(ids == e, as_tuple=True)
-        a = nv_ns.qdq_activation(xs[n], gx[e]).float() if w4a4 else xs[n]
-        g = a @ gu[e].T
-        h = torch.nn.functional.silu(g[:, :I].clamp(max=w.swiglu_limit)) * g[:, I:].clamp(-w.swiglu_limit,
-                                                                                          w.swiglu_limit)
-        rows[e] = (n, slot, h)
-    gh = scales(nv.down, torch.cat([h for _, _, h in rows.values()])) if w4a4 and rows else None
-    y = torch.zeros_like(xs)
-    for e, (n, slot, h) in rows.items():
-        hq = nv_ns.qdq_activation(h, gh[e]).float() if w4a4 else h
-        y.index_add_(0, n, wts[n, slot, None] * (hq @ dn[e].T))
-    return y.to(x.dtype).reshape(x.shape)
-
-
-def _candidate_experts(t: Target, w, x, routing, nv, w4a4: bool):
-    """The candidate's fused NVFP4 path (moe.experts(..., nvfp4=, w4a4=)) if it has one, else composed."""
-    import inspect
-
-    from impl.nvfp4 import experts_to
-    nvt = experts_to(nv, t.device)
-    if "w4a4" in inspect.signature(t.impl.moe.experts).parameters:
-        return t.impl.moe.experts(w, x, routing, nvfp4=nvt, w4a4=w4a4)
-    return composed_experts(t.impl.nvfp4, w, x, routing, nvt, w4a4)
-
-
-EVAL_TOKENS = 256
-SHARED_FIELDS = ("shared_gate_proj", "shared_up_proj", "shared_down_proj")
-
-
-def run_gate(case: sc.QuantGateCase, cand: Target, base: Target):
-    """The NVFP4 MoE layer through a fixed vocabulary projection (invariants/quant_gate.py), W4A16 and W4A4.
-
-    kernel_*: the candidate vs the oracle's NVFP4 math on the case's tokens (routing = the oracle's, so
-    the gate sees the experts only). quantization_*: the oracle's NVFP4 math vs the oracle unquantized
-    on EVAL_TOKENS fresh N(0, 1) tokens (oracle only, cheap; enough tokens for p99 and top-1 to mean
-    something; no outliers: a static scale's saturation is unbounded by construction).
-    """
-    from invariants import quant_gate as qg
-    from oracle.types import Routing
-
-    if case.family == "clamps":
-        label("SwiGLU clamps firing")
-    w, x, nv = gate_inputs(case)
-    P = qg.projection(case.hidden, case.vocab, case.seed)
-    r = omoe.route(w, x)
-    wt, xt = _moe_target(cand, w), cand.tensor(x)
-    rt = Routing(torch.as_tensor(r.expert_ids, device=cand.device),
-                 torch.as_tensor(r.weights, dtype=torch.float32, device=cand.device), None, None, None)
-    x_eval = np.random.default_rng([case.seed, 2]).standard_normal((EVAL_TOKENS, case.hidden))
-    exact = qg.layer_logits(omoe.forward(w, x_eval), P)
-    # the kernel gate's reference sees what the candidate sees: x and the shared expert's weights as
-    # the target dtype holds them (bf16 on a GPU), so the gate measures the kernels, not the inputs'
-    # rounding (identity in float32 up to the float32 rounding of float64 draws)
-    x_t = to_numpy(xt)
-    w_t = dataclasses.replace(w, **{f: to_numpy(getattr(wt, f)) for f in SHARED_FIELDS if getattr(w, f) is not None})
-    shared_t = omoe.shared_expert(w_t, x_t)
-    out = []
-    for w4a4, tag in ((False, "w4a16"), (True, "w4a4")):
-        ref = qg.layer_logits(omoe.experts(w, x_t, r, nvfp4=nv, w4a4=w4a4) + shared_t, P)
-        with poisoned_memory():
-            y = _candidate_experts(cand, wt, xt, rt, nv, w4a4) + cand.impl.moe.shared_expert(wt, xt)
-        out.append(Comparison("gate", f"kernel_{tag}", qg.layer_logits(y, P), ref, kind="quantization_gate"))
-        quant = qg.layer_logits(omoe.forward(w, x_eval, nvfp4=nv, w4a4=w4a4), P)
-        out.append(Comparison("gate", f"quantization_{tag}", quant, exact, kind="quantization_gate"))
-    return out
+CHECKS = (
+    Check("moe.route", "moe", MoECase, moe_cases, run_route,
+          "expert ids tie-aware (groups and experts), weights from the raw sigmoid per expert",
+          examples=(MoECase(32, 8, 2, 2, 1, 16, 7, "tied", 0), MoECase(32, 8, 4, 4, 2, 16, 5, "normal", 1),
+                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2))),
+    Check("moe.forward", "moe", MoECase, moe_cases, run_forward,
+          "routed experts + shared expert with the clamps firing",
+          examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),
+                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2))),
+)

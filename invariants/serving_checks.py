@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.target import Target, poisoned_memory
@@ -379,3 +380,12 @@ PACKED = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["admit", [2, 7, 1]], ["adm
                       ["reorder", [[0, 3, []], [1, 0, []], [2, 0, [4]], [3, 1, []]], 0.9],
                       ["cancel", 1, None]))
 EXAMPLES = (ROLLBACK, REJECT_ALL, FORK, PADDED, PACKED)
+
+CHECKS = (
+    Check("serving.state_machine", "serving", ServingCase, serving_cases, run_state_machine,
+          "a drawn program of serving operations (admit, chunked prefill, packed steps, speculate and roll "
+          "back, fork, cancel, reorder) on oracle, candidate and baseline engines, compared after every "
+          "operation: every state array, the cached logits, the history, a cold rerun",
+          examples=EXAMPLES, cpu_examples=6),
+)
+

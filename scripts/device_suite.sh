@@ -13,7 +13,7 @@ for s in $steps; do
   t0=$(date +%s)
   case $s in
     tests) GLMGATE_GPU_EXAMPLES=${GLMGATE_GPU_EXAMPLES:-20} timeout ${T_TESTS:-200} python3 -m pytest -m gpu -q \
-             -p no:cacheprovider -rfE tests/test_matrix_gpu.py tests/test_kda_gpu.py > "$OUT/gpu_tests.log" 2>&1 ;;
+             -p no:cacheprovider -rfE tests/test_matrix.py tests/test_kda_gpu.py > "$OUT/gpu_tests.log" 2>&1 ;;
     mla)   timeout ${T_MLA:-100} python3 -m gate.bench_mla --json "$OUT/mla.json" --sweep > "$OUT/mla.log" 2>&1 ;;
     moe)   timeout ${T_MOE:-120} python3 -m gate.bench_moe --json "$OUT/moe.json" > "$OUT/moe.log" 2>&1 ;;
     layer) timeout ${T_LAYER:-120} python3 -m gate.bench_layer --json "$OUT/layer.json" > "$OUT/layer.log" 2>&1 ;;

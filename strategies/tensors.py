@@ -7,6 +7,7 @@ Distribution families put the data where bugs live: `normal`; `gate_low` (g near
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from oracle import kda as okda
 from oracle.types import KDAState, KDAWeights
@@ -135,3 +136,11 @@ def moe_weights(rng, *, experts=8, top_k=2, n_group=2, topk_group=1, hidden=32, 
         shared_up_proj=n(F, hidden, g=gain) if shared else None,
         shared_down_proj=n(hidden, F) if shared else None,
         top_k=top_k, n_group=n_group, topk_group=topk_group)
+
+
+# a case's seed: every array of a check is drawn from it, so a case is small and replayable
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def families() -> st.SearchStrategy[str]:
+    return st.sampled_from(FAMILIES)

@@ -8,7 +8,6 @@ Dims: SPEC §13's tiny ones, D=32, E=8, I=16, k=2, n_group=2, topk_group=1, one 
 """
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import math
 

@@ -27,7 +27,7 @@ def test_the_tail_of_a_pool_complete_only_in_another_row_is_tail_not_a_pick():
     belong to a pool that is complete in row 0 only; they are row 1's tail. Reading them as a picked pool
     made the legal choice between pools 0 and 1 (an exact score tie at the k-th place) look wrong."""
     from invariants.dsa_checks import index_inputs
-    from strategies.cases import case_from_json
+    from invariants.matrix import case_of as case_from_json
 
     case = case_from_json({"type": "IndexCase", "geometry": {
         "hidden": 32, "heads": 2, "nope_dim": 8, "v_dim": 8, "q_rank": 16, "kv_rank": 16, "index_heads": 16,
@@ -168,7 +168,6 @@ def test_a_forced_selection_is_attended_and_handed_on_with_the_oracles_scores():
 
 def test_the_model_forced_with_its_own_decisions_is_the_unforced_model():
     from invariants import model_checks as mdc
-    from oracle import model as om
 
     w = mdc.oracle_weights("tiny", 5, 0)
     ids = np.random.default_rng(4).integers(1, w.geometry.vocab_size, (2, 13))

@@ -58,7 +58,7 @@ class OldVerdict(FakeVerdict):
 
 
 def fake_check(name="fake.check", cases=None) -> Check:
-    return Check(name, "kda", cases or (lambda g: st.builds(FakeCase, st.integers(0, 99))), None, "a fake check")
+    return Check(name, "kda", FakeCase, cases or (lambda g: st.builds(FakeCase, st.integers(0, 99))), None, "a fake check")
 
 
 def judged_by(monkeypatch, fn) -> list:

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import find, settings
 
 from oracle.config import Geometry
-from strategies import cases as sc
+from invariants import kda_checks as kc
+from invariants.matrix import case_of, case_to_json
 from strategies.sequences import chunk_splits, packed_lengths, sequence_lengths
 
 FIND = settings(max_examples=2000, database=None)
@@ -37,9 +38,9 @@ def test_packed_lengths_reach_zero_length_and_one_token_documents():
 
 def test_cases_round_trip_through_json():
     tiny = Geometry.preset("tiny")
-    for strat in (sc.core_cases(tiny), sc.sublayer_cases(tiny), sc.packed_cases(tiny), sc.decode_cases(tiny)):
+    for strat in (kc.core_cases(tiny), kc.sublayer_cases(tiny), kc.packed_cases(tiny), kc.decode_cases(tiny)):
         case = find(strat, lambda c: True, settings=FIND)
-        assert sc.case_from_json(sc.case_to_json(case)) == case
+        assert case_of(case_to_json(case)) == case
 
 
 @pytest.mark.parametrize("call, match", [
@@ -48,8 +49,8 @@ def test_cases_round_trip_through_json():
     (lambda: sequence_lengths(max_len=1.5), "max_len"),
     (lambda: find(chunk_splits(0), bool), "total"),
     (lambda: find(packed_lengths(max_docs=0), bool), "max_docs"),
-    (lambda: sc.case_from_json({"type": "Nope"}), "case type"),
-    (lambda: sc.case_from_json({"type": "CoreCase", "heads": 1}), "missing fields"),
+    (lambda: case_of({"type": "Nope"}), "case type"),
+    (lambda: case_of({"type": "CoreCase", "heads": 1}), "missing fields"),
 ], ids=["sequence_lengths(min_len=5, max_len=2)", "sequence_lengths(min_len=-1)",
         "sequence_lengths(max_len=1.5)", "chunk_splits(0)", "packed_lengths(max_docs=0)",
         "case_from_json(unknown type)", "case_from_json(missing fields)"])

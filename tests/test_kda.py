@@ -9,16 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from invariants.engine import run_one
 from impl import registry
-from invariants.matrix import BY_NAME
-from invariants.target import cpu_targets
+from invariants import kda_checks as kc
 from oracle import kda as okda
 from oracle.config import Geometry
-from strategies import cases as sc
 from strategies import tensors as tz
 from strategies.geometry import KDAGeometry
 
@@ -26,17 +23,12 @@ TINY = Geometry.preset("tiny")
 G0 = KDAGeometry.from_geometry(TINY)
 
 
-
-def _check(name, case):
-    run_one(BY_NAME[name], case, *cpu_targets())
-
-
 # ----------------------------------------------------------------------------- oracle ladder
 
 
-@given(sc.core_cases(TINY), st.sampled_from([1, 5, 16, 63, 64, 100]))
-@example(sc.CoreCase(2, 8, 1, 130, None, True, "gate_low", 0), 64)
-@example(sc.CoreCase(2, 8, 1, 129, (65, 0, 1, 63), True, "normal", 1), 16)
+@given(kc.core_cases(TINY), st.sampled_from([1, 5, 16, 63, 64, 100]))
+@example(kc.CoreCase(2, 8, 1, 130, None, True, "gate_low", 0), 64)
+@example(kc.CoreCase(2, 8, 1, 129, (65, 0, 1, 63), True, "normal", 1), 16)
 def test_oracle_chunked_equals_recurrent(case, chunk):
     """Output, final state and EVERY boundary state, chunk sizes that do and do not divide."""
     x = tz.core_tensors(np.random.default_rng(case.seed), case.heads, case.head_dim, case.batch,
@@ -112,59 +104,6 @@ def test_oracle_packed_equals_alone():
         np.testing.assert_allclose(s.recurrent[i], si.recurrent[0], atol=1e-12)
         np.testing.assert_allclose(s.conv[i], si.conv[0], atol=0)
         a += n
-
-
-# ----------------------------------------------------------------------------- implementation vs oracle
-
-CORE = sc.core_cases(TINY, max_len=140)
-
-
-@given(CORE)
-@example(sc.CoreCase(2, 8, 1, 65, None, True, "normal", 0))
-@example(sc.CoreCase(2, 8, 1, 68, (64, 1, 0, 3), True, "gate_low", 1))
-def test_recurrent(case):
-    _check("kda.recurrent", case)
-
-
-@given(CORE)
-@example(sc.CoreCase(2, 8, 1, 64, None, False, "normal", 0))
-@example(sc.CoreCase(2, 8, 2, 129, None, True, "gate_high", 2))
-@example(sc.CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3))
-def test_chunked(case):
-    _check("kda.chunked", case)
-
-
-@given(sc.decode_cases(TINY))
-@example(sc.DecodeCase(G0, 2, 5, "tiny_qk", 0))
-def test_decode(case):
-    _check("kda.decode", case)
-
-
-@given(sc.sublayer_cases(TINY))
-@example(sc.SublayerCase(G0, 2, 65, (0, 3), (65,), True, "normal", 0))
-def test_sublayer(case):
-    _check("kda.sublayer", case)
-
-
-@given(sc.sublayer_cases(TINY))
-@example(sc.SublayerCase(G0, 1, 70, (0,), (64, 1, 5), True, "normal", 0))
-@example(sc.SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1))
-def test_paths(case):
-    """The prefix/chunk/continuation invariant: split prefill, token decode, serialize+restore."""
-    _check("kda.paths", case)
-
-
-@given(sc.packed_cases(TINY))
-@example(sc.PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0))
-def test_packed(case):
-    """No leakage across cu_seqlens (recurrent AND conv); a poisoned document keeps its NaN."""
-    _check("kda.packed", case)
-
-
-@settings(max_examples=3)
-@given(sc.sublayer_cases(TINY, padded=False))
-def test_rerun(case):
-    _check("kda.rerun", case)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -11,7 +11,6 @@ Letters as in oracle/kda.py.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest

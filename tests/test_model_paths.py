@@ -24,7 +24,8 @@ from invariants import reference
 from invariants.matrix import BY_NAME, evaluate
 from invariants.target import Target, cpu_targets
 from oracle.config import Geometry
-from strategies.cases import case_from_json, case_to_json
+from invariants.matrix import case_of as case_from_json
+from invariants.matrix import case_to_json
 
 TINY = Geometry.preset("tiny")
 CHECK = BY_NAME["model.paths"]

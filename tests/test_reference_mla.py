@@ -17,7 +17,6 @@ import torch
 from invariants.compare import compare_selection
 from invariants.contracts import assert_reference, lookup
 from invariants.dsa_checks import token_pool
-from oracle import dsa as odsa
 from oracle import mla as omla
 from oracle.config import Geometry
 from strategies import tensors as tz

@@ -1,0 +1,52 @@
+"""The check record (one row of the correctness matrix) and the repro JSON of a drawn case.
+
+A record carries everything its test, its CLI run and its mutants need: the case type, the strategy
+drawing cases from a geometry, the run function returning comparisons, the pinned examples replayed
+before any draw, a cap on examples on the CPU interpreter, and its doc. Each mechanism's records live
+in its checks module (invariants/<mechanism>_checks.py) beside their cases and run functions;
+invariants/matrix.py gathers them.
+"""
+from __future__ import annotations
+
+import typing
+from typing import Callable, NamedTuple, Optional
+
+
+class Check(NamedTuple):
+    name: str                 # "<mechanism>.<what>": the id of its test and the name a mutant designates
+    mechanism: str            # the contracts.toml section its comparisons are judged under
+    case: type                # the NamedTuple its strategy draws (repro JSON: case_from_json)
+    cases: Callable           # geometry -> SearchStrategy of `case`
+    run: Callable             # (case, cand Target, base Target) -> list[Comparison]
+    doc: str
+    examples: tuple = ()      # pinned cases, replayed first on every run (known failures, edge shapes)
+    cpu_examples: Optional[int] = None   # at most this many drawn examples on the CPU interpreter (cost)
+
+
+def case_to_json(case) -> dict:
+    """A drawn case as plain JSON (its type name, its fields; nested NamedTuples as objects)."""
+    d = {"type": type(case).__name__}
+    for k, v in case._asdict().items():
+        d[k] = v._asdict() if hasattr(v, "_asdict") else (list(v) if isinstance(v, tuple) else v)
+    return d
+
+
+def case_from_json(d: dict, case_types: dict):
+    """Inverse of case_to_json over `case_types` (name -> class), with a clear error on an unknown type
+    or field; a field annotated with a NamedTuple type (a geometry) is rebuilt from its object."""
+    d = dict(d)
+    name = d.pop("type", None)
+    if name not in case_types:
+        raise ValueError(f"case type: expected one of {sorted(case_types)}, got {name!r}")
+    cls = case_types[name]
+    missing = set(cls._fields) - set(d)
+    extra = set(d) - set(cls._fields)
+    if missing or extra:
+        raise ValueError(f"{name}: missing fields {sorted(missing)}, unexpected {sorted(extra)}")
+    hints = typing.get_type_hints(cls)
+    for k, v in d.items():
+        if isinstance(v, dict) and hasattr(hints.get(k), "_fields"):
+            d[k] = hints[k](**v)
+        elif isinstance(v, list):
+            d[k] = tuple(v)
+    return cls(**d)
