@@ -4,7 +4,8 @@ Letters: any shape; both arrays are brought to float64 NumPy first.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+import dataclasses
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -72,9 +73,10 @@ def bitwise_equal(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
-class Comparison(tuple):
-    """One comparison a check asks for: (path, quantity, kind, candidate, reference, baseline,
-    baseline_reference, where, held_reference).
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One comparison a check asks for, judged by invariants.matrix.evaluate under the contract
+    (mechanism, path, quantity, kind) of contracts.toml.
 
     baseline_reference: what the baseline is measured against when it is not `reference` (the oracle
     re-run with the baseline's own discrete decisions); where: a label for messages ("layer 3");
@@ -83,20 +85,15 @@ class Comparison(tuple):
     floor under the baseline's error (a baseline can land closer by luck on a small or cancelling output).
     """
 
-    def __new__(cls, path, quantity, candidate, reference, baseline=None, kind="kernel_replacement",
-                baseline_reference=None, where="", held_reference=None):
-        return super().__new__(cls, (path, quantity, kind, candidate, reference, baseline, baseline_reference,
-                                     where, held_reference))
-
-    path = property(lambda s: s[0])
-    quantity = property(lambda s: s[1])
-    kind = property(lambda s: s[2])
-    candidate = property(lambda s: s[3])
-    reference = property(lambda s: s[4])
-    baseline = property(lambda s: s[5])
-    baseline_reference = property(lambda s: s[6])
-    where = property(lambda s: s[7])
-    held_reference = property(lambda s: s[8])
+    path: str
+    quantity: str
+    candidate: Any
+    reference: Any
+    baseline: Any = None
+    kind: str = "kernel_replacement"
+    baseline_reference: Any = None
+    where: str = ""
+    held_reference: Any = None
 
 
 class SelectionReport(NamedTuple):
