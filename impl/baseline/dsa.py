@@ -251,9 +251,7 @@ def slots(topk: int, kpool: int) -> int:
 
 dsa = TorchDSA()
 
-index_rows = dsa.index_rows
-pool_keys = dsa.pool_keys
-scores = dsa.scores
-candidates = dsa.candidates
-index = dsa.index
-shared = dsa.shared
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.dsa import x`
+    return getattr(dsa, name)

@@ -326,14 +326,7 @@ class TorchKDA:
 
 kda = TorchKDA()
 
-recurrent = kda.recurrent
-chunked = kda.chunked
-decode = kda.decode
-sublayer = kda.sublayer
-project = kda.project
-conv = kda.conv
-core_inputs = kda.core_inputs
-gate = kda.gate
-l2norm = kda.l2norm
-gated_rmsnorm = kda.gated_rmsnorm
-zero_state = kda.zero_state
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.kda import x`
+    return getattr(kda, name)

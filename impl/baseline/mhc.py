@@ -102,10 +102,7 @@ class TorchMHC:
 
 mhc = TorchMHC()
 
-coefficients = mhc.coefficients
-sinkhorn = mhc.sinkhorn
-collapse = mhc.collapse
-write_back = mhc.write_back
-expand = mhc.expand
-reduce = mhc.reduce
-rmsnorm_unweighted = mhc.rmsnorm_unweighted
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.mhc import x`
+    return getattr(mhc, name)

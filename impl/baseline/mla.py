@@ -165,8 +165,7 @@ class TorchMLA:
 
 mla = TorchMLA()
 
-rmsnorm = mla.rmsnorm
-project = mla.project
-expanded = mla.expanded
-absorbed = mla.absorbed
-sublayer = mla.sublayer
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.mla import x`
+    return getattr(mla, name)

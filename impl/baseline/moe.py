@@ -142,13 +142,7 @@ class TorchMoE:
 
 moe = TorchMoE()
 
-swiglu = moe.swiglu
-dense_mlp = moe.dense_mlp
-shared_expert = moe.shared_expert
-route = moe.route
-group_scores = moe.group_scores
-kept_experts = moe.kept_experts
-mixture_weights = moe.mixture_weights
-expert = moe.expert
-experts = moe.experts
-forward = moe.forward
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.moe import x`
+    return getattr(moe, name)

@@ -240,17 +240,7 @@ class TorchNVFP4:
 
 nvfp4 = TorchNVFP4()
 
-quantize_e2m1 = nvfp4.quantize_e2m1
-dequantize_e2m1 = nvfp4.dequantize_e2m1
-pack = nvfp4.pack
-unpack = nvfp4.unpack
-global_scale_encode = nvfp4.global_scale_encode
-global_scale_decode = nvfp4.global_scale_decode
-flip_global_scale = nvfp4.flip_global_scale
-quantize = nvfp4.quantize
-dequantize = nvfp4.dequantize
-qdq_activation = nvfp4.qdq_activation
-check_tensor = nvfp4.check_tensor
-swizzle_scales = nvfp4.swizzle_scales
-unswizzle_scales = nvfp4.unswizzle_scales
-dequantize_swizzled = nvfp4.dequantize_swizzled
+
+def __getattr__(name: str):
+    # the module's functions are the namespace's methods (PEP 562): `from impl.baseline.nvfp4 import x`
+    return getattr(nvfp4, name)
