@@ -1,5 +1,5 @@
 """Named implementations (ARCHITECTURE.md): "triton" (the product), "torch" (plain-torch baseline of the
-same math in the working dtype), "mutant:<name>" (one planted bug each, impl/mutants.py), and any
+same math in the working dtype), "mutant:<name>" (one planted bug each, impl/mutants/), and any
 third-party candidate given as "package.module:attribute" whose object has a `kda` attribute (or
 is itself a namespace with the kda functions: recurrent, chunked, decode, sublayer)."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "moe": ("route", "experts", "forward"),
              "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "pack", "unpack"),
              # the whole decoder over the other namespaces: impl.model.forward, impl.state's deserialize;
-             # None (the default) means those two; model mutants (impl/mutants.py) bring their own
+             # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
 
@@ -31,6 +31,9 @@ class Implementation(NamedTuple):
     moe: Any = None
     nvfp4: Any = None
     model: Any = None
+    # the serving Engine class (impl/serving.py) the serving check builds over this implementation's
+    # model; None: impl.serving.Engine. Serving mutants bring their own
+    serving: Any = None
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)
@@ -59,8 +62,10 @@ def get(name: str) -> Implementation:
     if name.startswith("mutant:"):
         from impl import mutants
         m = mutants.get(name.split(":", 1)[1])
-        # one planted bug: the mutated mechanism, every other mechanism from the baseline
-        return _baseline(name)._replace(**{m.mechanism: _check(name, m.factory(), m.mechanism)})
+        # one planted bug: the mutated namespace (or engine), everything else from the mutant's base
+        ns = m.factory()
+        return get(m.base)._replace(name=name, **{m.mechanism: _check(name, ns, m.mechanism)
+                                                  if m.mechanism in FUNCTIONS else ns})
     if ":" in name:
         mod, _, attr = name.partition(":")
         try:

@@ -10,7 +10,7 @@ fork (prefix-cache hit), cancel; `step` advances several requests in ONE packed 
 stream cut by cu_seqlens: prefill chunks, 1-token decode rows, zero-length rows), `admit_padded`
 prefills several new requests as ONE left-padded batch and splits the batch state per request. The
 small `_restore`, `_fork_state`, `_prefix_state`, `_pad` hooks are what the serving mutants
-(impl/mutants.py, SERVING_MUTANTS) override, one each.
+(impl/mutants/serving.py) override, one each.
 """
 from __future__ import annotations
 

@@ -64,3 +64,6 @@ def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
             out.append(v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else
                                   (cmp.where or v.detail)))
     return out
+
+from impl.mutants import validate as _validate_mutants  # noqa: E402  (after CHECKS: each mutant names one)
+_validate_mutants(CHECKS)

@@ -182,7 +182,7 @@ def decode_steps(case: ModelCase) -> int:
 
 
 # impl.model's forward and impl.state's deserialize: what a candidate runs unless its registry entry
-# brings its own `model` namespace (the model mutants of impl/mutants.py do)
+# brings its own `model` namespace (the model mutants of impl/mutants/model.py do)
 def _default_model_ops():
     from impl import model as im
     from impl.state import HybridState

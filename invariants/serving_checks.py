@@ -366,8 +366,8 @@ def run_state_machine(case: ServingCase, cand: Target, base: Target) -> list:
 
 
 # ----------------------------------------------------------------------------- pinned programs
-# Each drives one serving bug class to where it shows (the serving mutants must break every one that
-# names them in impl/mutants.py); `glmgate zoo` and CI replay them first.
+# Each drives one serving bug class to where it shows (every mutant of impl/mutants/serving.py fails
+# one); the record below pins them, so every run (`glmgate zoo` and CI too) replays them first.
 
 ROLLBACK = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["speculate", 0, [2, 6, 5], 1]))
 REJECT_ALL = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["speculate", 0, [2, 6, 5], 0]))

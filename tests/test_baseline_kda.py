@@ -1,7 +1,7 @@
 """The "torch" KDA baseline (impl/baseline/kda.py) against the float64 oracle, and the mutant zoo.
 
 float64 TorchKDA is the oracle's math to 1e-10; float32 to ~1e-5; bf16 keeps SPEC §2's dtypes.
-Every mutant in impl/mutants.py is caught by a hand-built probe on which the correct baseline agrees
+Every mutant in impl/mutants/kda.py is caught by a hand-built probe on which the correct baseline agrees
 with the oracle (so the probe, not noise, is what tells them apart).
 """
 from __future__ import annotations
@@ -401,7 +401,7 @@ def test_mutant_is_caught(name):
     good, bad = probe(BASE64), probe(AsNumpy(get(name).factory()))
     errs = {q: rel(bad[q], want[q]) for q in want}
     assert max(rel(good[q], want[q]) for q in want) < 1e-9, "the probe itself disagrees with the oracle"
-    quantity = get(name).caught_by.rsplit(".", 1)[1]
+    quantity = get(name).quantity
     assert errs.get(quantity, max(errs.values())) > 1e-3, f"mutant {name} escapes its probe: {errs}"
 
 
@@ -414,7 +414,7 @@ def test_mutant_overrides_one_method(name):
     m = MUTANTS[name]
     assert isinstance(m, Mutant) and m.name == name and m.mechanism == "kda"
     assert m.description and "\n" not in m.description
-    assert m.caught_by.startswith("kda.") and m.caught_by.count(".") == 2
+    assert m.check.startswith("kda.") and m.quantity and m.base == "torch"
     a, b = m.factory(), m.factory()
     assert a is not b and isinstance(a, TorchKDA)
     own = [n for n, v in vars(type(a)).items() if inspect.isfunction(v)]

@@ -1,5 +1,5 @@
 """The "torch" MoE and NVFP4 baselines (impl/baseline/moe.py, nvfp4.py) against the float64 oracle, and
-their mutants (impl/mutants.py, mechanisms "moe" / "nvfp4").
+their mutants (impl/mutants/, mechanisms "moe" / "nvfp4").
 
 float64 TorchMoE is the oracle's math to 1e-10, float32 to ~1e-6; TorchNVFP4 is bit-identical to the
 oracle (codes, scales, global scales, dequantized values in float32 and float64). Every MoE / NVFP4
@@ -319,10 +319,10 @@ def test_mutant_is_caught(name):
     want = probe(ORACLE[m.mechanism])
     good, bad = probe(BASE[m.mechanism]()), probe(m.factory())
     assert max(rel(good[q], want[q]) for q in want) < 1e-10, "the probe itself disagrees with the oracle"
-    quantity = m.caught_by.rsplit(".", 1)[1]
-    assert quantity in want, f"{name}: the probe does not observe {m.caught_by}"
+    quantity = m.quantity
+    assert quantity in want, f"{name}: the probe does not observe {m.check} {quantity}"
     err = rel(bad[quantity], want[quantity])
-    assert err > 1e-6, f"mutant {name} escapes its probe: {m.caught_by} rel err {err:.3g}"
+    assert err > 1e-6, f"mutant {name} escapes its probe: {m.check} {quantity} rel err {err:.3g}"
 
 
 @pytest.mark.parametrize("name", MOE_NVFP4_MUTANTS)
@@ -330,7 +330,7 @@ def test_mutant_overrides_one_method(name):
     m = MUTANTS[name]
     assert isinstance(m, Mutant) and m.name == name and m.mechanism in ("moe", "nvfp4")
     assert m.description and "\n" not in m.description
-    assert m.caught_by.startswith(m.mechanism + ".") and m.caught_by.count(".") == 2
+    assert m.check.startswith(m.mechanism + ".") and m.quantity and m.base == "torch"
     a, b = m.factory(), m.factory()
     assert a is not b and isinstance(a, BASE[m.mechanism])
     own = [n for n, v in vars(type(a)).items() if inspect.isfunction(v)]

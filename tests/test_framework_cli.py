@@ -65,19 +65,3 @@ def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp
 def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path):
     with pytest.raises(SystemExit, match="config.json"):
         cli.main(["checkpoint", "inspect", str(tmp_path)])
-
-
-def test_zoo_runs_a_serving_mutant_through_the_state_machine_and_reports_it_caught(capsys, monkeypatch):
-    """Serving mutants are run by `glmgate zoo` too (the state machine's fixed scenarios, via pytest, on
-    the zoo's device and dtype: bf16 targets run on the CPU too); a mutant no scenario of the selected
-    tests ran is NOT COLLECTED, with exit 1."""
-    assert cli.main(["zoo", "--dtype", "bfloat16", "--mutant", "serving_fork_aliases_buffers"]) == 0
-    out = capsys.readouterr().out
-    assert "serving_fork_aliases_buffers" in out and "caught" in out and "_scenario_fork" in out
-    assert "serving.state_machine (cpu, bfloat16)" in out, out
-    # the invariant's bound is the bfloat16 one of the model contract (floor 0.02), not float32's 1e-5
-    assert "+ 0.02 =" in out, out
-    # a scenario that never fires: point zoo at a test expression that selects nothing
-    monkeypatch.setattr(cli, "SERVING_TEST", "tests/test_framework_cli.py")
-    assert cli.main(["zoo", "--mutant", "serving_fork_aliases_buffers"]) == 1
-    assert "NOT COLLECTED" in capsys.readouterr().out

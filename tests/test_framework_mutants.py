@@ -1,19 +1,21 @@
 """Every planted mutant is caught by the check designed for it (`glmgate zoo` in the suite).
 
 A property no mutant breaks is untested; a mutant no property catches is a gap. Both directions are
-asserted: each mutant fails its designated check (with a shrunk case) in float32 (the CPU's dtype)
-AND in bfloat16 (inputs rounded to bf16 under the bf16 contracts, the CPU's stand-in for the GPU run;
-whole-model mutants in float32 only, see CPU_FLOAT32_ONLY), or only in the dtype its row names
-(Mutant.dtype: a property of that dtype's contract); and each check
-of the matrix is the designated catcher of at least one mutant.
+asserted: each mutant fails its designated check (with a shrunk case, or the pinned example that
+the check replays first) in float32 (the CPU's dtype) AND in bfloat16 (inputs rounded to bf16 under the
+bf16 contracts, the CPU's stand-in for the GPU run; whole-model and serving mutants in float32 only, see
+CPU_FLOAT32_ONLY), or only in the dtype its decorator names (Mutant.dtype: a property of that dtype's
+contract); and each check of the matrix is the designated catcher of at least one mutant.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from invariants.engine import run_check
 from impl import mutants, registry
 from invariants.contracts import load
+from invariants.engine import run_check
 from invariants.matrix import BY_NAME, CHECKS
 from invariants.target import DTYPES, Target
 from oracle.config import Geometry
@@ -22,20 +24,17 @@ TINY = Geometry.preset("tiny")
 
 
 def _check_of(m):
-    names = [c for c in BY_NAME if m.caught_by.startswith(c + ".") or m.caught_by == c]
-    assert names, f"mutant {m.name}: caught_by {m.caught_by!r} names no check of the matrix"
-    return BY_NAME[max(names, key=len)]
+    assert m.check in BY_NAME, f"mutant {m.name}: check {m.check!r} is no check of the matrix"
+    return BY_NAME[m.check]
 
 
-MATRIX_MECHANISMS = {c.mechanism for c in CHECKS}
-# serving-state mutants break an engine, not a mechanism: the serving state machine catches them
-STATE_MACHINE = sorted(n for n, m in {**mutants.MUTANTS, **getattr(mutants, "SERVING_MUTANTS", {})}.items()
-                       if m.mechanism == "serving")
-
-
-# whole-model mutants run model.paths through five layers of interpreted kernels (~30-70 s an example
-# set in bf16); their bf16 verdict is the GPU zoo's (`glmgate zoo --device cuda`), CI keeps float32
-CPU_FLOAT32_ONLY = ("model",)
+# whole-model and serving mutants run five decoder layers of interpreted kernels (model.paths: ~30-70 s
+# an example set in bf16; a serving program: 15-40 s); their bf16 verdict is the GPU zoo's (`glmgate zoo
+# --device cuda`), CI keeps float32
+CPU_FLOAT32_ONLY = ("model", "serving")
+# examples drawn after the pinned cases: a serving program costs seconds a token, and the pinned
+# programs are built to catch every serving mutant
+BUDGET = {"serving": 3}
 
 
 def _dtypes(m) -> tuple[str, ...]:
@@ -46,23 +45,23 @@ def _dtypes(m) -> tuple[str, ...]:
     return ("float32",) if m.mechanism in CPU_FLOAT32_ONLY else ("float32", "bfloat16")
 
 
-@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items())
-                                        if m.mechanism in MATRIX_MECHANISMS for d in _dtypes(m)])
+@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items()) for d in _dtypes(m)])
 def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name, dtype):
     m = mutants.MUTANTS[name]
     chk = _check_of(m)
     cand = Target(registry.get(f"mutant:{name}"), "cpu", DTYPES[dtype])
     base = Target(registry.get("torch"), "cpu", DTYPES[dtype])
-    r = run_check(chk, TINY, cand, base, "ci", max_examples=30)
+    r = run_check(chk, TINY, cand, base, "ci", max_examples=BUDGET.get(m.mechanism, 30))
     assert r.status == "fail", f"{name} escaped {chk.name} in {dtype} ({r.examples} examples, worst {r.worst_line})"
     assert r.shrunk_case is not None and r.repro.startswith("glmgate repro '")
 
 
-def _contract_dtypes(caught_by: str) -> set:
-    """The dtypes the contracts of `caught_by` ("mechanism.path.quantity") declare a bound for."""
-    key = tuple(caught_by.split(".", 2))
-    found = [c for (mech, path, qty, kind), c in load().items() if (mech, path, qty) == key and kind != "bench_gate"]
-    assert found, f"caught_by {caught_by!r} names no declared contract"
+def _contract_dtypes(m) -> set:
+    """The dtypes the contracts of mutant m's quantity, in its check's mechanism, declare a bound for."""
+    mechanism = _check_of(m).mechanism
+    found = [c for (mech, _path, qty, kind), c in load().items()
+             if (mech, qty) == (mechanism, m.quantity) and kind != "bench_gate"]
+    assert found, f"{m.name}: quantity {m.quantity!r} names no declared contract of {mechanism}"
     return {d for c in found for d in (*c.floor, *c.bound, *(d for t in c.gate.values() if isinstance(t, dict)
                                                               for d in t))}
 
@@ -73,8 +72,31 @@ def test_a_mutant_pinned_to_a_dtype_names_one_its_contract_declares():
     assert pinned.get("kda_state_bf16_across_chunks") and pinned["kda_state_bf16_across_chunks"].dtype == "float32"
     for n, m in pinned.items():
         assert m.dtype in DTYPES, f"{n}: dtype {m.dtype!r} not one of {sorted(DTYPES)}"
-        declared = _contract_dtypes(m.caught_by)
-        assert m.dtype in declared, f"{n}: dtype {m.dtype!r}, but {m.caught_by} declares {sorted(declared)}"
+        declared = _contract_dtypes(m)
+        assert m.dtype in declared, f"{n}: dtype {m.dtype!r}, but {m.check} {m.quantity} declares {sorted(declared)}"
+
+
+@pytest.mark.parametrize("field,value,why", [
+    ("check", "kda.chunk", "is not a check of the matrix"),             # a prefix of kda.chunked
+    ("check", "kda.chunked.output", "is not a check of the matrix"),    # the old caught_by, prefixed by a check
+    ("check", "moe.route", "quantity 'final_state' has no contract of mechanism 'moe'"),
+    ("quantity", "state", "quantity 'state' has no contract of mechanism 'kda'"),
+])
+def test_a_mutant_naming_no_exact_check_and_contract_is_refused_when_the_table_is_built(field, value, why):
+    m = mutants.get("kda_padded_steps_update_state")
+    mutants.validate(CHECKS, {m.name: m})
+    with pytest.raises(ValueError, match=why) as e:
+        mutants.validate(CHECKS, {m.name: dataclasses.replace(m, **{field: value})})
+    assert "mutant kda_padded_steps_update_state (impl.mutants.kda.PaddedStepsUpdateState)" in str(e.value)
+
+
+def test_a_mutant_is_registered_with_a_one_line_description_under_a_new_name():
+    two_lines = type("TwoLines", (), {"__doc__": "what is wrong,\n    continued"})
+    with pytest.raises(ValueError, match="ONE line"):
+        mutants.mutant("kda.chunked", "output", table={})(two_lines)
+    with pytest.raises(ValueError, match="already registered"):
+        mutants.mutant("kda.chunked", "output", name="kda_tail_chunk_dropped", table={})(mutants.get(
+            "kda_tail_chunk_dropped").cls)
 
 
 def test_every_check_of_the_matrix_is_some_mutants_designated_catcher():
@@ -83,12 +105,14 @@ def test_every_check_of_the_matrix_is_some_mutants_designated_catcher():
     assert not missing, f"checks no planted mutant is designed to break: {missing}"
 
 
-def test_every_mutant_belongs_to_the_matrix_or_the_serving_state_machine():
-    other = sorted(n for n, m in mutants.MUTANTS.items()
-                   if m.mechanism not in MATRIX_MECHANISMS and m.mechanism != "serving")
-    assert not other, f"mutants no check and no state machine runs: {other}"
-    if STATE_MACHINE:
-        import pathlib
-        text = (pathlib.Path(__file__).with_name("test_serving_state.py")).read_text()
-        missing = [n for n in STATE_MACHINE if n not in text]
-        assert not missing, f"serving mutants tests/test_serving_state.py never runs: {missing}"
+@pytest.mark.parametrize("name", sorted(mutants.MUTANTS))
+def test_a_mutant_implementation_is_its_base_with_one_namespace_replaced(name):
+    """registry.get("mutant:<name>"): the namespace (or serving engine) of the mutant's mechanism is its
+    class's, every other one its base's (torch, or triton for a serving engine)."""
+    m = mutants.MUTANTS[name]
+    got, base = registry.get(f"mutant:{name}"), registry.get(m.base)
+    assert got.name == f"mutant:{name}"
+    impl = getattr(got, m.mechanism)
+    assert impl is m.cls if isinstance(impl, type) else isinstance(impl, m.cls)
+    differ = [f for f in got._fields[1:] if getattr(got, f) is not getattr(base, f)]
+    assert differ == [m.mechanism], differ

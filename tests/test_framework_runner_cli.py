@@ -1,6 +1,5 @@
 """`glmgate run` / `glmgate zoo` reporting on fake checks (seconds): the margin / flips / ill-conditioned
-columns and JSON fields, error rows that never lose a run, Ctrl-C, profile and argument validation,
-and the zoo's reading of the serving scenarios' JUnit report (caught / escaped / crashed / not run).
+columns and JSON fields, error rows that never lose a run, Ctrl-C, profile and argument validation.
 """
 from __future__ import annotations
 
@@ -149,57 +148,3 @@ def test_reference_not_run_prints_the_probe_reason_without_a_traceback(monkeypat
     out = capsys.readouterr().out
     assert "model.reference NOT RUN" in out and why in out and "Traceback" not in out, out
     assert cli.main(["run", "--check", "model.reference", "--require-reference"]) == 1
-
-
-# ---------------------------------------------------------------------------------------- zoo: serving
-
-def _case(mutant, scenario, out="", child=""):
-    name = f"test_serving_mutant_breaks_an_invariant[{mutant}-{scenario}]"
-    return (f'<testcase classname="tests.test_serving_state" name="{name}" time="1.0">{child}'
-            f"<system-out>{out}</system-out></testcase>")
-
-
-def _line(mutant, scenario, outcome, detail):
-    return f"{cli.SERVING_REPORT} {mutant} {scenario} {outcome} (cuda, bfloat16): {detail}\n"
-
-
-CANNED = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">'
-          + _case("m_caught", "_scenario_fork", _line("m_caught", "_scenario_fork", "caught",
-                                                      "request 1 state L0.recurrent: impl rel-L2 1.4 &gt; 0.05"))
-          + _case("m_escaped", "_scenario_rollback", _line("m_escaped", "_scenario_rollback", "caught", "conv"))
-          + _case("m_escaped", "_scenario_reject_all",
-                  _line("m_escaped", "_scenario_reject_all", "escaped", "the scenario ran to the end"),
-                  '<failure message="AssertionError: m_escaped ESCAPED">...</failure>')
-          + _case("m_crashed", "_scenario_fork",
-                  _line("m_crashed", "_scenario_fork", "crashed",
-                        "ValueError: Pointer argument cannot be accessed from Triton (raised at triton/x.py:9 in f)"),
-                  '<failure message="AssertionError: m_crashed CRASHED">...</failure>')
-          + _case("m_fixture", "_scenario_padded", "",
-                  '<error message="failed on setup with &quot;OSError: no space left&quot;">trace</error>')
-          + _case("m_skipped", "_scenario_fork", "", '<skipped type="pytest.skip" message="needs a GPU">x</skipped>')
-          + "</testsuite></testsuites>")
-
-
-@pytest.mark.parametrize("mutant, status, detail", [
-    ("m_caught", "caught", "_scenario_fork: request 1 state L0.recurrent: impl rel-L2 1.4 > 0.05"),
-    ("m_escaped", "ESCAPED", "_scenario_reject_all ESCAPED: the scenario ran to the end"),
-    ("m_crashed", "ERROR", "_scenario_fork CRASHED: ValueError: Pointer argument cannot be accessed from Triton"),
-    ("m_fixture", "ERROR", '_scenario_padded CRASHED: failed on setup with "OSError: no space left"'),
-    ("m_skipped", "NOT RUN", "_scenario_fork NOT RUN: needs a GPU"),
-    ("m_absent", "NOT COLLECTED", "no test matched"),
-])
-def test_zoo_reads_each_serving_outcome_from_the_junit_report(mutant, status, detail):
-    found, collection = cli.serving_outcomes(CANNED, [mutant])
-    got_status, got_detail = cli.serving_verdict(found[mutant], collection or "no test matched")
-    assert got_status == status and detail in got_detail, (got_status, got_detail)
-
-
-def test_zoo_names_a_collection_error_for_mutants_it_never_saw():
-    xml = ('<testsuites><testsuite><testcase classname="" name="tests.test_serving_state">'
-           '<error message="collection failure">Traceback...\nE   ValueError: $GLMGATE_SERVING_DTYPE: expected one '
-           "of ['bfloat16', 'float32', 'float64'], got 'fp8'</error></testcase></testsuite></testsuites>")
-    found, collection = cli.serving_outcomes(xml, ["m"])
-    assert found == {"m": []}
-    assert cli.serving_verdict(found["m"], collection) == (
-        "NOT COLLECTED", "collection failure: E   ValueError: $GLMGATE_SERVING_DTYPE: expected one of "
-                         "['bfloat16', 'float32', 'float64'], got 'fp8'")

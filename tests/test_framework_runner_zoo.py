@@ -1,23 +1,54 @@
-"""`glmgate zoo`'s serving mutants end to end (a pytest subprocess): a scenario that crashes is an ERROR,
-never an escape. (The zoo's dtype reaching the scenarios: tests/test_framework_cli.py's zoo test.)"""
+"""`glmgate zoo` end to end, in process: every mutant, the serving ones included, runs its designated
+check through the same engine (invariants/engine.py run_check), its check's pinned cases first; caught
+with the (shrunk or pinned) scenario, ESCAPED otherwise; --list names each mutant's check and quantity."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
-import torch
-from rich.table import Table
 
 from gate import cli
+from impl import mutants
+from impl.baseline.mhc import TorchMHC
+from invariants import serving_checks as svc
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA engines cannot load")
-def test_a_serving_scenario_that_crashes_is_an_error_not_an_escape():
-    """`--device cuda` on a machine without CUDA: the engines cannot load (torch raises an
-    AssertionError of its own, which must not pass for a broken invariant)."""
-    table = Table()
-    for col in ("mutant", "status", "caught by", "why"):
-        table.add_column(col)
-    missed = cli._zoo_serving(["serving_fork_aliases_buffers"], table, cli._rich(), "cuda", "bfloat16")
-    assert missed == ["serving_fork_aliases_buffers"]
-    status, catcher, why = (list(c.cells)[0] for c in table.columns[1:])
-    assert "ERROR" in status and catcher == "serving.state_machine (cuda, bfloat16)", (status, catcher)
-    assert why.startswith("_scenario_fork CRASHED: ") and "(raised at " in why, why
+@pytest.fixture
+def no_subprocess(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError(f"the zoo started a subprocess: {a}")
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+def test_a_serving_mutant_is_caught_in_process_on_a_pinned_program_in_the_zoos_dtype(no_subprocess, capsys):
+    # bf16 reaches the serving engines too: the broken contract is the bfloat16 one
+    assert cli.main(["zoo", "--dtype", "bfloat16", "--mutant", "serving_rollback_keeps_conv_window"]) == 0
+    out = capsys.readouterr().out
+    assert "serving_rollback_keeps_conv_window: caught by serving.state_machine: " in out, out
+    assert "serving.state_machine.state [kernel_replacement, bfloat16]" in out, out
+    # the pinned rollback program fails first (svc.EXAMPLES order): the scenario reported, unshrunk
+    assert svc.EXAMPLES[0] is svc.ROLLBACK and '"ServingCase"' in out and '"speculate"' in out, out
+
+
+def test_a_matrix_mutant_is_caught_with_a_shrunk_scenario(no_subprocess, capsys):
+    assert cli.main(["zoo", "--mutant", "mhc_pre_normalized"]) == 0
+    out = capsys.readouterr().out
+    assert "mhc_pre_normalized: caught by mhc.coefficients: " in out and '"type": "MHCCase"' in out, out
+
+
+def test_a_mutant_that_breaks_nothing_escapes_with_exit_1(no_subprocess, capsys, monkeypatch):
+    fake = {"mhc_nothing_wrong": mutants.Mutant("mhc_nothing_wrong", "mhc.write_back", "output",
+                                                "the baseline itself", TorchMHC, TorchMHC)}
+    monkeypatch.setattr(mutants.catalogue, "MUTANTS", fake)
+    monkeypatch.setattr(mutants, "MUTANTS", fake)
+    assert cli.main(["zoo", "--mutant", "mhc_nothing_wrong", "--examples", "2"]) == 1
+    assert "mhc_nothing_wrong: ESCAPED every mhc check" in capsys.readouterr().out
+
+
+def test_list_names_every_mutant_with_its_check_and_quantity(capsys):
+    assert cli.main(["zoo", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(mutants.MUTANTS)
+    for line, (name, m) in zip(lines, sorted(mutants.MUTANTS.items())):
+        assert line.split()[:2] == [name, f"{m.check}.{m.quantity}"] and line.endswith(m.description), line

@@ -1,5 +1,5 @@
 """The mHC oracle (oracle/mhc.py) on hand-built inputs, the torch baseline (impl/baseline/mhc.py) against
-it, and the planted mHC mutants (impl/mutants.py, mechanism "mhc").
+it, and the planted mHC mutants (impl/mutants/mhc.py, mechanism "mhc").
 
 Formulas are checked against closed forms and against a per-element scalar loop (the arbiter);
 the Sinkhorn order is made observable with 3 iterations and strong weights (SPEC §13); the row sums
@@ -379,7 +379,7 @@ def test_mutant_is_caught(name):
     good, bad = probe(AsNumpy(TorchMHC())), probe(AsNumpy(get(name).factory()))
     assert max(rel(good[q], want[q]) for q in want) < 1e-10, "the probe itself disagrees with the oracle"
     errs = {q: rel(bad[q], want[q]) for q in want}
-    quantity = get(name).caught_by.rsplit(".", 1)[1]
+    quantity = get(name).quantity
     assert errs[quantity] > 1e-2, f"mutant {name} escapes its probe: {errs}"
 
 
@@ -388,7 +388,7 @@ def test_mutant_overrides_one_method(name):
     m = MUTANTS[name]
     assert isinstance(m, Mutant) and m.name == name and m.mechanism == "mhc"
     assert m.description and "\n" not in m.description
-    assert m.caught_by.startswith("mhc.") and m.caught_by.count(".") == 2
+    assert m.check.startswith("mhc.") and m.quantity and m.base == "torch"
     a, b = m.factory(), m.factory()
     assert a is not b and isinstance(a, TorchMHC)
     own = [n for n, v in vars(type(a)).items() if inspect.isfunction(v)]

@@ -2,7 +2,7 @@
 
 Three impl.serving.Engine instances run the same scenario side by side: the one under test over impl.model
 (Triton backend), a torch-backend one (the error baseline of the bound), both on $GLMGATE_SERVING_DEVICE in
-$GLMGATE_SERVING_DTYPE (default cpu, float32 there and bfloat16 on cuda; `glmgate zoo` passes its own), and
+$GLMGATE_SERVING_DTYPE (default cpu, float32 there and bfloat16 on cuda), and
 one over the float64 oracle (always float64 on the CPU).
 
 Rules: admit, admit a left-padded batch (one prefill, state split per request),
@@ -25,9 +25,8 @@ The reorder rule also runs the oracle on the permuted rows (a replica of the req
 same per-request logits and states as the drawn order (1e-12); impl and the baseline run the permuted
 order, so (a) holds impl's permuted step to the oracle's drawn one.
 
-Each serving mutant (impl.mutants.SERVING_MUTANTS) is driven through fixed scenarios of the same machine
-and must break an invariant in every one of them; each such test prints one `glmgate-serving:` line
-(caught / escaped / crashed) that `glmgate zoo` reads.
+The serving mutants (impl/mutants/serving.py) are the check serving.state_machine's to catch, on its
+pinned programs (tests/test_framework_mutants.py; the correct engine passes them: tests/test_matrix.py).
 
 CI: profile "ci" runs SHARDS derandomized machines (one seed each, spread over the xdist workers) of
 RUNS["ci"] examples x steps each: 200 rule steps in all. Geometry: tests/test_model.py's 5-layer cut of
@@ -43,18 +42,15 @@ import tempfile
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis import event as _event
-from hypothesis.errors import InvalidArgument
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, multiple, rule
 
 import impl.model as im
 import oracle.model as om
-from invariants.profiles import default_profile
-from invariants.engine import describe_exception
-from impl.mutants import SERVING_MUTANTS
 from impl.serving import Engine, Request
 from invariants.contracts import lookup
+from invariants.profiles import default_profile
 from invariants.target import DTYPES
 from oracle.checkpoint import write_random
 from test_model import _geometry, _rel
@@ -69,7 +65,6 @@ SETTINGS = settings(settings.default, max_examples=_EXAMPLES, stateful_step_coun
 
 MAX_PROMPT = 6          # tokens of a drawn prompt (and of a prefill chunk)
 MAX_ROWS = 4            # rows of a packed step
-REPORT = "glmgate-serving:"      # the prefix of the per-scenario line `glmgate zoo` reads
 
 
 def serving_target(env=os.environ) -> tuple[str, str]:
@@ -107,14 +102,6 @@ def _models():
 V = _geometry().vocab_size
 tokens = st.integers(0, V - 1)
 prompts = st.lists(tokens, min_size=1, max_size=MAX_PROMPT)
-
-
-def event(value):
-    """hypothesis.event, a no-op when a rule is called by hand (the fixed mutant scenarios)."""
-    try:
-        _event(value)
-    except InvalidArgument:
-        pass
 
 
 def _arrays(state):
@@ -170,15 +157,14 @@ def _cold(history: tuple):
 
 
 class ServingMachine(RuleBasedStateMachine):
-    """The scenario machine; ENGINE is the Engine class under test (a mutant in the mutant tests)."""
+    """The scenario machine: impl.serving.Engine over the Triton model, the torch model and the oracle."""
 
-    ENGINE = Engine
     reqs = Bundle("reqs")
 
     def __init__(self):
         super().__init__()
         o, m, t = _models()
-        self.oracle, self.eng, self.base = Engine(o), self.ENGINE(m), Engine(t)
+        self.oracle, self.eng, self.base = Engine(o), Engine(m), Engine(t)
         self.next_id = 0
 
     def _all(self, fn):
@@ -360,152 +346,6 @@ def _shard(k: int):
 
 for _k in range(SHARDS):
     globals()[f"TestServingStateMachineShard{_k}"] = _shard(_k)
-
-
-# ---------------------------------------------------------------------------------------- fixed scenarios
-
-def _machine(engine_cls):
-    return type(f"Machine_{engine_cls.__name__}", (ServingMachine,), {"ENGINE": engine_cls})()
-
-
-def _check(m):
-    m.same_live_requests()
-    m.impl_state_matches_oracle_state()
-    m.cached_continuation_equals_cold_run()
-
-
-class _Fixed:
-    """Stands in for st.data() in a hand-driven rule call."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def draw(self, strategy, label=None):
-        return self.value
-
-
-def _scenario_rollback(m):
-    """admit + prefill, speculate 3, accept 1 (rollback replays one token)."""
-    r = m.admit([3, 1, 4, 1, 5, 9])
-    m.prefill_chunk(r, 12)
-    _check(m)
-    m.speculate_accept(r, [2, 6, 5], _Fixed(1))
-    _check(m)
-
-
-def _scenario_reject_all(m):
-    """admit + prefill, speculate 3, accept 0: rollback is the snapshot alone (SERVING.md P3, a = 0)."""
-    r = m.admit([3, 1, 4, 1, 5, 9])
-    m.prefill_chunk(r, 12)
-    m.speculate_accept(r, [2, 6, 5], _Fixed(0))
-    _check(m)
-
-
-def _scenario_fork(m):
-    """admit + prefill, fork, decode the fork: the donor must be untouched."""
-    r = m.admit([3, 1, 4, 1, 5, 9])
-    m.prefill_chunk(r, 12)
-    f = m.fork(r)
-    _check(m)
-    m.decode(f, 7)
-    _check(m)
-
-
-def _scenario_padded(m):
-    """A left-padded batch of prompts of lengths 4, 2, 1, then one decode each in a packed step."""
-    rids = m.admit_padded([[3, 1, 4, 1], [2, 7], [8]]).values
-    _check(m)
-    m._all(lambda e: e.step([(r, [t]) for r, t in zip(rids, (5, 6, 7))]))
-    _check(m)
-
-
-def _scenario_packed(m):
-    """One packed step: a prefill chunk, a 1-token decode row mid-batch, a zero-length row, a fresh
-    request's first chunk; then the same kind of batch reordered; then a cancel."""
-    a, b, c, d = m.admit([3, 1, 4, 1, 5, 9]), m.admit([2, 7, 1]), m.admit([8, 2]), m.admit([6, 6, 6])
-    m.prefill_chunk(b, 3)
-    m.prefill_chunk(c, 2)
-    m._all(lambda e: e.step([(a, [3, 1, 4]), (b, [5]), (c, []), (d, [6, 6])]))
-    _check(m)
-    m._reorder([(a, [1, 5, 9]), (b, []), (c, [4]), (d, [6])], [3, 1, 0, 2])
-    _check(m)
-    m.cancel(b, False, [1])
-    _check(m)
-
-
-SCENARIOS = {
-    "serving_rollback_keeps_conv_window": (_scenario_rollback, _scenario_reject_all),
-    "serving_fork_aliases_buffers": (_scenario_fork,),
-    "serving_prefix_hit_drops_indexer_rows": (_scenario_fork,),
-    "serving_padded_steps_update_kda_state": (_scenario_padded,),
-}
-CORRECT_ONLY = (_scenario_packed,)
-
-
-@pytest.mark.parametrize("scenario", sorted({s for ss in SCENARIOS.values() for s in ss} | set(CORRECT_ONLY),
-                                            key=lambda s: s.__name__), ids=lambda s: s.__name__)
-def test_fixed_scenario_passes_on_the_correct_engine(scenario):
-    # through drive(): the correct engine is what an escaped mutant looks like to `glmgate zoo`
-    outcome, detail = drive(scenario, Engine)
-    assert outcome == "escaped", f"correct engine, {scenario.__name__} ({DEVICE}, {DTYPE}): {outcome}: {detail}"
-
-
-def _raised_by_an_invariant(err: AssertionError) -> bool:
-    """An AssertionError from the invariants of this directory, not one from inside the engine or Triton."""
-    import traceback
-    frames = traceback.extract_tb(err.__traceback__)
-    here = os.path.dirname(os.path.abspath(__file__))
-    return bool(frames) and os.path.dirname(os.path.abspath(frames[-1].filename)) == here
-
-
-def drive(scenario, engine_cls) -> tuple[str, str]:
-    """("caught", the broken invariant) | ("escaped", ...) | ("crashed", the exception and where)."""
-    try:
-        scenario(_machine(engine_cls))
-    except AssertionError as e:
-        if _raised_by_an_invariant(e):
-            return "caught", str(e).splitlines()[0]
-        return "crashed", " ".join(describe_exception(e).split())      # one line: the zoo reads lines
-    except Exception as e:
-        return "crashed", " ".join(describe_exception(e).split())
-    return "escaped", "the scenario ran to the end and every invariant held"
-
-
-@pytest.mark.parametrize("name,scenario", [(n, s) for n in sorted(SERVING_MUTANTS) for s in SCENARIOS[n]],
-                         ids=lambda x: getattr(x, "__name__", x))
-def test_serving_mutant_breaks_an_invariant(name, scenario):
-    mut = SERVING_MUTANTS[name]
-    assert mut.mechanism == "serving" and mut.caught_by == "serving.state_machine.state"
-    outcome, detail = drive(scenario, mut.factory())
-    print(f"{REPORT} {name} {scenario.__name__} {outcome} ({DEVICE}, {DTYPE}): {detail}")
-    assert outcome == "caught", f"{name} {outcome.upper()} in {scenario.__name__} ({DEVICE}, {DTYPE}): {detail}"
-
-
-class _AdmitRaises(Engine):
-    def admit(self, rid, prompt):
-        raise RuntimeError("admission table full")
-
-
-class _AdmitAsserts(Engine):
-    def admit(self, rid, prompt):
-        # an AssertionError raised outside this directory (numpy's, as Triton's or torch's would be): a crash
-        np.testing.assert_array_equal(prompt, [], err_msg="an engine-internal assert")
-
-
-@pytest.mark.parametrize("engine_cls, expected", [(_AdmitRaises, "RuntimeError: admission table full"),
-                                                  (_AdmitAsserts, "an engine-internal assert")],
-                         ids=["RuntimeError", "AssertionError outside the invariants"])
-def test_a_scenario_that_crashes_is_reported_crashed_not_caught(engine_cls, expected):
-    outcome, detail = drive(_scenario_fork, engine_cls)
-    assert outcome == "crashed", f"{engine_cls.__name__}: {outcome}: {detail}"
-    assert expected in detail and "(raised at " in detail, detail
-
-
-def test_the_report_line_is_the_one_glmgate_zoo_reads():
-    from gate import cli
-    line = f"{REPORT} serving_x _scenario_fork crashed ({DEVICE}, {DTYPE}): RuntimeError: boom (raised at a.py:1 in f)"
-    assert cli.SERVING_REPORT == REPORT
-    assert cli.SERVING_LINE.search(line).groups() == ("crashed", "RuntimeError: boom (raised at a.py:1 in f)")
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -2,7 +2,7 @@
 
 They are the "torch" implementation of impl/registry.py: the yardstick of every kernel_replacement
 contract (err(candidate) <= k · err(baseline) + floor), and the base class of the planted bugs in
-impl/mutants.py. One module per mechanism, mirroring oracle/ by name.
+impl/mutants/. One module per mechanism, mirroring oracle/ by name.
 """
 from impl.baseline import kda
 

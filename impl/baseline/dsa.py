@@ -16,7 +16,7 @@ STABLE sort, not torch.topk, so this baseline is deterministic and shape-indepen
 pitfall 1); a candidate using torch.topk must be compared tie-aware.
 
 `TorchDSA` is split into small overridable pieces (`_anchor`, `_pool_softmax`, `_visible_member`,
-`_tail`, `_width`) because the planted bugs of impl/mutants.py subclass it and override exactly
+`_tail`, `_width`) because the planted bugs of impl/mutants/ subclass it and override exactly
 one. `dsa = TorchDSA()` and the module-level aliases let this module be used like `oracle.dsa`.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ recurrent state float32, every output cast back to the input dtype. "float32" me
 float32": float64 inputs run everything in float64, which is how this file is checked against the
 oracle to 1e-10.
 
-`TorchKDA` is split into small overridable pieces because the planted bugs of impl/mutants.py
+`TorchKDA` is split into small overridable pieces because the planted bugs of impl/mutants/
 subclass it and override exactly one of them (`_step`, `_documents`, `_chunks`, `conv`, ...).
 `kda = TorchKDA()` and the module-level aliases let this module be used like `oracle.kda`.
 """

@@ -10,7 +10,7 @@ least float32": float64 inputs run in float64, which is how this file is checked
 to 1e-10.
 
 `TorchMHC` is split into small overridable pieces (`_sinkhorn_step_order`, `_pre`,
-`_comb_for_write_back`) because the planted bugs of impl/mutants.py override exactly one of them.
+`_comb_for_write_back`) because the planted bugs of impl/mutants/ override exactly one of them.
 `mhc = TorchMHC()` and the module-level aliases let this module be used like `oracle.mhc`.
 """
 from __future__ import annotations

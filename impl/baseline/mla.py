@@ -11,7 +11,7 @@ float64 stays float64, which is how this file is checked against the oracle to 1
 is a `TorchDSA` (impl/baseline/dsa.py).
 
 `TorchMLA` is split into small overridable pieces (`_scale`, `_cache_latent`, `_select`) because the
-planted bugs of impl/mutants.py subclass it and override exactly one. `mla = TorchMLA()` and the
+planted bugs of impl/mutants/ subclass it and override exactly one. `mla = TorchMLA()` and the
 module-level aliases let this module be used like `oracle.mla`.
 """
 from __future__ import annotations

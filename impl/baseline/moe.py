@@ -10,7 +10,7 @@ clamped SwiGLU in x's dtype, the routed mixture accumulated in float32 and cast 
 rule = the oracle's: a stable descending sort, the lowest group / expert id wins.
 
 `TorchMoE` is split into small overridable pieces (`_clamp_gate`, `group_scores`, `_picked`,
-`mixture_weights`) because the planted bugs of impl/mutants.py override exactly one of them.
+`mixture_weights`) because the planted bugs of impl/mutants/ override exactly one of them.
 `moe = TorchMoE()` and the module-level aliases let this module be used like `oracle.moe`.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ is the oracle's float64 result cast to float32, so it is bit-exact against `orac
 cast to float32 (and exact in float64 with dtype=torch.float64).
 
 `TorchNVFP4` is split into small overridable pieces (`_magnitude_code`, `unpack`, `_decode_scale`,
-`_linear_scales`) because the planted bugs of impl/mutants.py override exactly one of them.
+`_linear_scales`) because the planted bugs of impl/mutants/ override exactly one of them.
 `nvfp4 = TorchNVFP4()` and the module-level aliases let this module be used like `oracle.nvfp4`.
 """
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""The mutant record, the table, the `@mutant` decorator that fills it and its validation."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Callable, Iterable, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """One planted bug.
+
+    Args:
+        name: the catalogue key ("kda_tail_chunk_dropped")
+        check: the exact name of the check that must catch it ("kda.chunked"), a record of
+            invariants/matrix.py CHECKS
+        quantity: the contract quantity it breaks ("output"), one invariants/contracts.toml declares
+            for the check's mechanism
+        description: one line saying what is wrong
+        factory: zero-arg callable building what replaces the mechanism's namespace of `base`
+            (an object with TorchKDA's methods; for a serving mutant the Engine class itself)
+        cls: the class that plants the bug
+        dtype: None: the zoo runs the mutant in the run's dtype (float32 on the CPU, bfloat16 on a
+            GPU); a dtype name ("float32"): the quantity is a contract of that dtype, so the zoo runs it
+            in that dtype on every device (a bf16 run cannot resolve the bug below its own rounding)
+        base: the implementation (impl/registry.py) whose other namespaces the mutant keeps
+    """
+
+    name: str
+    check: str
+    quantity: str
+    description: str
+    factory: Callable[[], object]
+    cls: type
+    dtype: Optional[str] = None
+    base: str = "torch"
+
+    @property
+    def mechanism(self) -> str:
+        """The mechanism it breaks ("kda"), "model" or "serving": its registry.Implementation field."""
+        return self.check.split(".", 1)[0]
+
+    @property
+    def origin(self) -> str:
+        return f"{self.cls.__module__}.{self.cls.__qualname__}"
+
+
+MUTANTS: dict[str, Mutant] = {}
+
+
+def snake_name(cls: type, mechanism: str) -> str:
+    """"<mechanism>_<class name in snake case>", the mechanism not repeated when the class name starts
+    with it: DsaTailOffByOne -> dsa_tail_off_by_one, QNotScaled (kda) -> kda_q_not_scaled,
+    Nvfp4W4A4InputScaleDecodeDirection -> nvfp4_w4a4_input_scale_decode_direction."""
+    stem = cls.__name__
+    if stem.lower().startswith(mechanism) and stem[len(mechanism):][:1].isupper():
+        stem = stem[len(mechanism):]
+    # a word starts at a capital after a lower-case letter, or at a capital followed by one (so that
+    # "QNot" is q_not while "W4A4" stays one word)
+    return f"{mechanism}_" + re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=.)(?=[A-Z][a-z])", "_", stem).lower()
+
+
+def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Optional[str] = None,
+           factory: Optional[Callable[[type], object]] = None, base: str = "torch",
+           table: Optional[dict] = None):
+    """Class decorator: register the class as the planted bug that `check` must catch through `quantity`.
+
+    Args:
+        check: the exact name of the designated check ("kda.chunked"), validated against invariants/
+            matrix.py CHECKS by `validate` when the matrix is built
+        quantity: the contract quantity it breaks ("final_state")
+        name: the catalogue key; derived by `snake_name` when left out
+        dtype: Mutant.dtype (a mutant only a contract of that dtype resolves)
+        factory: builds the implementation object from the class; the class called with no argument
+            when left out
+        base: Mutant.base
+        table: the table to register in, MUTANTS when left out (tests register into a scratch dict)
+    """
+    if check.count(".") != 1 or "." in quantity:
+        raise ValueError(f"@mutant({check!r}, {quantity!r}): expected a check 'mechanism.path' and a quantity")
+
+    def register(cls: type) -> type:
+        key = name or snake_name(cls, check.split(".", 1)[0])
+        doc = (cls.__doc__ or "").strip()
+        if not doc or "\n" in doc:
+            raise ValueError(f"mutant {key} ({cls.__qualname__}): its docstring must be ONE line saying what is "
+                             f"wrong (it is the zoo's description); got {doc!r}")
+        into = MUTANTS if table is None else table
+        if key in MUTANTS or key in into:
+            raise ValueError(f"mutant {key} ({cls.__qualname__}): the name is already registered")
+        build = cls if factory is None else functools.partial(factory, cls)
+        into[key] = Mutant(key, check, quantity, doc, build, cls, dtype, base)
+        return cls
+
+    return register
+
+
+def validate(checks: Iterable, table: Optional[dict] = None) -> None:
+    """Raise ValueError naming every mutant of `table` (MUTANTS) whose check is not EXACTLY the name of
+    one of `checks` (invariants/matrix.py Check records), or whose quantity that check's mechanism
+    declares no contract for (invariants/contracts.toml)."""
+    # imported here: impl/ must not need invariants/ to import, and invariants/matrix.py calls this
+    from invariants.contracts import load
+
+    by_name = {c.name: c for c in checks}
+    declared: dict[str, set] = {}
+    for mech, _path, qty, _kind in load():
+        declared.setdefault(mech, set()).add(qty)
+    wrong = []
+    for m in (MUTANTS if table is None else table).values():
+        chk = by_name.get(m.check)
+        if chk is None:
+            wrong.append(f"mutant {m.name} ({m.origin}): check {m.check!r} is not a check of the matrix "
+                         f"(expected one of {sorted(by_name)})")
+        elif chk.mechanism != m.mechanism:
+            wrong.append(f"mutant {m.name} ({m.origin}): check {m.check!r} runs mechanism {chk.mechanism!r}, "
+                         f"not {m.mechanism!r}")
+        elif m.quantity not in declared.get(chk.mechanism, ()):
+            wrong.append(f"mutant {m.name} ({m.origin}): quantity {m.quantity!r} has no contract of mechanism "
+                         f"{chk.mechanism!r} (declared: {sorted(declared.get(chk.mechanism, ()))})")
+    if wrong:
+        raise ValueError("planted mutants name no catcher that exists:\n  " + "\n  ".join(wrong))
+
+
+def get(name: str) -> Mutant:
+    """The catalogue entry `name`; KeyError listing the known names otherwise."""
+    try:
+        return MUTANTS[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"unknown mutant {name!r}: expected one of {sorted(MUTANTS)}") from None

@@ -1,0 +1,70 @@
+"""DSA indexer mutants: each a TorchDSA (impl/baseline/dsa.py) overriding ONE small method."""
+from __future__ import annotations
+
+import torch
+
+from impl.baseline.dsa import TorchDSA
+from impl.mutants.catalogue import mutant
+
+
+@mutant("dsa.index", "selection")
+class DsaTailOffByOne(TorchDSA):
+    """The tail starts one token late: the first token of the current incomplete pool is never attended."""
+
+    def _tail(self, first, val, pos, kpool):
+        return super()._tail(first + 1, val, pos, kpool)
+
+
+@mutant("dsa.index", "selection")
+class DsaTailOmitted(TorchDSA):
+    """No tail: the current incomplete pool's tokens are not force-included (always_select_tail ignored)."""
+
+    def _tail(self, first, val, pos, kpool):
+        return torch.full((val.shape[0], pos.shape[0], 0), -1, dtype=torch.int64, device=val.device)
+
+
+@mutant("dsa.index", "scores")
+class DsaMeanPooling(TorchDSA):
+    """Pool keys are the plain mean of the members' keys, not the per-channel softmax(gsc + ape) mix."""
+
+    def _pool_softmax(self, lam):
+        real = torch.isfinite(lam).to(lam.dtype)
+        return real / real.sum(dim=-2, keepdim=True).clamp(min=1.0)
+
+
+@mutant("dsa.index", "selection")
+class DsaVisibleByFirstToken(TorchDSA):
+    """A pool is a candidate once its FIRST member is visible (it should be its last): future tokens leak."""
+
+    def _visible_member(self, member_idx):
+        return member_idx[..., 0]
+
+
+@mutant("dsa.index", "selection")
+class DsaBudgetTopk(TorchDSA):
+    """The selection has topk slots (2048) instead of topk + P_k - 1 (2051): a full tail is cut off."""
+
+    def _width(self, w):
+        return w.topk
+
+
+@mutant("dsa.index", "selection")
+class DsaAnchorAtZero(TorchDSA):
+    """Pools are anchored at position 0, not at the first real token: left padding shifts every pool."""
+
+    def _anchor(self, val):
+        return torch.zeros(val.shape[0], dtype=torch.int64, device=val.device)
+
+
+@mutant("dsa.index", "scores")
+class DsaNewestPoolStaleKey(TorchDSA):
+    """The newest kept pool is scored with the pool key before it (a pooled-key cache one pool behind): only the last positions pick wrongly, the caches stay right."""
+
+    # what a bug near the end of the selection looks like from outside: in an MLA layer only the last
+    # positions' attention output is wrong while the latent cache and the index rows agree
+
+    def pool_keys(self, packed, ape, kpool):
+        kbar, member_idx, pool_valid, first, kept = super().pool_keys(packed, ape, kpool)
+        if kbar.shape[1] >= 2:
+            kbar = torch.cat([kbar[:, :-1], kbar[:, -2:-1]], dim=1)
+        return kbar, member_idx, pool_valid, first, kept

@@ -1,0 +1,170 @@
+"""KDA mutants: each a TorchKDA (impl/baseline/kda.py) overriding ONE small method."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from impl.baseline.kda import TorchKDA, compute_dtype
+from impl.mutants.catalogue import mutant
+from oracle.types import KDAState
+
+# (same-width integer view, the bit an unordered reduction leaves nondeterministic): the last one of
+# the output dtype, or of the float32 accumulator when the output is wider (float64: 52 - 23 = bit 29)
+_LAST_BIT = {torch.bfloat16: (torch.int16, 1), torch.float16: (torch.int16, 1), torch.float32: (torch.int32, 1),
+             torch.float64: (torch.int64, 1 << 29)}
+
+
+def _carry(seqs, initial, zero, run):
+    """Documents of one packed row start from the previous document's final state; batch rows
+    (different b) still start from their own."""
+    finals, row = [], None
+    for i, (b, s, e) in enumerate(seqs):
+        if b != row:
+            state, row = (zero if initial is None else initial[i].to(zero.dtype)), b
+        state = run(b, s, e, state)
+        finals.append(state)
+    return torch.stack(finals)
+
+
+@mutant("kda.recurrent", "output")
+class DecayAfterCorrection(TorchKDA):
+    """Corrects with the undecayed state, then decays: M <- D((I - βkkᵀ)M + βkvᵀ)."""
+
+    def _step(self, M, q_t, k_t, v_t, g_t, beta_t):
+        r = torch.einsum("hkv,hk->hv", M, k_t)
+        M = M + k_t[..., None] * (beta_t[:, None] * (v_t - r))[:, None, :]
+        M = torch.exp(g_t)[..., None] * M
+        return torch.einsum("hkv,hk->hv", M, q_t), M
+
+
+@mutant("kda.recurrent", "output")
+class OutputBeforeUpdate(TorchKDA):
+    """o_t is read from M_{t-1}, the state before token t's decay and correction."""
+
+    def _step(self, M, q_t, k_t, v_t, g_t, beta_t):
+        o = torch.einsum("hkv,hk->hv", M, q_t)
+        return o, super()._step(M, q_t, k_t, v_t, g_t, beta_t)[1]
+
+
+@mutant("kda.chunked", "output")
+class TailChunkDropped(TorchKDA):
+    """chunked skips the trailing partial chunk: zero outputs there, final state = last boundary."""
+
+    def _chunks(self, q, k, v, g, beta, chunk):
+        return [p for p in super()._chunks(q, k, v, g, beta, chunk) if p[0].shape[0] == chunk]
+
+
+@mutant("kda.chunked", "final_state")
+class PaddedStepsUpdateState(TorchKDA):
+    """chunked pads to a multiple of L with beta 0.5 and k = last real k, so pads move the state."""
+
+    def _chunks(self, q, k, v, g, beta, chunk):
+        pad = -q.shape[0] % chunk
+        if pad:
+            q, v, g = (torch.cat([a, a.new_zeros(pad, *a.shape[1:])]) for a in (q, v, g))
+            k = torch.cat([k, k[-1:].expand(pad, *k.shape[1:])])
+            beta = torch.cat([beta, beta.new_full((pad, *beta.shape[1:]), 0.5)])
+        return super()._chunks(q, k, v, g, beta, chunk)
+
+
+@mutant("kda.paths", "output")
+class ConvStateNotCarried(TorchKDA):
+    """sublayer/decode treat the incoming conv window as zeros (a continuation restarts the conv)."""
+
+    def conv(self, z, weight, conv_state=None, cu_seqlens=None):
+        return super().conv(z, weight, None, cu_seqlens)
+
+
+@mutant("kda.chunked", "output")
+class StateLeakAcrossCuSeqlens(TorchKDA):
+    """With cu_seqlens each document's recurrence starts from the previous document's final state."""
+
+    def _documents(self, seqs, state, zero, run):
+        return _carry(seqs, state, zero, run)
+
+
+@mutant("kda.packed", "output")
+class ConvSlidesAcrossDocuments(TorchKDA):
+    """With cu_seqlens the conv window is not reset: a document sees the previous one's last inputs."""
+
+    def _conv_documents(self, seqs, conv_state, zero, run):
+        return _carry(seqs, conv_state, zero, run)
+
+
+@mutant("kda.sublayer", "output")
+class SoftplusGate(TorchKDA):
+    """The softplus gate -exp(A_log)·softplus(f) even when lower_bound is set."""
+
+    def gate(self, f, A_log, lower_bound):
+        return super().gate(f, A_log, None)
+
+
+@mutant("kda.sublayer", "output")
+class L2EpsOutsideSqrt(TorchKDA):
+    """L2 norm as x / max(sqrt(Σx²), sqrt(1e-6)): eps clamps the norm instead of sitting in the sqrt."""
+
+    def l2norm(self, x):
+        x = x.to(compute_dtype(x.dtype))
+        return x / torch.sqrt(torch.sum(x * x, dim=-1, keepdim=True)).clamp(min=1e-3)
+
+
+@mutant("kda.chunked", "final_state", dtype="float32")
+class StateBf16AcrossChunks(TorchKDA):
+    """chunked rounds the carried state to bfloat16 at every chunk boundary (contract: float32)."""
+
+    # A float32 property (dtype="float32" above): the recurrent state is carried in float32 (SPEC §2).
+    # In a bf16 run the state error of a CORRECT kernel is already dominated by the bf16-rounded inputs
+    # and, for a GPU kernel, its bf16 operands inside the chunk (measured on the H200: our kernel's
+    # final-state error ~3.4x the torch baseline's, more than one bf16 rounding of the state per chunk
+    # adds), so no bf16 bound separates this bug from a correct kernel. In float32 a bf16 rounding is
+    # 2^16 x the run's own, and the float32 contract catches it.
+
+    def _chunk_step(self, q, k, v, g, beta, M):
+        o, M = super()._chunk_step(q, k, v, g, beta, M)
+        return o, M.to(torch.bfloat16).to(M.dtype)
+
+
+@mutant("kda.sublayer", "output")
+class QNotScaled(TorchKDA):
+    """q is L2-normalised but not scaled by K^-1/2."""
+
+    def _qk_norm(self, q, k):
+        return self.l2norm(q), self.l2norm(k)
+
+
+@mutant("kda.sublayer", "output")
+class SiluGateNorm(TorchKDA):
+    """The output norm gate is silu(z) instead of sigmoid(z) (the Qwen3-Next GDN form)."""
+
+    def _norm_gate(self, zg):
+        return F.silu(zg)
+
+
+@mutant("kda.decode", "conv_state")
+class DecodeWindowNotShifted(TorchKDA):
+    """decode returns the incoming conv window unchanged: the new token never enters the window."""
+
+    def decode(self, w, z, f, b, state):
+        o, new = super().decode(w, z, f, b, state)
+        return o, KDAState(new.recurrent, state.conv)
+
+
+@mutant("kda.sublayer", "output")
+class MaskIgnored(TorchKDA):
+    """sublayer does not zero padded inputs, so left-padding tokens move the state (SPEC §6.1)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        return super().sublayer(w, x, state, None, cu_seqlens)
+
+
+@mutant("kda.rerun", "rerun")
+class NondeterministicOutput(TorchKDA):
+    """Each run flips the last mantissa bit of a random half of the sublayer output (an unordered atomic reduction)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        y, s = super().sublayer(w, x, state, mask, cu_seqlens)
+        # made on the output's own bits: noise added in float32 and cast back rounds away in bf16,
+        # where a real race still shows as a last-bit difference
+        bits, lsb = _LAST_BIT[y.dtype]
+        flip = torch.randint(0, 2, y.shape, device=y.device, dtype=bits) * lsb
+        return (y.contiguous().view(bits) ^ flip).view(y.dtype), s

@@ -1,0 +1,29 @@
+"""MLA mutants: each a TorchMLA (impl/baseline/mla.py) overriding ONE small method."""
+from __future__ import annotations
+
+from impl.baseline.mla import TorchMLA, _linear
+from impl.mutants.catalogue import mutant
+
+
+@mutant("mla.absorbed", "output")
+class MlaScaleMoved(TorchMLA):
+    """The softmax scale is (d_n + d_v)^-1/2 instead of d_qk^-1/2 = d_n^-1/2 (no rope part)."""
+
+    def _scale(self, w):
+        return (w.nope_dim + w.v_dim) ** -0.5
+
+
+@mutant("mla.paths", "latent_cache")
+class MlaUnnormalizedLatentCached(TorchMLA):
+    """The cache holds the raw kv_a output, not the kv_a_layernorm-normalized latent (pitfall 9)."""
+
+    def _cache_latent(self, w, a, c):
+        return _linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias)
+
+
+@mutant("mla.paths", "shared_output")
+class MlaSharedRerunsIndexer(TorchMLA):
+    """A "shared" layer runs the indexer `iw` it is given instead of reusing the previous selection."""
+
+    def _select(self, iw, a, q_lat, old_rows, mask, prev, kind, T):
+        return super()._select(iw, a, q_lat, old_rows, mask, prev, "full", T)

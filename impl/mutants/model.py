@@ -1,0 +1,103 @@
+"""Whole-decoder mutants: each a ModelOps overriding ONE method.
+
+A model namespace (impl/registry.py FUNCTIONS["model"]: forward, deserialize) over impl.model and
+impl.state with ONE planted wiring bug; every mechanism namespace stays the torch baseline. No
+per-mechanism check can see these: they live in how the decoder composes layers, masks and states
+across calls. Caught by the model check (invariants/model_checks.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from impl import model as im
+from impl.mutants.catalogue import mutant
+from impl.state import HybridState
+from oracle.config import SHARED
+from oracle.types import DSACache, KDAState, Selection
+
+
+class ModelOps:
+    """impl.model.forward and impl.state.HybridState.deserialize as methods a model mutant overrides."""
+
+    def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
+        return im.forward(weights, input_ids, state, attention_mask, backend)
+
+    def deserialize(self, data, device="cpu"):
+        return HybridState.deserialize(data, device=device)
+
+
+class _StaleHandoff:
+    """An mla namespace whose shared layers read a hand-off buffer that only multi-token calls refresh."""
+
+    def __init__(self, mla, buffer: dict):
+        self.mla, self.buffer = mla, buffer
+
+    def __getattr__(self, name):
+        return getattr(self.mla, name)
+
+    def sublayer(self, w, iw, a, cache, mask, prev, kind):
+        if kind == SHARED and a.shape[1] > 1:
+            s = prev
+            self.buffer[id(w)] = Selection(s.indices[:, -1:], s.scores[:, -1:], s.candidate[:, -1:], s.k_sel,
+                                           s.pool_first, s.kept)
+        elif kind == SHARED and id(w) in self.buffer:
+            prev = self.buffer[id(w)]
+        return self.mla.sublayer(w, iw, a, cache, mask, prev, kind)
+
+
+@mutant("model.paths", "logits")
+class ModelStaleSharedSelectionInDecode(ModelOps):
+    """1-token decode hands the shared DSA layer the selection of the last PREFILL query, not the one its full layer just made."""
+
+    # the wiring bug of a hand-off buffer that only multi-token calls refresh
+
+    def __init__(self):
+        self.buffer = {}
+
+    def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
+        if state is None or state.seq_len == 0:
+            self.buffer.clear()                    # a new sequence
+        be = backend if backend is not None else im.backend_for("triton")
+        return super().forward(weights, input_ids, state, attention_mask,
+                               dataclasses.replace(be, mla=_StaleHandoff(be.mla, self.buffer)))
+
+
+@mutant("model.paths", "kda_conv")
+class ModelRestoreDropsConvWindow(ModelOps):
+    """A deserialized state comes back with zeroed KDA conv windows (the prefix cache loses them)."""
+
+    def deserialize(self, data, device="cpu"):
+        s = super().deserialize(data, device)
+        s.layers = [KDAState(e.recurrent, torch.zeros_like(e.conv)) if isinstance(e, KDAState) else e
+                    for e in s.layers]
+        return s
+
+
+@mutant("model.paths", "valid_flags")
+class ModelDecodeForgetsPadding(ModelOps):
+    """A 1-token decode reads every cached token as real: the valid flags remembering left padding are reset to 1."""
+
+    # SPEC §10: earlier padding lives in the caches, and a decode step must keep reading it there
+
+    def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
+        if state is not None and input_ids.shape[1] == 1:
+            state = state.snapshot()
+            state.layers = [DSACache(e.latent, torch.cat([e.index_rows[..., :-1], torch.ones_like(
+                e.index_rows[..., -1:])], -1)) if isinstance(e, DSACache) and e.index_rows is not None else e
+                for e in state.layers]
+        return super().forward(weights, input_ids, state, attention_mask, backend)
+
+
+@mutant("model.paths", "logits")
+class ModelMaskFirstColumns(ModelOps):
+    """A multi-token call masks its S tokens with the FIRST S columns of a longer 2-D mask, not the last S (SPEC §3)."""
+
+    # a continuation after left padding then treats its first real tokens as pads
+
+    def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
+        S = input_ids.shape[1]
+        if attention_mask is not None and S > 1 and attention_mask.shape[1] > S:
+            attention_mask = attention_mask[:, :S]
+        return super().forward(weights, input_ids, state, attention_mask, backend)

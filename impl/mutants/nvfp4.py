@@ -1,0 +1,68 @@
+"""NVFP4 mutants: each a TorchNVFP4 (impl/baseline/nvfp4.py) overriding ONE small method."""
+from __future__ import annotations
+
+import torch
+
+from impl.baseline.nvfp4 import E2M1, TorchNVFP4
+from impl.mutants.catalogue import mutant
+
+
+@mutant("nvfp4.dequantize", "weights")
+class Nvfp4HighNibbleFirst(TorchNVFP4):
+    """unpack reads element 2j from the HIGH nibble and 2j+1 from the low one (A4: low nibble first)."""
+
+    def unpack(self, packed):
+        codes = super().unpack(packed)
+        return codes.reshape(*codes.shape[:-1], -1, 2).flip(-1).reshape(codes.shape)
+
+
+@mutant("nvfp4.dequantize", "weights")
+class Nvfp4GlobalScaleWrongDirection(TorchNVFP4):
+    """dequantize multiplies by the ENCODE scale 1/global_decode (the reciprocal of the right factor)."""
+
+    def _decode_scale(self, t):
+        return 1.0 / super()._decode_scale(t)
+
+
+@mutant("nvfp4.dequantize", "weights")
+class Nvfp4ScalesReadLinear(TorchNVFP4):
+    """A 128x4-swizzled scale buffer is read as if it were linear row-major (no unswizzle)."""
+
+    def _linear_scales(self, sw, shape):
+        M, Kb = (int(d) for d in shape)
+        Kp = -(-Kb // 4) * 4
+        return sw.reshape(-1, Kp)[:M, :Kb]
+
+
+@mutant("nvfp4.quantize", "codes")
+class Nvfp4ArgminRounding(TorchNVFP4):
+    """E2M1 rounding by argmin over the table: ties go to the SMALLER magnitude (0.75 -> 0.5, 1.75 -> 1.5)."""
+
+    def _magnitude_code(self, mag):
+        table = torch.tensor(E2M1, dtype=mag.dtype, device=mag.device)
+        return (mag[..., None] - table).abs().argmin(dim=-1).to(torch.uint8)
+
+
+# the two W4A4 mutants are caught only by the quantization gate's kernel comparison: no cheaper check
+# runs the activation quantizer
+
+@mutant("nvfp4.gate", "kernel_w4a4")
+class Nvfp4W4A4NeighbourBlockScale(TorchNVFP4):
+    """W4A4 activation qdq scales each 16-block by its right neighbour's scale (the last block by the first's)."""
+
+    def qdq_activation(self, x, input_global_scale):
+        x32 = x.float()
+        G = torch.as_tensor(input_global_scale, dtype=torch.float32, device=x32.device).reshape(())
+        blocks = x32.reshape(*x32.shape[:-1], -1, 16)
+        amax = blocks.abs().amax(dim=-1).roll(-1, dims=-1)                      # the wrong block's amax
+        s = torch.clamp_max(G * (amax / 6.0), 448.0).to(torch.float8_e4m3fn).float()[..., None]
+        v = torch.where(s > 0, (blocks * G) / torch.where(s > 0, s, 1.0), 0.0).clamp(-6.0, 6.0)
+        return (self.dequantize_e2m1(self.quantize_e2m1(v)) * s / G).reshape(x32.shape)
+
+
+@mutant("nvfp4.gate", "kernel_w4a4")
+class Nvfp4W4A4InputScaleDecodeDirection(TorchNVFP4):
+    """W4A4 activation qdq takes the DECODE input scale (ModelOpt input_scale = 1/G) where the ENCODE G belongs."""
+
+    def qdq_activation(self, x, input_global_scale):
+        return super().qdq_activation(x, 1.0 / torch.as_tensor(input_global_scale, dtype=torch.float32))
