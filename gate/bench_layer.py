@@ -164,10 +164,10 @@ def staged_layer(lw, g, X, mask, cache, prev, st: Optional[Stages] = None):
     """impl.model.decoder_layer (triton backend) with a stage mark after each part; same arguments
     and results (X, cache, selection)."""
     from impl import mhc
-    from impl.model import _hc_entry, backend_for, rmsnorm
+    from impl.model import TorchDecoder, rmsnorm
     st = st or Stages(False)
-    be = backend_for("triton")
-    _, post, comb, u = _hc_entry(be, lw.attn_hc, X)
+    hc_entry = TorchDecoder(device=X.device).hc_entry           # the triton implementation's fused mHC entry
+    _, post, comb, u = hc_entry(lw.attn_hc, X)
     st.mark("mhc")
     a = rmsnorm(u, lw.input_layernorm, g.rms_norm_eps)
     st.mark("norm")
@@ -176,7 +176,7 @@ def staged_layer(lw, g, X, mask, cache, prev, st: Optional[Stages] = None):
     else:
         y, cache, sel = _mla(lw, a, cache, mask, prev, st)
     X = mhc.write_back(post, comb, X, y.to(X.dtype))
-    _, post, comb, u = _hc_entry(be, lw.ffn_hc, X)
+    _, post, comb, u = hc_entry(lw.ffn_hc, X)
     st.mark("mhc")
     a = rmsnorm(u, lw.post_attention_layernorm, g.rms_norm_eps)
     st.mark("norm")

@@ -5,7 +5,10 @@ is itself a namespace with the kda functions: recurrent, chunked, decode, sublay
 from __future__ import annotations
 
 import importlib
-from typing import Any, NamedTuple
+from typing import Any
+
+# the one bundle type: the decoder composition (oracle.decoder.Decoder) takes the object the checks get
+from oracle.decoder import Implementation
 
 MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
@@ -18,28 +21,6 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
-
-
-class Implementation(NamedTuple):
-    """One namespace per mechanism (None: this implementation does not provide it)."""
-
-    name: str
-    kda: Any
-    dsa: Any = None
-    mla: Any = None
-    mhc: Any = None
-    moe: Any = None
-    nvfp4: Any = None
-    model: Any = None
-    # the serving Engine class (impl/serving.py) the serving check builds over this implementation's
-    # model; None: impl.serving.Engine. Serving mutants bring their own
-    serving: Any = None
-
-    def require(self, mechanism: str) -> Any:
-        ns = getattr(self, mechanism, None)
-        if ns is None:
-            raise ValueError(f"implementation {self.name!r} provides no {mechanism!r} functions")
-        return ns
 
 
 def _check(name: str, ns: Any, mechanism: str = "kda") -> Any:

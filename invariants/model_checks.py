@@ -236,12 +236,10 @@ class _RecordRouting(_Passthrough):
 
 def target_side(t: Target, case: ModelCase) -> Side:
     """The candidate's (or baseline's) mechanism namespaces composed by its model namespace."""
-    from impl.model import Backend
     ops = getattr(t.impl, "model", None) or _default_model_ops()
     wt = target_weights(case.base, case.layers, case.model_seed, t.device, t.dtype)
     log, calls = [], []
-    be = Backend(t.impl.name, t.impl.kda, _RecordSelections(t.impl.mla, log), _RecordRouting(t.impl.moe, log),
-                 t.impl.mhc)
+    be = t.impl._replace(mla=_RecordSelections(t.impl.mla, log), moe=_RecordRouting(t.impl.moe, log))
 
     def forward(ids, mask, state):
         log.clear()

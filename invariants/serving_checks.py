@@ -90,10 +90,8 @@ def _weights(device: str, dtype: torch.dtype):
 
 def target_model(t: Target):
     """impl.model's composition over t's mechanism namespaces, on t's device in t's dtype."""
-    from impl.model import Backend, Model
-    m = Model(_weights(t.device, t.dtype), "triton")
-    m.backend = Backend(t.impl.name, t.impl.kda, t.impl.mla, t.impl.moe, t.impl.mhc)
-    return m
+    from impl.model import Model
+    return Model(_weights(t.device, t.dtype), t.impl)
 
 
 def _engine(t: Optional[Target]):
