@@ -8,7 +8,6 @@ operands is wrong. States are float32 always.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch

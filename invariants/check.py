@@ -3,8 +3,8 @@
 A record carries everything its test, its CLI run and its mutants need: the case type, the strategy
 drawing cases from a geometry, the run function returning comparisons, the pinned examples replayed
 before any draw, a cap on examples on the CPU interpreter, and its doc. Each mechanism's records live
-in its checks module (invariants/<mechanism>_checks.py) beside their cases and run functions;
-invariants/matrix.py gathers them.
+in its checks module (invariants/<mechanism>_checks.py) beside their cases and run functions, with the
+table of calls its namespace must refuse (BAD_CALLS of BadCall rows); invariants/matrix.py gathers both.
 """
 from __future__ import annotations
 
@@ -21,6 +21,19 @@ class Check(NamedTuple):
     doc: str
     examples: tuple = ()      # pinned cases, replayed first on every run (known failures, edge shapes)
     cpu_examples: Optional[int] = None   # at most this many drawn examples on the CPU interpreter (cost)
+
+
+TARGETS = ("triton", "torch", "oracle")
+
+
+class BadCall(NamedTuple):
+    """One call a mechanism's namespace must refuse with a ValueError naming the argument (PyTorch
+    OpInfo's error_inputs): a row of its checks module's BAD_CALLS, run on every target it names."""
+
+    id: str                   # "<function>(<what is wrong>)": the test id after "<mechanism>:"
+    call: Callable            # (namespace, Target) -> the call; inputs drawn in float64, converted by the Target
+    match: str                # regex the ValueError's message must contain (re.search)
+    targets: tuple = TARGETS  # the implementations the row means something for (a subset says why beside it)
 
 
 def case_to_json(case) -> dict:

@@ -5,15 +5,16 @@ which pools are tied at the k-th place, and any tied choice is accepted and labe
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.check import Check
+from invariants.check import BadCall, Check
 from invariants.compare import Comparison
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle import dsa as odsa
 from oracle.config import Geometry
 from strategies import tensors as tz
@@ -113,10 +114,11 @@ def token_pool(packed, w) -> np.ndarray:
     return out
 
 
-def _impl_index(t: Target, w, a, q_lat, mask, S):
+def run_index_on(t: Target, w, a, q_lat, mask, S):
+    """(indexer rows of every token, the selection of the last S queries) on target t."""
     wt = w.map(t.tensor)
     at, qt, mt = t.tensor(a), t.tensor(q_lat), t.tensor(mask)
-    with poisoned_memory():
+    with t.poisoned():
         packed = t.impl.dsa.index_rows(wt, at, mt)
         sel = t.impl.dsa.index(wt, at[:, -S:], qt[:, -S:], packed, mt[:, -S:])
     return packed, sel
@@ -148,10 +150,9 @@ def run_index(case: IndexCase, cand: Target, base: Target):
         label("decode query after a prefix")
     w, a, q_lat, mask = index_inputs(case)
     S = case.queries
-    packed = odsa.index_rows(w, a, mask)
-    ref = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
-    pc, sc_ = _impl_index(cand, w, a, q_lat, mask, S)
-    pb, sb = _impl_index(base, w, a, q_lat, mask, S)
+    packed, ref = run_index_on(ORACLE, w, a, q_lat, mask, S)
+    pc, sc_ = run_index_on(cand, w, a, q_lat, mask, S)
+    pb, sb = run_index_on(base, w, a, q_lat, mask, S)
     return [Comparison("index_rows", "index_rows", pc, packed, pb),
             Comparison("scores", "scores", _candidate_scores(sc_.scores, ref), _candidate_scores(ref.scores, ref),
                        _candidate_scores(sb.scores, ref)),
@@ -169,4 +170,56 @@ CHECKS = (
                     IndexCase(G0, 2, 13, 13, (0, 3), "none", "normal", 1),          # real top-k, left padding
                     IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2),            # decode query, exact tie
                     IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3))),
+)
+
+
+# ----------------------------------------------------------------------------- calls to refuse
+
+
+def _index_call(t: Target, B: int = 2, T: int = 6, **change):
+    """(w, a, q_lat, packed) of T tokens all querying, on target t; `change` edits a float64 input
+    (w: the IndexerWeights) before the conversion. packed holds the unedited weights' rows."""
+    rng = np.random.default_rng(15)
+    w = tz.indexer_weights(rng, G0)
+    a, q_lat = rng.standard_normal((B, T, G0.hidden)), rng.standard_normal((B, T, G0.q_rank))
+    x = {"w": w, "a": a, "q_lat": q_lat, "packed": odsa.index_rows(w, a)}
+    x = {n: change[n](v) if n in change else v for n, v in x.items()}
+    return x["w"].map(t.tensor), t.tensor(x["a"]), t.tensor(x["q_lat"]), t.tensor(x["packed"])
+
+
+def _index(ns, t, mask=None, **change):
+    """ns.index on _index_call's inputs (mask: float64, converted)."""
+    w, a, q_lat, packed = _index_call(t, **change)
+    return ns.index(w, a, q_lat, packed, *(() if mask is None else (t.tensor(mask),)))
+
+
+def _topk_10(w):
+    """Indexer weights keeping 10 tokens, not a multiple of their pool size 4."""
+    return dataclasses.replace(w, topk=10)
+
+
+BAD_CALLS = (
+    BadCall("index(topk 10 not a multiple of kpool 4)", lambda ns, t: _index(ns, t, w=_topk_10),
+            r"IndexerWeights\.topk.*multiple of kpool"),
+    BadCall("index(packed_all shorter than S)", lambda ns, t: _index(ns, t, packed=lambda p: p[:, :4]),
+            r"^packed_all: (holds T=4|4 cached rows)"),
+    BadCall("index(packed_all of the wrong width)", lambda ns, t: _index(ns, t, packed=lambda p: p[..., 1:]),
+            r"^packed_all"),
+    BadCall("index(packed_all of another batch)", lambda ns, t: _index(ns, t, packed=lambda p: p[:1]),
+            r"^packed_all"),
+    # the Triton index leaves q_lat's width to its first matmul (a RuntimeError, no argument named)
+    BadCall("index(q_lat [B, S, r_q + 1])",
+            lambda ns, t: _index(ns, t, q_lat=lambda q: np.zeros((2, 6, G0.q_rank + 1))), r"^q_lat",
+            targets=("torch", "oracle")),
+    BadCall("index(a [S, D])", lambda ns, t: _index(ns, t, a=lambda a: a[0]), r"^a:"),
+    BadCall("index(mask [B, S + 1])", lambda ns, t: _index(ns, t, np.ones((2, 7))), r"^mask"),
+    BadCall("index(mask disagreeing with the valid flags)", lambda ns, t: _index(ns, t, np.eye(2, 6)),
+            r"^mask: disagrees"),
+    BadCall("index_rows(mask [B, S - 1])",
+            lambda ns, t: ns.index_rows(*_index_call(t)[:2], t.tensor(np.ones((2, 5)))), r"^mask"),
+    BadCall("pool_keys(ape [P_k + 1, d_i])",
+            lambda ns, t: ns.pool_keys(_index_call(t)[3], t.tensor(np.zeros((G0.kpool + 1, G0.index_dim))),
+                                       G0.kpool), r"^ape"),
+    BadCall("pool_keys(kpool not the rows of ape)",
+            lambda ns, t: ns.pool_keys(_index_call(t)[3], _index_call(t)[0].compress_ape, 3), "ape"),
 )

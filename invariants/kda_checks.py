@@ -1,8 +1,10 @@
 """The KDA row of the correctness matrix: its cases, run functions and check records (SPEC §6, §10).
 
-Each `run(case, cand, base)` draws its float64 inputs from the case's seed, runs the oracle, the
-candidate and the baseline (the "torch" implementation in the candidate's dtype and device), and
-returns the comparisons; `invariants.matrix.evaluate` judges them under contracts.toml.
+Each `run(case, cand, base)` draws its float64 inputs from the case's seed, runs the oracle (the target
+ORACLE; `cand.held_oracle()` for the held reference), the candidate and the baseline (the "torch"
+implementation in the candidate's dtype and device) through the same calls, and returns the
+comparisons; `invariants.matrix.evaluate` judges them under contracts.toml. BAD_CALLS: the calls the
+kda namespace must refuse (tests/test_bad_calls.py).
 
 The path checks (kda.paths, kda.packed) hold the prefix/chunk/continuation invariant: one token stream,
 several execution paths; each path's output AND state (recurrent + conv window) is held to the oracle's
@@ -14,6 +16,7 @@ cu_seqlens call vs each alone; a NaN poisoned into one document's state must sta
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -22,10 +25,10 @@ from hypothesis import strategies as st
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from invariants.check import Check
+from invariants.check import BadCall, Check
 from invariants.compare import Comparison
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle import kda as okda
 from oracle.config import Geometry
 from oracle.types import KDAState
@@ -153,25 +156,19 @@ def core_inputs(case: CoreCase):
 
 
 def _core_call(t: Target, fn: str, x, state, cu, **kw):
+    """The KDA core function `fn` on target t with float64 inputs (g and the state in float32)."""
     args = [t.tensor(x[n]) for n in ("q", "k", "v")] + [t.tensor(x["g"], f32=True), t.tensor(x["beta"])]
     st = t.tensor(state, f32=True) if state is not None else None
     cu_t = t.index(cu) if cu is not None else None
-    with poisoned_memory():
+    with t.poisoned():
         return getattr(t.impl.kda, fn)(*args, st, cu_seqlens=cu_t, **kw)
-
-
-def held_core(t: Target, x, state):
-    """The core inputs as t's working dtype holds them (q, k, v, beta rounded; g and the state float32)."""
-    held = {n: t.held(x[n], f32=n == "g") for n in x}
-    return held, None if state is None else t.held(state, f32=True)
 
 
 def run_recurrent(case: CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
-    o, s = okda.recurrent(**x, state=state, cu_seqlens=cu)
-    xh, sh = held_core(cand, x, state)
-    oh, shh = okda.recurrent(**xh, state=sh, cu_seqlens=cu)
+    o, s = _core_call(ORACLE, "recurrent", x, state, cu)
+    oh, shh = _core_call(cand.held_oracle(), "recurrent", x, state, cu)
     oc, scand = _core_call(cand, "recurrent", x, state, cu)
     ob, sb = _core_call(base, "recurrent", x, state, cu)
     return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh),
@@ -181,9 +178,8 @@ def run_recurrent(case: CoreCase, cand: Target, base: Target):
 def run_chunked(case: CoreCase, cand: Target, base: Target):
     _label(case.length, case.docs)
     x, state, cu = core_inputs(case)
-    o, s, bnd = okda.chunked(**x, state=state, chunk=64, cu_seqlens=cu)
-    xh, sh = held_core(cand, x, state)
-    oh, shh, bh = okda.chunked(**xh, state=sh, chunk=64, cu_seqlens=cu)
+    o, s, bnd = _core_call(ORACLE, "chunked", x, state, cu, chunk=64)
+    oh, shh, bh = _core_call(cand.held_oracle(), "chunked", x, state, cu, chunk=64)
     oc, scand, bc = _core_call(cand, "chunked", x, state, cu, chunk=64)
     ob, sb, bb = _core_call(base, "chunked", x, state, cu, chunk=64)
     return [Comparison("chunked", "output", oc, o, ob, held_reference=oh),
@@ -201,26 +197,21 @@ def decode_inputs(case: DecodeCase):
     return w, z, f, b, state
 
 
+def decode_steps(t: Target, w, z, f, b, s0):
+    """One decode call per token of z, f, b [B, steps, ...] on target t from float64 state s0:
+    (the outputs of every step, the final state)."""
+    s, wt, os_ = t.state(s0), t.weights(w), []
+    for i in range(z.shape[1]):
+        with t.poisoned():
+            o, s = t.impl.kda.decode(wt, t.tensor(z[:, i]), t.tensor(f[:, i], f32=True), t.tensor(b[:, i]), s)
+        os_.append(o)
+    return os_, s
+
+
 def run_decode(case: DecodeCase, cand: Target, base: Target):
     w, z, f, b, s0 = decode_inputs(case)
-    outs = {}
-    for name, t in (("oracle", None), ("held", None), ("cand", cand), ("base", base)):
-        s = s0 if t is None else t.state(s0)
-        wt = w if t is None else t.weights(w)
-        if name == "held":             # the oracle on the inputs as the candidate's dtype holds them
-            s, wt = cand.held_state(s0), cand.held_weights(w)
-        os_ = []
-        for i in range(case.steps):
-            zi, fi, bi = z[:, i], f[:, i], b[:, i]
-            if name == "held":
-                o, s = okda.decode(wt, cand.held(zi), cand.held(fi, f32=True), cand.held(bi), s)
-            elif t is None:
-                o, s = okda.decode(wt, zi, fi, bi, s)
-            else:
-                with poisoned_memory():
-                    o, s = t.impl.kda.decode(wt, t.tensor(zi), t.tensor(fi, f32=True), t.tensor(bi), s)
-            os_.append(o)
-        outs[name] = (os_, s)
+    outs = {name: decode_steps(t, w, z, f, b, s0)
+            for name, t in (("oracle", ORACLE), ("held", cand.held_oracle()), ("cand", cand), ("base", base))}
     res = []
     for i in range(case.steps):
         res.append(Comparison("decode", "output", outs["cand"][0][i], outs["oracle"][0][i], outs["base"][0][i],
@@ -244,16 +235,14 @@ def sublayer_inputs(case: SublayerCase):
 
 
 def call_sublayer(t: Target, w, x, state, mask=None, cu=None):
-    """One sublayer call on target t (None = the oracle) with float64 x/mask/weights.
+    """One sublayer call on target t with float64 x/mask/weights and a float64 state (None: zeros)."""
+    return own_sublayer(t, w, x, t.state(state), mask, cu)
 
-    `state` is None, a float64 KDAState (converted to t's dtypes) or t's own KDAState (carried
-    across calls untouched, which is the point of the continuation paths).
-    """
-    if t is None:
-        return okda.sublayer(w, x, state, mask, cu)
-    if state is not None and isinstance(state.recurrent, np.ndarray):
-        state = t.state(state)
-    with poisoned_memory():
+
+def own_sublayer(t: Target, w, x, state, mask=None, cu=None):
+    """One sublayer call on target t from t's OWN state (None: zeros), carried across calls untouched,
+    which is the point of the paths."""
+    with t.poisoned():
         return t.impl.kda.sublayer(t.weights(w), t.tensor(x), state,
                                    None if mask is None else t.tensor(mask),
                                    None if cu is None else t.index(cu))
@@ -264,8 +253,8 @@ def run_sublayer(case: SublayerCase, cand: Target, base: Target):
     if any(case.left_pad):
         label("left padding")
     w, x, mask, state = sublayer_inputs(case)
-    y, s = okda.sublayer(w, x, state, mask)
-    yh, sh = held_sublayer(cand, w, x, state, mask)
+    y, s = call_sublayer(ORACLE, w, x, state, mask)
+    yh, sh = call_sublayer(cand.held_oracle(), w, x, state, mask)
     yc, sc_ = call_sublayer(cand, w, x, state, mask)
     yb, sb = call_sublayer(base, w, x, state, mask)
     return [Comparison("sublayer", "output", yc, y, yb, held_reference=yh),
@@ -273,16 +262,11 @@ def run_sublayer(case: SublayerCase, cand: Target, base: Target):
             Comparison("sublayer", "conv_state", sc_.conv, s.conv, sb.conv, held_reference=sh.conv)]
 
 
-def held_sublayer(t: Target, w, x, state, mask=None, cu=None):
-    """The oracle sublayer on weights, x and state as t's working dtype holds them."""
-    return okda.sublayer(t.held_weights(w), t.held(x), t.held_state(state), mask, cu)
-
-
 def run_rerun(case: SublayerCase, cand: Target, base: Target):
     """Run-twice determinism of the prefill (chunked kernel) and one decode step."""
     w, x, mask, state = sublayer_inputs(case)
     res = []
-    for path, xs, s0 in (("sublayer", x, state), ("decode", x[:, :1], okda.sublayer(w, x, state, mask)[1])):
+    for path, xs, s0 in (("sublayer", x, state), ("decode", x[:, :1], call_sublayer(ORACLE, w, x, state, mask)[1])):
         a = call_sublayer(cand, w, xs, s0)
         b = call_sublayer(cand, w, xs, s0)
         res += [Comparison(path, "rerun", a[0], b[0], kind="exact"),
@@ -294,49 +278,50 @@ def run_rerun(case: SublayerCase, cand: Target, base: Target):
 
 
 def serialize(state: KDAState) -> bytes:
-    """A KDA state as safetensors bytes (what a prefix cache would persist): f32 recurrent kept f32."""
-    return st_save({"recurrent": state.recurrent.contiguous().cpu(), "conv": state.conv.contiguous().cpu()})
+    """A KDA state as safetensors bytes (what a prefix cache would persist), each array in its dtype
+    (f32 recurrent kept f32; the oracle's float64 too)."""
+    return st_save({k: torch.as_tensor(a).contiguous().cpu() for k, a in state._asdict().items()})
 
 
-def restore(blob: bytes, device) -> KDAState:
+def restore(blob: bytes, t: Target) -> KDAState:
+    """serialize's bytes back as t's own state, bit for bit."""
     d = st_load(blob)
-    return KDAState(d["recurrent"].to(device), d["conv"].to(device))
-
-
-def _cat(ys):
-    return torch.cat(ys, dim=1) if isinstance(ys[0], torch.Tensor) else np.concatenate(ys, axis=1)
+    return KDAState(*(t.from_host(d[k]) for k in KDAState._fields))
 
 
 def chunked_prefill(t, w, x, mask, state, splits):
-    ys, a = [], 0
+    """The stream in calls cut at `splits`, from float64 `state`: (output, t's final state)."""
+    ys, a, state = [], 0, t.state(state)
     for n in splits:
-        y, state = call_sublayer(t, w, x[:, a:a + n], state, mask[:, a:a + n])
+        y, state = own_sublayer(t, w, x[:, a:a + n], state, mask[:, a:a + n])
         ys.append(y)
         a += n
-    return _cat(ys), state
+    return t.cat(ys, 1), state
 
 
 def token_decode(t, w, x, mask, state, splits):
+    """A prefill of the first split, then one call per token, from float64 `state`."""
     first = splits[0]
     y, state = call_sublayer(t, w, x[:, :first], state, mask[:, :first])
     ys = [y]
     for i in range(first, x.shape[1]):
-        y, state = call_sublayer(t, w, x[:, i:i + 1], state, mask[:, i:i + 1])
+        y, state = own_sublayer(t, w, x[:, i:i + 1], state, mask[:, i:i + 1])
         ys.append(y)
-    return _cat(ys), state
+    return t.cat(ys, 1), state
 
 
 def continuation(t, w, x, mask, state, splits):
+    """A prefill of the first split, its state serialized and restored into fresh arrays, then the
+    rest in one call, from float64 `state`."""
     first = splits[0]
     y, state = call_sublayer(t, w, x[:, :first], state, mask[:, :first])
     if first == x.shape[1]:
         return y, state
-    if t is not None:
-        blob = serialize(state)
-        state = None
-        state = restore(blob, t.device)
-    y2, state = call_sublayer(t, w, x[:, first:], state, mask[:, first:])
-    return _cat([y, y2]), state
+    blob = serialize(state)
+    state = None
+    state = restore(blob, t)
+    y2, state = own_sublayer(t, w, x[:, first:], state, mask[:, first:])
+    return t.cat([y, y2], 1), state
 
 
 PATHS = {"chunked_prefill": chunked_prefill, "token_decode": token_decode, "continuation": continuation}
@@ -348,8 +333,8 @@ def run_paths(case: SublayerCase, cand: Target, base: Target):
     if any(n % 64 for n in case.splits[:-1]):
         label("split not on a chunk boundary")
     w, x, mask, state = sublayer_inputs(case)
-    y_ref, s_ref = okda.sublayer(w, x, state, mask)
-    y_held, s_held = held_sublayer(cand, w, x, state, mask)
+    y_ref, s_ref = call_sublayer(ORACLE, w, x, state, mask)
+    y_held, s_held = call_sublayer(cand.held_oracle(), w, x, state, mask)
     y_one, s_one = call_sublayer(cand, w, x, state, mask)
     res = []
     for path, fn in PATHS.items():
@@ -377,18 +362,19 @@ def packed_inputs(case: PackedCase):
     return w, x, state
 
 
-def _alone(w, x, state, docs):
-    """The oracle on every document alone, packed back into the cu_seqlens layout."""
+def _alone(t: Target, w, x, state, docs):
+    """Target t on every document alone, packed back into the cu_seqlens layout."""
+    own = t.state(state)
     ys, rec, conv, a = [], [], [], 0
     for i, n in enumerate(docs):
-        s = KDAState(state.recurrent[i:i + 1], state.conv[i:i + 1])
+        s = KDAState(own.recurrent[i:i + 1], own.conv[i:i + 1])
         if n:
-            y, s = okda.sublayer(w, x[:, a:a + n], s)
+            y, s = own_sublayer(t, w, x[:, a:a + n], s)
             ys.append(y)
         rec.append(s.recurrent)
         conv.append(s.conv)
         a += n
-    return np.concatenate(ys, axis=1), KDAState(np.concatenate(rec), np.concatenate(conv))
+    return t.cat(ys, 1), KDAState(t.cat(rec, 0), t.cat(conv, 0))
 
 
 def run_packed(case: PackedCase, cand: Target, base: Target):
@@ -400,8 +386,8 @@ def run_packed(case: PackedCase, cand: Target, base: Target):
         label("zero-length document")
     w, x, state = packed_inputs(case)
     cu = cu_seqlens(case.docs)
-    y_ref, s_ref = _alone(w, x, state, case.docs)
-    y_held, s_held = _alone(cand.held_weights(w), cand.held(x), cand.held_state(state), case.docs)
+    y_ref, s_ref = _alone(ORACLE, w, x, state, case.docs)
+    y_held, s_held = _alone(cand.held_oracle(), w, x, state, case.docs)
     yc, scand = call_sublayer(cand, w, x, state, None, cu)
     yb, sb = call_sublayer(base, w, x, state, None, cu)
     return [Comparison("packed", "output", yc, y_ref, yb, held_reference=y_held),
@@ -439,4 +425,65 @@ CHECKS = (
           examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),)),
     Check("kda.rerun", "kda", SublayerCase, lambda g: sublayer_cases(g, padded=False), run_rerun,
           "run-twice determinism of prefill and decode", cpu_examples=3),
+)
+
+
+# ----------------------------------------------------------------------------- calls to refuse
+
+
+def _core(t: Target, B: int = 1, T: int = 5, **change):
+    """q, k, v, g, beta of a small core call on target t; `change` maps a name to an edit of its
+    float64 array made before the conversion."""
+    x = tz.core_tensors(np.random.default_rng(0), 2, 8, B, T, "normal")
+    x = {n: change[n](a) if n in change else a for n, a in x.items()}
+    return [t.tensor(x[n]) for n in ("q", "k", "v")] + [t.tensor(x["g"], f32=True), t.tensor(x["beta"])]
+
+
+def _nan_at(a, at):
+    """A copy of `a` with a NaN at `at`."""
+    a = a.copy()
+    a[at] = np.nan
+    return a
+
+
+def _sublayer_weights(t: Target):
+    """The tiny geometry's KDA sublayer weights on target t."""
+    return t.weights(tz.kda_weights(np.random.default_rng(0), G0.heads, G0.head_dim, G0.hidden, G0.conv_width))
+
+
+# the oracle and the baseline take any positive chunk, the Triton kernel only 64: each refuses in its terms
+BAD_CHUNK = r"^chunk: expected (a positive integer|64 \(the only supported chunk length\))"
+
+BAD_CALLS = (
+    BadCall("chunked(chunk=0)", lambda ns, t: ns.chunked(*_core(t, T=6), None, 0), BAD_CHUNK),
+    BadCall("chunked(chunk=1.5)", lambda ns, t: ns.chunked(*_core(t, T=6), chunk=1.5), BAD_CHUNK),
+    BadCall("chunked(chunk=True)", lambda ns, t: ns.chunked(*_core(t, T=6), chunk=True), BAD_CHUNK),
+    BadCall("chunked(k shorter than q)", lambda ns, t: ns.chunked(*_core(t, k=lambda k: k[:, :4])), "k"),
+    BadCall("chunked(beta wrong heads)", lambda ns, t: ns.chunked(*_core(t, beta=lambda b: b[..., :1])), "beta"),
+    BadCall("chunked(NaN in g)", lambda ns, t: ns.chunked(*_core(t, g=lambda g: _nan_at(g, (0, 1, 0, 0)))), "g"),
+    BadCall("chunked(cu_seqlens=[0, 3, 2, 5])",
+            lambda ns, t: ns.chunked(*_core(t), cu_seqlens=t.index([0, 3, 2, 5])), "cu_seqlens"),
+    BadCall("chunked(cu_seqlens=[0, 4, 2, 6])",
+            lambda ns, t: ns.chunked(*_core(t, T=6), cu_seqlens=t.index([0, 4, 2, 6])),
+            re.escape("cu_seqlens: expected non-decreasing offsets")),
+    BadCall("chunked(cu_seqlens=[0, 3]): not ending at T",
+            lambda ns, t: ns.chunked(*_core(t), cu_seqlens=t.index([0, 3])), "cu_seqlens"),
+    BadCall("chunked(cu_seqlens=[0])", lambda ns, t: ns.chunked(*_core(t, T=6), cu_seqlens=t.index([0])),
+            re.escape("cu_seqlens: expected 1-D")),
+    BadCall("recurrent(cu_seqlens=[1, 6])", lambda ns, t: ns.recurrent(*_core(t, T=6), cu_seqlens=t.index([1, 6])),
+            re.escape("cu_seqlens: expected to start at 0 and end at T=6")),
+    BadCall("recurrent(cu_seqlens=[0, 5])", lambda ns, t: ns.recurrent(*_core(t, T=6), cu_seqlens=t.index([0, 5])),
+            re.escape("cu_seqlens: expected to start at 0 and end at T=6")),
+    BadCall("recurrent(B=2, cu_seqlens)", lambda ns, t: ns.recurrent(*_core(t, B=2, T=6), cu_seqlens=t.index([0, 6])),
+            re.escape("cu_seqlens given: expected batch 1")),
+    BadCall("recurrent(k wrong shape)", lambda ns, t: ns.recurrent(*_core(t, T=6, k=lambda k: k[..., :4])),
+            re.escape("k: expected shape")),
+    BadCall("recurrent(state [1, H, K, K + 1])",
+            lambda ns, t: ns.recurrent(*_core(t), t.tensor(np.zeros((1, 2, 8, 9)), f32=True)), "state"),
+    BadCall("recurrent(state of 2 rows for 1 document)",
+            lambda ns, t: ns.recurrent(*_core(t, T=6), t.tensor(np.zeros((2, 2, 8, 8)), f32=True),
+                                       cu_seqlens=t.index([0, 6])),
+            re.escape("state: expected shape (1, ")),
+    BadCall("sublayer(x 2-D)", lambda ns, t: ns.sublayer(_sublayer_weights(t), t.tensor(np.zeros((5, G0.hidden)))),
+            re.escape("x: expected [B, S, D]")),
 )

@@ -1,4 +1,5 @@
-"""The correctness matrix: every mechanism's check records (invariants/<mechanism>_checks.py) in one table.
+"""The correctness matrix: every mechanism's check records (invariants/<mechanism>_checks.py) in one table,
+and every call its namespace must refuse (BAD_CALLS, run by tests/test_bad_calls.py on every target).
 
 The table drives everything: tests/test_matrix.py parametrizes over it (CPU float32, CUDA bf16), the
 engine (invariants/engine.py) runs it for `glmgate run`, a mutant names the record that must catch it
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_checks, moe_checks, nvfp4_checks
 from invariants import serving_checks
-from invariants.check import Check, case_from_json, case_to_json  # noqa: F401  (the table's record type)
+from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import DECISION_KINDS, Verdict, judge, judge_decision, lookup
 from invariants.target import Target
 
 MODULES = (kda_checks, dsa_checks, mla_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks, serving_checks)
 CHECKS: tuple[Check, ...] = tuple(c for m in MODULES for c in m.CHECKS)
+# (mechanism, row): every call a mechanism namespace must refuse, the mechanism named by its module
+BAD_CALLS: tuple[tuple[str, BadCall], ...] = tuple(
+    (m.__name__.rsplit(".", 1)[1].removesuffix("_checks"), row) for m in MODULES for row in getattr(m, "BAD_CALLS", ()))
 BY_NAME = {c.name: c for c in CHECKS}
 CASE_TYPES = {c.case.__name__: c.case for c in CHECKS}
 

@@ -3,16 +3,16 @@ functions, check records.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.check import Check
+from invariants.check import BadCall, Check
 from invariants.compare import Comparison
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
-from oracle import mhc as omhc
+from invariants.target import ORACLE, Target
 from oracle.config import Geometry
 from strategies import tensors as tz
 from strategies.tensors import SEEDS
@@ -56,10 +56,11 @@ def mhc_inputs(case: MHCCase):
     return w, X, y
 
 
-def _impl(t: Target, w, X, y):
+def _on(t: Target, w, X, y):
+    """(pre, post, comb, collapse, write_back) on target t, write_back from t's own coefficients."""
     wt = w.map(lambda a: t.tensor(a, f32=True))
     Xt, yt = t.tensor(X), t.tensor(y)
-    with poisoned_memory():
+    with t.poisoned():
         pre, post, comb = t.impl.mhc.coefficients(wt, Xt)
         u = t.impl.mhc.collapse(pre, Xt)
         Xn = t.impl.mhc.write_back(post, comb, Xt, yt)
@@ -70,9 +71,7 @@ def _run(case: MHCCase, cand: Target, base: Target):
     if case.iters <= 3:
         label("few Sinkhorn iterations (order observable)")
     w, X, y = mhc_inputs(case)
-    pre, post, comb = omhc.coefficients(w, X)
-    ref = (pre, post, comb, omhc.collapse(pre, X), omhc.write_back(post, comb, X, y))
-    return ref, _impl(cand, w, X, y), _impl(base, w, X, y)
+    return tuple(_on(t, w, X, y) for t in (ORACLE, cand, base))
 
 
 def run_coefficients(case: MHCCase, cand: Target, base: Target):
@@ -96,4 +95,64 @@ CHECKS = (
           "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse", examples=PINNED),
     Check("mhc.write_back", "mhc", MHCCase, mhc_cases, run_write_back,
           "X_new = post x y + C^T X with the candidate's own coefficients", examples=PINNED),
+)
+
+
+# ----------------------------------------------------------------------------- calls to refuse
+
+B, S, N, D = 2, 5, 4, 32
+
+
+def _coefficients(ns, t: Target, X=None, ints: bool = False, **w_changes):
+    """ns.coefficients on 4 streams of width 32 (3 iterations); X: float64 streams in place of the
+    drawn ones (ints: handed over as integers); w_changes: MHCWeights fields replaced."""
+    rng = np.random.default_rng(700)
+    w = dataclasses.replace(tz.mhc_weights(rng, N, D, 3, "boosted"), **w_changes)
+    X = rng.standard_normal((B, S, N, D)) if X is None else X
+    return ns.coefficients(w.map(lambda a: t.tensor(a, f32=True)), t.index(X) if ints else t.tensor(X))
+
+
+def _write_back(ns, t: Target, **changes):
+    """ns.write_back on [2, 5] tokens of 4 streams of width 32; `changes` replaces float64 arguments."""
+    rng = np.random.default_rng(8)
+    args = dict(post=rng.random((B, S, N)), comb=rng.random((B, S, N, N)), X=rng.standard_normal((B, S, N, D)),
+                y=rng.standard_normal((B, S, D)))
+    args.update(changes)
+    return ns.write_back(*(t.tensor(args[k]) for k in ("post", "comb", "X", "y")))
+
+
+BAD_CALLS = (
+    BadCall("coefficients(X [B, S, N - 1, D])", lambda ns, t: _coefficients(ns, t, np.zeros((B, S, 3, D))), "X"),
+    BadCall("coefficients(X [B, S, N + 1, D])", lambda ns, t: _coefficients(ns, t, np.zeros((B, S, N + 1, D))), "X"),
+    BadCall("coefficients(X 3-D)", lambda ns, t: _coefficients(ns, t, np.zeros((B, N, D))), "X"),
+    # integer streams: the oracle and the baseline compute on them as numbers
+    BadCall("coefficients(X int)", lambda ns, t: _coefficients(ns, t, np.zeros((B, S, N, D)), ints=True), "X",
+            targets=("triton",)),
+    BadCall("coefficients(X [B, S, N, 40])", lambda ns, t: _coefficients(ns, t, np.zeros((B, S, N, 40))),
+            "MHCWeights.fn"),
+    BadCall("coefficients(hc_mult 3, X of 4 streams)", lambda ns, t: _coefficients(ns, t, hc_mult=3), "X"),
+    BadCall("coefficients(fn [25, 128])", lambda ns, t: _coefficients(ns, t, fn=np.zeros((25, 128))), "MHCWeights.fn"),
+    BadCall("coefficients(base [23])", lambda ns, t: _coefficients(ns, t, base=np.zeros(23)), "MHCWeights.base"),
+    BadCall("coefficients(scale [2])", lambda ns, t: _coefficients(ns, t, scale=np.zeros(2)), "MHCWeights.scale"),
+    BadCall("coefficients(sinkhorn_iters=0)", lambda ns, t: _coefficients(ns, t, sinkhorn_iters=0),
+            "MHCWeights.sinkhorn_iters"),
+    BadCall("coefficients(hc_eps=0)", lambda ns, t: _coefficients(ns, t, hc_eps=0.0), "MHCWeights.hc_eps"),
+    BadCall("write_back(X [B, S, 3, D])", lambda ns, t: _write_back(ns, t, X=np.zeros((B, S, 3, D))), "X"),
+    # the oracle and the baseline check write_back's and collapse's shapes only by broadcasting (an
+    # error naming no argument), and take N=0 copies in expand: these rows hold the Triton side alone
+    BadCall("write_back(comb not square)", lambda ns, t: _write_back(ns, t, comb=np.zeros((B, S, N, 3))), "comb",
+            targets=("triton",)),
+    BadCall("write_back(comb of another batch)", lambda ns, t: _write_back(ns, t, comb=np.zeros((B, S + 1, N, N))),
+            "comb", targets=("triton",)),
+    BadCall("write_back(post 4-D)", lambda ns, t: _write_back(ns, t, post=np.zeros((B, S, N, 1))), "post",
+            targets=("triton",)),
+    BadCall("write_back(y [B, S, 48])", lambda ns, t: _write_back(ns, t, y=np.zeros((B, S, 48))), "y",
+            targets=("triton",)),
+    BadCall("collapse(pre of 3 streams, X of 4)",
+            lambda ns, t: ns.collapse(t.tensor(np.zeros((B, S, 3))), t.tensor(np.zeros((B, S, N, D)))), "X"),
+    BadCall("collapse(pre of another batch)",
+            lambda ns, t: ns.collapse(t.tensor(np.zeros((B, S + 1, N))), t.tensor(np.zeros((B, S, N, D)))), "pre",
+            targets=("triton",)),
+    BadCall("expand(N=0)", lambda ns, t: ns.expand(t.tensor(np.zeros((B, S, D))), 0), "N", targets=("triton",)),
+    BadCall("reduce(X 3-D)", lambda ns, t: ns.reduce(t.tensor(np.zeros((B, S, D)))), "X"),
 )

@@ -3,21 +3,20 @@ split calls (SPEC §7, §8.8): cases, run functions, check records.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
 
-from invariants.check import Check
+from invariants.check import BadCall, Check
 from invariants.compare import Comparison, to_int
 from invariants.dsa_checks import IndexCase, _label_sparsity, _mask, dsa_lengths, index_cases, index_inputs, token_pool
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle import dsa as odsa
 from oracle import mla as omla
 from oracle.config import Geometry
+from oracle.types import DSACache
 from strategies import tensors as tz
 from strategies.geometry import DSAGeometry, dsa_geometries
 from strategies.sequences import chunk_splits
@@ -85,43 +84,38 @@ def run_absorbed(case: IndexCase, cand: Target, base: Target):
     q, _, c = omla.project(mw, a)
     packed = odsa.index_rows(w, a, mask)
     sel = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
-    o_ref, _ = omla.absorbed(mw, q[:, -S:], c, sel.indices)
     outs = []
-    for t, fn in ((cand, "absorbed"), (base, "expanded")):
-        with poisoned_memory():
+    for t, fn in ((ORACLE, "absorbed"), (cand, "absorbed"), (base, "expanded")):
+        with t.poisoned():
             o, _ = getattr(t.impl.mla, fn)(mw.map(t.tensor), t.tensor(q[:, -S:]), t.tensor(c),
-                                           t.index(sel.indices).long())
+                                           t.index(sel.indices, long=True))
         outs.append(o)
-    return [Comparison("absorbed", "output", outs[0], o_ref, outs[1])]
+    return [Comparison("absorbed", "output", outs[1], outs[0], outs[2])]
 
 
-def _mla_layers(t, mw, iw, iw_shared, a, mask, splits, forced=None):
-    """A full DSA layer then a shared one, the stream cut into calls:
+def mla_layers(t: Target, mw, iw, iw_shared, a, mask, splits, forced=None):
+    """A full DSA layer then a shared one on target t, the stream cut into calls:
     (y_full, y_shared, full layer's cache, its selection indices over all calls [B, S, W]).
 
     The shared layer is handed an indexer of its own (same topk and kpool) that it must NOT run:
-    were it to, its selection would differ from the hand-off. forced (oracle only): the selection to
-    attend instead of the oracle's own (the oracle re-run with an implementation's decisions).
+    were it to, its selection would differ from the hand-off. forced (an oracle's sublayer only takes
+    it): the selection to attend instead of its own (the oracle re-run with an implementation's decisions).
     """
-    conv = (lambda x: x) if t is None else t.tensor
-    mod = omla if t is None else t.impl.mla
-    mw_, iw_, iws_ = (mw, iw, iw_shared) if t is None else \
-        (mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor))
+    mw_, iw_, iws_ = mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor)
     cache1 = cache2 = None
     y1s, y2s, sels, start = [], [], [], 0
     for n in splits:
         sl = slice(start, start + n)
         kw = {} if forced is None else {"forced": forced[:, sl]}
-        with poisoned_memory() if t is not None else contextlib.nullcontext():
-            y1, cache1, sel = mod.sublayer(mw_, iw_, conv(a[:, sl]), cache1, conv(mask[:, sl]), **kw)
-            y2, cache2, _ = mod.sublayer(mw_, iws_, conv(a[:, sl]), cache2, conv(mask[:, sl]), prev=sel,
-                                         kind="shared")
+        with t.poisoned():
+            y1, cache1, sel = t.impl.mla.sublayer(mw_, iw_, t.tensor(a[:, sl]), cache1, t.tensor(mask[:, sl]), **kw)
+            y2, cache2, _ = t.impl.mla.sublayer(mw_, iws_, t.tensor(a[:, sl]), cache2, t.tensor(mask[:, sl]),
+                                                prev=sel, kind="shared")
         y1s.append(y1)
         y2s.append(y2)
         sels.append(to_int(sel.indices))
         start += n
-    cat = np.concatenate if t is None else torch.cat
-    return cat(y1s, 1), cat(y2s, 1), cache1, _cat_selections(sels)
+    return t.cat(y1s, 1), t.cat(y2s, 1), cache1, _cat_selections(sels)
 
 
 def _cat_selections(parts) -> np.ndarray:
@@ -165,14 +159,14 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
     iw2 = tz.indexer_weights(rng, g, case.family)
     a = rng.standard_normal((case.batch, case.length, g.hidden))
     mask = _mask(case.batch, case.length, case.left_pad)
-    y1, y2, c1, own = _mla_layers(None, mw, iw, iw2, a, mask, (case.length,))
-    yc1, yc2, cc1, csel = _mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
-    yb1, yb2, cb1, bsel = _mla_layers(base, mw, iw, iw2, a, mask, case.splits)
+    y1, y2, c1, own = mla_layers(ORACLE, mw, iw, iw2, a, mask, (case.length,))
+    yc1, yc2, cc1, csel = mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
+    yb1, yb2, cb1, bsel = mla_layers(base, mw, iw, iw2, a, mask, case.splits)
     ref = odsa.index(iw, a, omla.project(mw, a)[1], c1.index_rows, mask)
 
     def oracle_given(indices):
         label("selection differs from the oracle's: outputs judged against the oracle re-run on it")
-        return _mla_layers(None, mw, iw, iw2, a, mask, (case.length,), forced=indices)[:2]
+        return mla_layers(ORACLE, mw, iw, iw2, a, mask, (case.length,), forced=indices)[:2]
     (y1c, y2c), (y1b, y2b) = ((conditioned(oracle_given, own, s, case.length) or (y1, y2)) for s in (csel, bsel))
     return [Comparison("chunked_prefill", "selection", csel, (ref, token_pool(c1.index_rows, iw)), kind="selection"),
             Comparison("chunked_prefill", "output", yc1, y1c, yb1, baseline_reference=y1b),
@@ -195,4 +189,104 @@ CHECKS = (
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),
                     MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1))),
+)
+
+
+# ----------------------------------------------------------------------------- calls to refuse
+
+OK_ROW = (0, 1, -1)
+
+
+def _attention(t: Target, *rows, latent_rank: int = G0.kv_rank):
+    """(w, q [1, 2, H, d_n], latent [1, 6, latent_rank], indices [1, 2, 3] int64) on target t."""
+    rng = np.random.default_rng(14)
+    w = tz.mla_weights(rng, G0)
+    q, lat = rng.standard_normal((1, 2, G0.heads, G0.nope_dim)), rng.standard_normal((1, 6, G0.kv_rank))
+    return w.map(t.tensor), t.tensor(q), t.tensor(lat[..., :latent_rank]), t.index([rows], long=True)
+
+
+class _Layer(NamedTuple):
+    """One full layer's weights, input, q, latent, cache and selection on a target."""
+
+    w: object
+    iw: object
+    a: object
+    q: object
+    latent: object
+    cache: object
+    selection: object
+
+
+def _layer(t: Target, **change) -> _Layer:
+    """A full layer's float64 run on 2 x 5 tokens (the oracle's), its pieces on target t; `change` maps
+    a piece (a, q, latent, indices) to an edit of its float64 array made before the conversion."""
+    rng = np.random.default_rng(6)
+    w, iw = tz.mla_weights(rng, G0), tz.indexer_weights(rng, G0)
+    a = rng.standard_normal((2, 5, G0.hidden))
+    q, _, c = omla.project(w, a)
+    _, cache, sel = omla.sublayer(w, iw, a)
+    x = {"a": a, "q": q, "latent": c, "indices": sel.indices}
+    x = {n: change[n](v) if n in change else v for n, v in x.items()}
+    sel = sel._replace(indices=t.index(x["indices"], long=True), scores=t.tensor(sel.scores, f32=True))
+    return _Layer(w.map(t.tensor), iw.map(t.tensor), t.tensor(x["a"]), t.tensor(x["q"]), t.tensor(x["latent"]),
+                  cache.map(t.tensor), sel)
+
+
+def _attend(ns, t: Target, fn: str, **change):
+    """ns.<fn> (absorbed or expanded) on _layer's q, latent and selection, edited by `change`."""
+    L = _layer(t, **change)
+    return getattr(ns, fn)(L.w, L.q, L.latent, L.selection.indices)
+
+
+def _sublayer(ns, t: Target, cache=None, kind="full", iw=True, prev=False, **change):
+    """ns.sublayer on _layer's input and cache (`cache`: an edit of the converted DSACache), handed
+    _layer's selection as prev when `prev`, and its indexer weights unless not `iw`."""
+    L = _layer(t, **change)
+    return ns.sublayer(L.w, L.iw if iw else None, L.a, None if cache is None else cache(L.cache),
+                       prev=L.selection if prev else None, kind=kind)
+
+
+# where implementations word a refusal differently, a row's match lists each wording (alternatives)
+BAD_CALLS = (
+    BadCall("absorbed(index past the cache)", lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, (0, 6, -1))), "indices"),
+    BadCall("absorbed(index below -1)", lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, (0, -2, 1))), "indices"),
+    # a repeated index: the Triton kernel refuses it; the oracle and the baseline attend it as given
+    BadCall("absorbed(index twice in a row)", lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, (3, 1, 3))),
+            "indices", targets=("triton",)),
+    BadCall("absorbed(float indices)",
+            lambda ns, t: ns.absorbed(*_attention(t)[:3], t.tensor([[OK_ROW, OK_ROW]])), "indices"),
+    # `lengths` (each row's cached length) is an argument of the Triton kernel alone
+    BadCall("absorbed(index past the row's length)",
+            lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, (4, 1, -1)), lengths=t.index([4], long=True)),
+            "indices", targets=("triton",)),
+    BadCall("absorbed(cache shorter than the claimed length)",
+            lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, OK_ROW), lengths=t.index([7], long=True)),
+            "lengths", targets=("triton",)),
+    BadCall("absorbed(latent wrong rank)", lambda ns, t: ns.absorbed(*_attention(t, OK_ROW, OK_ROW, latent_rank=8)),
+            "latent"),
+    BadCall("absorbed(indices beyond the cache)", lambda ns, t: _attend(ns, t, "absorbed", latent=lambda c: c[:, :3]),
+            r"^indices: (entries must lie in \[-1, T=3\)|entry \[0, 3, 3\] = 3 outside \[-1, 3\))"),
+    # a repeated index (as for absorbed): the Triton side alone refuses it
+    BadCall("expanded(index twice in a row)", lambda ns, t: ns.expanded(*_attention(t, OK_ROW, (2, 2, -1))),
+            "indices", targets=("triton",)),
+    BadCall("expanded(q with 3 heads)",
+            lambda ns, t: _attend(ns, t, "expanded", q=lambda q: np.zeros((2, 5, 3, G0.nope_dim))), r"^q: expected"),
+    BadCall("expanded(latent [B, T, r_kv + 1])",
+            lambda ns, t: _attend(ns, t, "expanded", latent=lambda c: np.zeros((2, 5, G0.kv_rank + 1))), r"^latent"),
+    BadCall("expanded(indices [B, S - 1, W])", lambda ns, t: _attend(ns, t, "expanded", indices=lambda i: i[:, 1:]),
+            r"^indices: expected \[B=2, S=5"),
+    BadCall("sublayer(shared, prev width topk, not topk + P_k - 1)",
+            lambda ns, t: _sublayer(ns, t, kind="shared", prev=True, indices=lambda i: i[..., :G0.topk]),
+            r"^(indices:|prev: selection) width 8, expected topk \+ P_k - 1 = 11"),
+    BadCall("sublayer(shared, no prev)", lambda ns, t: _sublayer(ns, t, kind="shared", iw=False), r"^prev"),
+    BadCall("sublayer(full, no iw)", lambda ns, t: _sublayer(ns, t, iw=False), r"^iw"),
+    BadCall("sublayer(kind='sparse')", lambda ns, t: _sublayer(ns, t, kind="sparse"), r"^kind"),
+    BadCall("sublayer(cache latent longer than its index_rows)",
+            lambda ns, t: _sublayer(ns, t, cache=lambda c: DSACache(c.latent, c.index_rows[:, :3])),
+            r"^cache: (latent \(2, 5, 16\) and index_rows \(2, 3, 17\)|a full layer's index_rows) must cover "
+            r"the same \[B, T\]"),
+    BadCall("sublayer(cache latent of another rank)",
+            lambda ns, t: _sublayer(ns, t, cache=lambda c: DSACache(c.latent[..., :4], c.index_rows)), r"^cache"),
+    BadCall("sublayer(cache as a tuple)", lambda ns, t: _sublayer(ns, t, cache=tuple), r"^cache"),
+    BadCall("project(a [S, D])", lambda ns, t: ns.project(_layer(t).w, _layer(t, a=lambda a: a[0]).a), r"^a:"),
 )

@@ -34,7 +34,7 @@ from invariants.compare import Comparison
 from invariants.dsa_checks import token_pool
 from invariants.mla_checks import attendable
 from invariants.labels import label as event
-from invariants.target import Target, poisoned_memory
+from invariants.target import Target
 from oracle import checkpoint as ock
 from oracle import model as om
 from oracle.config import DENSE, LINEAR, PRESETS, SHARED, Geometry
@@ -243,7 +243,7 @@ def target_side(t: Target, case: ModelCase) -> Side:
 
     def forward(ids, mask, state):
         log.clear()
-        with poisoned_memory():
+        with t.poisoned():
             out = ops.forward(wt, torch.as_tensor(ids, device=t.device), state,
                               torch.as_tensor(mask, device=t.device), be)
         calls.append(list(log))

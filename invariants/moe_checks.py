@@ -11,14 +11,15 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import strategies as st
 
-from invariants.check import Check
+from invariants.check import BadCall, Check
 from invariants.compare import Comparison, RoutingReference, to_int
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle import moe as omoe
+from oracle import nvfp4 as onv
 from oracle.config import Geometry
-from oracle.types import MoEWeights
-from strategies.tensors import SEEDS
+from oracle.types import MoEWeights, Routing
+from strategies.tensors import SEEDS, moe_weights
 
 TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
@@ -154,17 +155,19 @@ def _keyed(r, order):
     return np.array([[dict(zip(ids[t], wts[t])).get(e, np.nan) for e in order[t]] for t in range(len(order))])
 
 
+def route_on(t: Target, w, x):
+    """The router of target t on float64 weights and tokens."""
+    with t.poisoned():
+        return t.impl.moe.route(_moe_target(t, w), t.tensor(x))
+
+
 def run_route(case: MoECase, cand: Target, base: Target):
     """Expert ids tie-aware against the oracle's scores; mixture weights against the oracle's weights
     for the implementation's OWN experts (a legal flip changes which weights exist)."""
     if case.family == "tied":
         label("router tie made on purpose")
     w, x = moe_inputs(case)
-    ref = omoe.route(w, x)
-    outs = []
-    for t in (cand, base):
-        with poisoned_memory():
-            outs.append(t.impl.moe.route(_moe_target(t, w), t.tensor(x)))
+    ref, *outs = (route_on(t, w, x) for t in (ORACLE, cand, base))
     rc, rb = (oracle_given(w, x, o.expert_ids, ref) for o in outs)
     oc, ob = (np.sort(to_int(r.expert_ids), axis=-1) for r in (rc, rb))
     return [Comparison("route", "expert_ids", outs[0].expert_ids, _routing_reference(w, ref, case), kind="routing"),
@@ -178,11 +181,11 @@ def run_forward(case: MoECase, cand: Target, base: Target):
     if case.family == "clamps":
         label("SwiGLU clamps firing")
     w, x = moe_inputs(case)
-    own = omoe.route(w, x)
+    own = route_on(ORACLE, w, x)
     outs, refs = [], []
     for t in (cand, base):
         wt, xt = _moe_target(t, w), t.tensor(x)
-        with poisoned_memory():
+        with t.poisoned():
             outs.append(t.impl.moe.forward(wt, xt))
             r = t.impl.moe.route(wt, xt)
         used = oracle_given(w, x, r.expert_ids, own)
@@ -201,4 +204,89 @@ CHECKS = (
           "routed experts + shared expert with the clamps firing",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),
                     MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2))),
+)
+
+
+# ----------------------------------------------------------------------------- calls to refuse
+
+D = 32
+
+
+def _routing(t: Target, ids):
+    """A Routing of expert ids [N, k], each of weight 1, on target t."""
+    ids = np.asarray(ids)
+    return Routing(t.index(ids, long=True), t.tensor(np.ones(ids.shape), f32=True), None, None, None)
+
+
+def _route(ns, t: Target, x_shape, **layer):
+    """ns.route of zero tokens of `x_shape` through a tiny layer (moe_weights(**layer))."""
+    return ns.route(_moe_target(t, moe_weights(np.random.default_rng(5), **layer)), t.tensor(np.zeros(x_shape)))
+
+
+def _experts(ns, t: Target, ids=((0, 1), (2, 3)), nvfp4=None):
+    """ns.experts on 2 zero tokens of the tiny layer routed to `ids`; nvfp4: an edit of the oracle's
+    NVFP4 experts of that layer (NumPy, before the conversion), None for the unquantized path."""
+    w = moe_weights(np.random.default_rng(50))
+    kw = {}
+    if nvfp4 is not None:
+        scale = (1.0 + np.arange(w.num_experts))[:, None, None]      # a distinct global scale per expert
+        kw["nvfp4"] = t.nvfp4_experts(nvfp4(onv.quantize_experts(w.gate_up_proj, w.down_proj * scale)))
+    return ns.experts(_moe_target(t, w), t.tensor(np.zeros((2, D))), _routing(t, ids), **kw)
+
+
+def _edit(proj: str, **fields):
+    """An edit of NVFP4Experts: `fields` of projection `proj` replaced by fn(old value)."""
+    def edit(nv):
+        tensor = getattr(nv, proj)
+        return nv._replace(**{proj: tensor._replace(**{k: f(getattr(tensor, k)) for k, f in fields.items()})})
+    return edit
+
+
+def _nan_scale(s):
+    """An E4M3 scale array with one NaN byte (0x7F)."""
+    s = np.array(s, copy=True)
+    s.view(np.uint8)[1, 2, 0] = 0x7F
+    return s
+
+
+def _set(i: int, value):
+    """An edit setting entry i of an array (a copy) to `value`."""
+    def f(g):
+        g = np.array(g, copy=True)
+        g[i] = value
+        return g
+    return f
+
+
+# the baseline's experts take no NVFP4 experts (it dequantizes up front), and the oracle's checks name the
+# NVFP4Tensor field, not the projection (nor do they catch a short global_decode before indexing it)
+NVFP4 = ("triton",)
+
+BAD_CALLS = (
+    BadCall("route(x [N, D + 1])", lambda ns, t: _route(ns, t, (3, D + 1)), "x"),
+    # at most 8 experts a token is the Triton router's limit; the oracle and the baseline take any top_k
+    BadCall("route(top_k 9 of 32 experts in 1 group: past 8)",
+            lambda ns, t: _route(ns, t, (2, D), experts=32, top_k=9, n_group=1), "top_k", targets=("triton",)),
+    BadCall("experts(expert id 8 of 8 experts)", lambda ns, t: _experts(ns, t, ids=((0, 8), (1, 2))),
+            r"routing\.expert_ids"),
+    BadCall("experts(routing of 1 token for 2)", lambda ns, t: _experts(ns, t, ids=((0, 1),)), "routing"),
+    BadCall("experts(nvfp4 gate_up packed of K=24)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", packed=lambda p: p[..., :12],
+                                                      block_scale=lambda s: s[..., :1])),
+            r"nvfp4\.gate_up\.packed: K=24 is not a multiple of 16", targets=NVFP4),
+    BadCall("experts(nvfp4 gate_up block_scale of one row fewer)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", block_scale=lambda s: s[:, :-1])),
+            r"nvfp4\.gate_up\.block_scale", targets=NVFP4),
+    BadCall("experts(nvfp4 down block_scale NaN)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("down", block_scale=_nan_scale)),
+            r"nvfp4\.down\.block_scale", targets=NVFP4),
+    BadCall("experts(nvfp4 down global_decode inf)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("down", global_decode=_set(3, np.inf))),
+            r"nvfp4\.down\.global_decode", targets=NVFP4),
+    BadCall("experts(nvfp4 gate_up global_decode 0)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", global_decode=_set(5, 0.0))),
+            r"nvfp4\.gate_up\.global_decode", targets=NVFP4),
+    BadCall("experts(nvfp4 down global_decode of E - 1)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("down", global_decode=lambda g: g[:-1])),
+            r"nvfp4\.down\.global_decode", targets=NVFP4),
 )

@@ -18,7 +18,7 @@ from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.moe_checks import MoECase, _moe_target, moe_cases, moe_inputs
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle import moe as omoe
 from oracle import nvfp4 as onv
 from oracle.config import Geometry
@@ -130,10 +130,14 @@ def _bits(t: NVFP4Tensor):
 
 def run_quantize(case: NVFP4Case, cand: Target, base: Target):
     w = nvfp4_weights(case)
-    ref = onv.quantize(w)
-    with poisoned_memory():
-        q = cand.impl.nvfp4.quantize(torch.as_tensor(w, dtype=torch.float32, device=cand.device))
+    ref, q = (quantize_on(t, w) for t in (ORACLE, cand))
     return [Comparison("quantize", "codes", _bits(q), _bits(ref), kind="exact")]
+
+
+def quantize_on(t: Target, w):
+    """Target t's NVFP4 quantization of float64 `w`, handed over in float32 (the oracle: float64)."""
+    with t.poisoned():
+        return t.impl.nvfp4.quantize(t.tensor(w, f32=True))
 
 
 def run_dequantize(case: NVFP4Case, cand: Target, base: Target):
@@ -144,7 +148,7 @@ def run_dequantize(case: NVFP4Case, cand: Target, base: Target):
     qt = _nv_target(cand, ref)
     sw = onv.swizzle_scales(np.asarray(ref.block_scale))
     sw_t = torch.as_tensor(np.asarray(sw).view(np.uint8), device=cand.device).view(torch.float8_e4m3fn)
-    with poisoned_memory():
+    with cand.poisoned():
         got = cand.impl.nvfp4.dequantize(qt)
         got_sw = cand.impl.nvfp4.dequantize_swizzled(qt.packed, sw_t, qt.global_decode)
     return [Comparison("dequantize", "weights", got.float(), torch.as_tensor(want), kind="exact"),
@@ -260,7 +264,7 @@ def run_gate(case: QuantGateCase, cand: Target, base: Target):
     out = []
     for w4a4, tag in ((False, "w4a16"), (True, "w4a4")):
         ref = qg.layer_logits(omoe.experts(w, x_t, r, nvfp4=nv, w4a4=w4a4) + shared_t, P)
-        with poisoned_memory():
+        with cand.poisoned():
             y = _candidate_experts(cand, wt, xt, rt, nv, w4a4) + cand.impl.moe.shared_expert(wt, xt)
         out.append(Comparison("gate", f"kernel_{tag}", qg.layer_logits(y, P), ref, kind="quantization_gate"))
         quant = qg.layer_logits(omoe.forward(w, x_eval, nvfp4=nv, w4a4=w4a4), P)

@@ -31,16 +31,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tempfile
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
-import torch
 from hypothesis import strategies as st
 
 from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
-from invariants.target import Target, poisoned_memory
+from invariants.target import ORACLE, Target
 from oracle.config import Geometry
 
 MAX_PROMPT = 6      # tokens of a drawn prompt (and of a prefill chunk): the interpreter costs ~0.3 s a token
@@ -76,29 +75,23 @@ def _checkpoint() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def oracle_model():
-    from oracle import model as om
-    return om.load(_checkpoint())
-
-
-@functools.lru_cache(maxsize=8)
-def _weights(device: str, dtype: torch.dtype):
-    from impl.model import to_torch
+def _weights():
+    """The float64 weights of the serving checkpoint, read once."""
     from oracle.checkpoint import load
-    return to_torch(load(_checkpoint()), device, dtype)
+    return load(_checkpoint())
 
 
-def target_model(t: Target):
-    """impl.model's composition over t's mechanism namespaces, on t's device in t's dtype."""
-    from impl.model import Model
-    return Model(_weights(t.device, t.dtype), t.impl)
+@functools.lru_cache(maxsize=1)
+def oracle_model():
+    """The oracle's decoder over the serving checkpoint (the cold reruns' model)."""
+    return ORACLE.model(_weights())
 
 
-def _engine(t: Optional[Target]):
+def _engine(t: Target):
+    """A fresh engine over t's decoder (Target.model; ~10 ms to convert the tiny checkpoint), t's own
+    engine class if its implementation brings one."""
     from impl.serving import Engine
-    if t is None:
-        return Engine(oracle_model())
-    return (getattr(t.impl, "serving", None) or Engine)(target_model(t))
+    return (getattr(t.impl, "serving", None) or Engine)(t.model(_weights()))
 
 
 @functools.lru_cache(maxsize=512)
@@ -164,13 +157,13 @@ class _Run:
     """Three engines (oracle, candidate, baseline) stepped together; `out` collects the comparisons."""
 
     def __init__(self, cand: Target, base: Target):
-        self.oracle, self.cand, self.base = _engine(None), _engine(cand), _engine(base)
-        self.engines = (self.oracle, self.cand, self.base)
+        self.targets = (ORACLE, cand, base)
+        self.oracle, self.cand, self.base = self.engines = tuple(_engine(t) for t in self.targets)
         self.next_id, self.out = 0, []
 
     def all(self, fn) -> None:
-        for e in self.engines:
-            with poisoned_memory() if e is not self.oracle else _nothing():
+        for t, e in zip(self.targets, self.engines):
+            with t.poisoned():
                 fn(e)
 
     def live(self, i):
@@ -271,8 +264,8 @@ class _Run:
             at = f"{where}, request {rid} stepped in order {order}"
             self.out.append(Comparison("state_machine", "reorder", _copy(replica.logits(rid)),
                                        _copy(self.oracle.logits(rid)), kind="self_consistency", where=at))
-        for e in (self.cand, self.base):
-            with poisoned_memory():
+        for t, e in zip(self.targets[1:], self.engines[1:]):
+            with t.poisoned():
                 e.step(permuted)
 
     def speculate(self, i, draft, a):
@@ -317,11 +310,6 @@ class _Run:
 
 def _copy(a) -> np.ndarray:
     return np.array(to_numpy(a), copy=True)
-
-
-def _nothing():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 def _permutations(n: int):

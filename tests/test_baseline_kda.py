@@ -257,43 +257,6 @@ def test_bfloat16_keeps_the_spec_dtypes():
     assert (o.dtype, M.dtype, bnd.dtype) == (torch.bfloat16, torch.float32, torch.float32)
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def _core_t(B=1, T=6):
-    x = core(np.random.default_rng(0), B, T)
-    return [torch.from_numpy(x[n]) for n in ("q", "k", "v", "g", "beta")]
-
-
-BAD_CALLS = {
-    "chunked(chunk=0)": (lambda: tkda.chunked(*_core_t(), chunk=0), "chunk: expected a positive integer"),
-    "chunked(chunk=1.5)": (lambda: tkda.chunked(*_core_t(), chunk=1.5), "chunk: expected a positive integer"),
-    "chunked(chunk=True)": (lambda: tkda.chunked(*_core_t(), chunk=True), "chunk: expected a positive integer"),
-    "recurrent(cu_seqlens=[1, 6])": (lambda: tkda.recurrent(*_core_t(), cu_seqlens=[1, 6]),
-                                     "cu_seqlens: expected to start at 0 and end at T=6"),
-    "recurrent(cu_seqlens=[0, 5])": (lambda: tkda.recurrent(*_core_t(), cu_seqlens=[0, 5]),
-                                     "cu_seqlens: expected to start at 0 and end at T=6"),
-    "chunked(cu_seqlens=[0, 4, 2, 6])": (lambda: tkda.chunked(*_core_t(), cu_seqlens=torch.tensor([0, 4, 2, 6])),
-                                         "cu_seqlens: expected non-decreasing offsets"),
-    "chunked(cu_seqlens=[0])": (lambda: tkda.chunked(*_core_t(), cu_seqlens=[0]), "cu_seqlens: expected 1-D"),
-    "recurrent(B=2, cu_seqlens)": (lambda: tkda.recurrent(*_core_t(B=2), cu_seqlens=[0, 6]),
-                                   "cu_seqlens given: expected batch 1"),
-    "recurrent(k wrong shape)": (lambda: tkda.recurrent(*[a[..., :4] if i == 1 else a
-                                                          for i, a in enumerate(_core_t())]), "k: expected shape"),
-    "recurrent(state wrong rows)": (lambda: tkda.recurrent(*_core_t(), torch.zeros(2, H, K, K),
-                                                           cu_seqlens=[0, 6]), "state: expected shape (1, "),
-    "sublayer(x 2-D)": (lambda: tkda.sublayer(weights(np.random.default_rng(0)).map(torch.from_numpy),
-                                              torch.zeros(5, D, dtype=torch.float64)), "x: expected [B, S, D]"),
-}
-
-
-@pytest.mark.parametrize("call", BAD_CALLS, ids=list(BAD_CALLS))
-def test_bad_calls_raise(call):
-    fn, message = BAD_CALLS[call]
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        fn()
-
-
 # ----------------------------------------------------------------------------- mutants
 
 

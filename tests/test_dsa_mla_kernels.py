@@ -329,55 +329,6 @@ def test_sublayer(S0, steps):
     assert c.latent.shape == (B, S0 + steps, RKV) and c.index_rows.shape == (B, S0 + steps, 2 * DI + 1)
 
 
-# ----------------------------------------------------------------------------- bad input
-
-
-def _bad_calls():
-    rng = np.random.default_rng(14)
-    w, iw = mla_weights(rng).map(t32), indexer_weights(rng).map(t32)
-    q, lat = t32(rng.standard_normal((1, 2, H, DN))), t32(rng.standard_normal((1, 6, RKV)))
-    a, q_lat = t32(rng.standard_normal((1, 2, D))), t32(rng.standard_normal((1, 2, RQ)))
-    packed = idsa.index_rows(iw, t32(rng.standard_normal((1, 6, D))))
-
-    def idx(*rows):
-        return torch.tensor([rows], dtype=torch.int64)
-
-    ok = (0, 1, -1)
-    bad_kpool = IndexerWeights(**{**indexer_weights(rng, kpool=3).map(t32).__dict__, "topk": 8})
-    return [
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, (0, 6, -1))), "indices",
-                     id="absorbed(index past the cache)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, (0, -2, 1))), "indices",
-                     id="absorbed(index below -1)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, (3, 1, 3))), "indices",
-                     id="absorbed(index twice in a row)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, ok).float()), "indices",
-                     id="absorbed(float indices)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, (4, 1, -1)), lengths=torch.tensor([4])),
-                     "indices", id="absorbed(index past the row's length)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat, idx(ok, ok), lengths=torch.tensor([7])), "lengths",
-                     id="absorbed(cache shorter than the claimed length)"),
-        pytest.param(lambda: imla.absorbed(w, q, lat[..., :8], idx(ok, ok)), "latent",
-                     id="absorbed(latent wrong rank)"),
-        pytest.param(lambda: imla.expanded(w, q, lat, idx(ok, (2, 2, -1))), "indices",
-                     id="expanded(index twice in a row)"),
-        pytest.param(lambda: idsa.index(bad_kpool, a, q_lat, packed), "topk",
-                     id="index(kpool not dividing topk)"),
-        pytest.param(lambda: idsa.index(iw, a, q_lat, packed[:, :1]), "packed_all",
-                     id="index(cache shorter than the queries)"),
-        pytest.param(lambda: idsa.index(iw, a, q_lat, packed, torch.tensor([[1.0, 0.0]])), "mask",
-                     id="index(mask disagreeing with the valid flags)"),
-        pytest.param(lambda: idsa.pool_keys(packed, iw.compress_ape, 3), "ape",
-                     id="pool_keys(kpool not the rows of ape)"),
-    ]
-
-
-@pytest.mark.parametrize("call, name", _bad_calls())
-def test_bad_input_is_refused_naming_the_argument(call, name):
-    with pytest.raises(ValueError, match=name):
-        call()
-
-
 @pytest.mark.parametrize("dtype, tol", [(torch.bfloat16, 2e-2), (torch.float64, OUT_TOL)], ids=str)
 def test_sublayer_dtypes(dtype, tol):
     """Model dtypes other than float32 reach the kernels as float32 here and come back in their dtype.

@@ -390,6 +390,8 @@ def test_shared_is_the_previous_selection():
 
 
 def _bad_calls():
+    """Validation and the oracle's own helpers; the dsa namespace's refusals are invariants/dsa_checks.py
+    BAD_CALLS (tests/test_bad_calls.py)."""
     rng = np.random.default_rng(15)
     iw = indexer_weights(rng)
     a, q_lat, packed = inputs(rng, 2, 6, iw)
@@ -397,27 +399,9 @@ def _bad_calls():
     return {
         "IndexerWeights(topk=8, kpool=3).validate()": (
             lambda: indexer_weights(rng, topk=8, kpool=3).validate(), r"IndexerWeights\.topk"),
-        "index(w with topk % kpool != 0)": (
-            lambda: dsa.index(indexer_weights(rng, topk=10, kpool=4), a, q_lat, packed),
-            r"IndexerWeights\.topk.*multiple of kpool"),
         "IndexerWeights(compress_ape [3, d_i]).validate()": (
             lambda: dataclass_with(iw, compress_ape=np.zeros((3, D_I))).validate(),
             r"IndexerWeights\.compress_ape"),
-        "index(packed_all shorter than S)": (
-            lambda: dsa.index(iw, a, q_lat, packed[:, :4]), r"^packed_all: holds T=4"),
-        "index(packed_all of the wrong width)": (
-            lambda: dsa.index(iw, a, q_lat, packed[..., 1:]), r"^packed_all"),
-        "index(packed_all of another batch)": (
-            lambda: dsa.index(iw, a, q_lat, packed[:1]), r"^packed_all"),
-        "index(q_lat [B, S, r_q + 1])": (
-            lambda: dsa.index(iw, a, np.zeros((2, 6, R_Q + 1)), packed), r"^q_lat"),
-        "index(a [S, D])": (lambda: dsa.index(iw, a[0], q_lat, packed), r"^a:"),
-        "index(mask [B, S + 1])": (
-            lambda: dsa.index(iw, a, q_lat, packed, np.ones((2, 7))), r"^mask"),
-        "index(mask disagreeing with the valid flags)": (
-            lambda: dsa.index(iw, a, q_lat, packed, np.eye(2, 6)), r"^mask: disagrees"),
-        "pool_keys(ape [P_k + 1, d_i])": (
-            lambda: dsa.pool_keys(packed, np.zeros((KPOOL + 1, D_I)), KPOOL), r"^ape"),
         "check_indices(width topk, not topk + P_k - 1)": (
             lambda: dsa.check_indices(sel.indices[..., :TOPK], 2, 6, 6, iw.slots),
             r"^indices: width 8, expected topk \+ P_k - 1 = 11"),
@@ -429,8 +413,6 @@ def _bad_calls():
             lambda: dsa.check_indices(sel.indices[:, :5], 2, 6, 6), r"^indices: expected \[B=2, S=6"),
         "shared(indices array instead of a Selection)": (
             lambda: dsa.shared(sel.indices), r"^prev"),
-        "index_rows(mask [B, S - 1])": (
-            lambda: dsa.index_rows(iw, a, np.ones((2, 5))), r"^mask"),
     }
 
 
