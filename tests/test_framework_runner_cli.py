@@ -1,6 +1,7 @@
 """`glmgate run` / `glmgate zoo` reporting on fake checks (seconds): the margin / flips / ill-conditioned
 columns and JSON fields, error rows that never lose a run, Ctrl-C, profile and argument validation,
-and the zoo's reading of the serving scenarios' JUnit report (caught / escaped / crashed / not run).
+and the zoo's reading of the serving scenarios' JUnit report (caught / escaped / crashed / not run);
+a serving scenario that crashes is an ERROR, never an escape (end to end, through a pytest subprocess).
 """
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import io
 import json
 
 import pytest
+import torch
 from hypothesis import strategies as st
 from rich.console import Console
+from rich.table import Table
 
 from gate import cli
 from invariants import engine as runner
@@ -203,3 +206,17 @@ def test_zoo_names_a_collection_error_for_mutants_it_never_saw():
     assert cli.serving_verdict(found["m"], collection) == (
         "NOT COLLECTED", "collection failure: E   ValueError: $GLMGATE_SERVING_DTYPE: expected one of "
                          "['bfloat16', 'float32', 'float64'], got 'fp8'")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA engines cannot load")
+def test_a_serving_scenario_that_crashes_is_an_error_not_an_escape():
+    """`--device cuda` on a machine without CUDA: the engines cannot load (torch raises an
+    AssertionError of its own, which must not pass for a broken invariant)."""
+    table = Table()
+    for col in ("mutant", "status", "caught by", "why"):
+        table.add_column(col)
+    missed = cli._zoo_serving(["serving_fork_aliases_buffers"], table, cli._rich(), "cuda", "bfloat16")
+    assert missed == ["serving_fork_aliases_buffers"]
+    status, catcher, why = (list(c.cells)[0] for c in table.columns[1:])
+    assert "ERROR" in status and catcher == "serving.state_machine (cuda, bfloat16)", (status, catcher)
+    assert why.startswith("_scenario_fork CRASHED: ") and "(raised at " in why, why
