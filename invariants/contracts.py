@@ -11,12 +11,17 @@ from typing import NamedTuple, Optional
 
 import tomllib
 
-from invariants.compare import Metrics, bitwise_equal, metrics
+from invariants.compare import METRICS, Metrics, bitwise_equal, metrics
 from invariants.labels import label
 
 CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
 KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "routing", "reference",
-         "quantization_gate")
+         "quantization_gate", "kernel_unit", "baseline_unit")
+# kinds whose limit is a fixed bound[dtype] (no baseline scales it)
+BOUND_KINDS = ("self_consistency", "bench_gate", "reference", "kernel_unit", "baseline_unit")
+# the named tolerances of identities a test holds in one precision ([float64], [float32] of contracts.toml):
+# no implementation is measured against them, only the same math computed twice
+TOLERANCE_TABLES = ("float64", "float32")
 # kinds judging a discrete decision tie-aware: `eps` per dtype is the score distance within which two
 # choices are interchangeable (a legal flip); anything further apart is a failure
 DECISION_KINDS = ("selection", "routing")
@@ -92,12 +97,23 @@ def _as_list(v):
     return v if isinstance(v, list) else [v]
 
 
-@functools.lru_cache(maxsize=None)
 def load(path: Optional[str] = None) -> dict:
     """{(mechanism, path, quantity, kind): Contract} from contracts.toml, validated."""
+    return _parse(path)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(path: Optional[str] = None) -> tuple:
+    """(contracts, {table: {name: tolerance}}): the whole file validated at once, so a malformed
+    tolerance table is refused as early as a malformed contract."""
     file = pathlib.Path(path) if path else CONTRACTS_FILE
     with open(file, "rb") as fh:
         data = tomllib.load(fh)
+    tolerances = {t: _load_tolerances(file.name, t, data.get(t, {})) for t in TOLERANCE_TABLES}
+    return _load_contracts(file, data), tolerances
+
+
+def _load_contracts(file: pathlib.Path, data: dict) -> dict:
     default_metric = data.get("defaults", {}).get("metric", "rel_l2")
     caps = _load_caps(file.name, data.get("caps", {}))
     table = {}
@@ -109,7 +125,9 @@ def load(path: Optional[str] = None) -> dict:
             raise ValueError(f"{file.name}: contract #{i}: kind {e['kind']!r} not in {KINDS}")
         if e["kind"] == "kernel_replacement" and ("k" not in e or "floor" not in e):
             raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
-        if e["kind"] in ("self_consistency", "bench_gate", "reference") and "bound" not in e:
+        if e.get("metric", default_metric) not in METRICS:
+            raise ValueError(f"{file.name}: contract #{i}: metric {e.get('metric')!r} not in {METRICS}")
+        if e["kind"] in BOUND_KINDS and "bound" not in e:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
         if e["kind"] in DECISION_KINDS and "eps" not in e:
             raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs eps (the score tie tolerance)")
@@ -127,6 +145,40 @@ def load(path: Optional[str] = None) -> dict:
                                        for f in (*GATE_FIELDS, "tie_eps") if f in e},
                                       dict(e.get("cap", caps.get(e["kind"], {}))))
     return table
+
+
+def _load_tolerances(name: str, table: str, entries: dict) -> dict:
+    """[float64] / [float32]: {name: tolerance}, each a finite number > 0 (0 would be `exact`; a
+    negative one could never hold)."""
+    if not isinstance(entries, dict):
+        raise ValueError(f"{name}: [{table}] must be a table of named tolerances, got {entries!r}")
+    for k, v in entries.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise ValueError(f"{name}: [{table}] {k} = {v!r}: a tolerance must be a finite number > 0")
+    return {k: float(v) for k, v in entries.items()}
+
+
+def _tolerance(table: str, name: str) -> float:
+    declared = _parse()[1][table]
+    if name not in declared:
+        raise UndeclaredContract(f"no {table} tolerance {name!r} declared in {CONTRACTS_FILE.name} [{table}]; "
+                                 f"declared: {', '.join(sorted(declared)) or 'nothing'}")
+    return declared[name]
+
+
+def float64_tolerance(name: str) -> float:
+    """The named tolerance of a float64 identity (two orderings of the same float64 math) from [float64]."""
+    return _tolerance("float64", name)
+
+
+def float32_tolerance(name: str) -> float:
+    """The named tolerance of a float32 identity of the oracle's own float32 math (NVFP4 scales) from [float32]."""
+    return _tolerance("float32", name)
+
+
+def tolerances(table: str = "float64") -> dict:
+    """Every name declared in [table]: {name: tolerance}."""
+    return dict(_parse()[1][table])
 
 
 def _load_caps(name: str, caps: dict) -> dict:
@@ -300,10 +352,28 @@ def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Ver
     return judge_decision(contract, dtype, candidate, reference)
 
 
-def assert_reference(mechanism: str, what: str, oracle_value, reference_value, dtype: str = "float64") -> None:
+def assert_contract(mechanism: str, path: str, quantity: str, kind: str, dtype: str, candidate, reference,
+                    baseline=None, what: str = "") -> Verdict:
+    """A hand-written test's comparison judged under its declared contract (lookup + judge, as
+    matrix.evaluate does); AssertionError names the contract, what was compared, the metric against
+    its limit and the worst element."""
+    c = lookup(mechanism, path, quantity, kind)
+    v = judge(c, dtype, candidate, reference, baseline)
+    if not v.ok:
+        m = v.metrics
+        at = "" if m is None else (f"; worst at {m.worst_index}: candidate {m.worst_candidate:.9g} vs "
+                                   f"reference {m.worst_reference:.9g}")
+        base = "" if v.baseline_err is None else f" (baseline {v.baseline_err:.3g})"
+        raise AssertionError(f"{c.key} [{dtype}]{' ' + what if what else ''}: {c.metric} {v.value:.3g} > "
+                             f"limit {v.limit:.3g}{base}{at}{' ' + v.detail if v.detail else ''}")
+    return v
+
+
+def assert_reference(mechanism: str, what: str, oracle_value, reference_value, dtype: str = "float64",
+                     quantity: str = "output") -> None:
     """The oracle against the published reference under the `reference` contract; AssertionError names
     the mechanism, what was compared, the metric, the bound and the worst element."""
-    c = lookup(mechanism, "reference", "output", "reference")
+    c = lookup(mechanism, "reference", quantity, "reference")
     m = metrics(oracle_value, reference_value)
     value, bound = m.get(c.metric), c.limit(dtype)
     if not value <= bound:

@@ -1,4 +1,9 @@
-"""The CLI end to end, in process: run, a failure's report and its repro line, contracts, errors."""
+"""The CLI end to end, in process: run, a failure's report and its repro line, contracts, errors,
+`glmgate run --mechanism model` and its reference cross-check, checkpoint make-tiny / inspect.
+
+The only test files that import the CLI are this one and tests/test_framework_runner_cli.py: every
+other test calls the engine (invariants/engine.py) or the library underneath.
+"""
 from __future__ import annotations
 
 import json
@@ -6,6 +11,9 @@ import json
 import pytest
 
 from gate import cli
+from invariants import reference
+from oracle import checkpoint as ock
+from oracle.types import NVFP4Tensor
 
 
 def test_run_passes_on_the_baseline_and_writes_json(tmp_path, capsys):
@@ -65,3 +73,39 @@ def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp
 def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path):
     with pytest.raises(SystemExit, match="config.json"):
         cli.main(["checkpoint", "inspect", str(tmp_path)])
+
+
+def test_run_mechanism_model_reports_both_checks_and_a_mutant_repro(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = cli.main(["run", "--impl", "torch", "--mechanism", "model", "--examples", "3", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    got = {r["check"]: r["status"] for r in json.loads(out.read_text())["results"]}
+    expect = "pass" if reference.unavailable() is None else "not run"
+    assert got == {"model.paths": "pass", "model.reference": expect}
+    rc = cli.main(["run", "--impl", "mutant:model_restore_drops_conv_window", "--check", "model.paths",
+                   "--examples", "20", "--profile", "ci"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "model.continuation" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("glmgate repro '"))
+    assert cli.main(["repro", line.strip()[len("glmgate repro '"):-1]]) == 1
+
+
+def test_without_transformers_the_cross_check_says_not_run_and_how_to_install(monkeypatch, capsys):
+    monkeypatch.setattr(reference, "unavailable", lambda: "transformers is not installed; install the "
+                                                          f"reference extra: {reference.INSTALL}")
+    assert cli.main(["run", "--check", "model.reference"]) == 0
+    text = capsys.readouterr().out
+    assert "NOT RUN" in text and "pip install -e '.[reference]'" in text and "--require-reference" in text
+    assert cli.main(["run", "--check", "model.reference", "--require-reference"]) == 1
+
+
+def test_checkpoint_make_tiny_nvfp4_then_inspect_names_the_layout(tmp_path, capsys):
+    d = tmp_path / "ck"
+    assert cli.main(["checkpoint", "make-tiny", str(d), "--nvfp4", "modelopt", "--seed", "1"]) == 0
+    assert cli.main(["checkpoint", "inspect", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "NVFP4 (modelopt layout)" in out and "MoE+NVFP4" in out
+    assert "layers.2.mlp.experts.0.gate_proj.weight_scale_2" in out and "F8_E4M3  [16, 2]" in out
+    assert ock.nvfp4_layout(d) == "modelopt" and (d / "hf_quant_config.json").is_file()
+    assert isinstance(ock.load(d).layers[2].mlp.nvfp4.down, NVFP4Tensor)

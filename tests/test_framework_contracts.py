@@ -1,6 +1,9 @@
 """The contracts layer itself: undeclared comparisons are refused, verdicts mean what they say."""
 from __future__ import annotations
 
+import pathlib
+import re
+
 import numpy as np
 import pytest
 
@@ -75,9 +78,71 @@ def test_metrics_report_the_worst_element():
     ('[[contract]]\nmechanism="kda"\npath="x"\nkind="exact"\nreason="r"', "quantity"),
     ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="exact"\nreason="r"\n'
      '[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="exact"\nreason="r"', "twice"),
-], ids=["unknown kind", "kernel_replacement without k", "missing quantity", "declared twice"])
+    ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="kernel_unit"\nreason="r"', "needs bound"),
+], ids=["unknown kind", "kernel_replacement without k", "missing quantity", "declared twice",
+        "kernel_unit without bound"])
 def test_a_malformed_contracts_file_is_refused(tmp_path, text, match):
     f = tmp_path / "c.toml"
     f.write_text(text)
     with pytest.raises(ValueError, match=match):
+        ct.load(str(f))
+
+
+# ----------------------------------------------------------------------------- named float64 / float32 tolerances
+
+TESTS = pathlib.Path(__file__).parent
+ACCESSOR = {"float64": "float64_tolerance", "float32": "float32_tolerance"}
+
+
+@pytest.mark.parametrize("table", ct.TOLERANCE_TABLES)
+def test_every_declared_tolerance_is_read_by_some_test(table):
+    """A name no test reads is a bound nobody holds: drop it or use it."""
+    text = "\n".join(p.read_text() for p in TESTS.glob("test_*.py") if p.name != pathlib.Path(__file__).name)
+    declared = ct.tolerances(table)
+    assert declared, f"[{table}] declares nothing"
+    unused = [n for n in declared if not re.search(rf"{ACCESSOR[table]}\(\s*[\"']{n}[\"']\s*\)", text)]
+    assert not unused, f"[{table}] declares {unused}, which no test reads"
+
+
+def test_a_tolerance_is_read_by_name_and_an_undeclared_name_is_refused():
+    assert ct.float64_tolerance("same_math") == 1e-12
+    assert ct.float32_tolerance("reordered_product") == 2.0 ** -22
+    with pytest.raises(ct.UndeclaredContract, match=r"no float64 tolerance 'tight'.*declared: .*same_math"):
+        ct.float64_tolerance("tight")
+    with pytest.raises(ct.UndeclaredContract, match="float32"):
+        ct.float32_tolerance("same_math")
+
+
+@pytest.mark.parametrize("entry, match", [
+    ("same_math = -1e-12", "finite number > 0"),
+    ("same_math = 0.0", "finite number > 0"),
+    ('same_math = "1e-12"', "finite number > 0"),
+    ("same_math = true", "finite number > 0"),
+    ("same_math = inf", "finite number > 0"),
+    ("same_math = [1e-12]", "finite number > 0"),
+], ids=["negative", "zero", "string", "bool", "inf", "array"])
+@pytest.mark.parametrize("table", ct.TOLERANCE_TABLES)
+def test_a_malformed_tolerance_is_refused_when_the_file_loads(tmp_path, table, entry, match):
+    f = tmp_path / "c.toml"
+    f.write_text(f"[{table}]\n{entry}\n")
+    with pytest.raises(ValueError, match=rf"\[{table}\] same_math"):
+        ct.load(str(f))
+
+
+def test_a_unit_contract_judges_in_its_own_metric():
+    """baseline_unit / kernel_unit: a fixed bound, no baseline; max_rel is np.allclose's rtol with atol 0."""
+    c = ct.lookup("mhc", "coefficients_at_eps", "pre", "kernel_unit")
+    ref = np.array([1e-6, 1.0, 0.0])
+    assert ct.judge(c, "float32", ref * (1 + 0.5e-4), ref).ok
+    assert not ct.judge(c, "float32", ref + np.array([1e-9, 0, 0]), ref).ok     # 1e-3 relative on a tiny entry
+    assert not ct.judge(c, "float32", ref + np.array([0, 0, 1e-30]), ref).ok    # an exact 0 must stay 0
+    with pytest.raises(AssertionError, match=r"mhc\.coefficients_at_eps\.pre\[kernel_unit\].*max_rel"):
+        ct.assert_contract("mhc", "coefficients_at_eps", "pre", "kernel_unit", "float32", ref * 1.1, ref)
+
+
+def test_an_unknown_metric_is_refused_when_the_file_loads(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="kernel_unit"\nmetric="max_l3"\n'
+                 'bound={float32=1e-5}\nreason="r"')
+    with pytest.raises(ValueError, match="metric 'max_l3'"):
         ct.load(str(f))

@@ -4,8 +4,8 @@ Two groups:
   * `gpu`-marked tests: bf16 on a CUDA device. Each bound is K_MULT times the error the SAME math makes
     when only its bf16 roundings are applied to the oracle (inputs q, k, v rounded to bf16, float64
     everywhere else), measured in the test itself on the same draw (the "baseline" below).
-  * test_interpreter_smoke_*: float32 in the Triton interpreter on tiny shapes (CPU CI), bound
-    SMOKE_BOUND (measured: <= 3.5e-6 chunked, <= 2e-7 recurrent/decode on these shapes).
+  * test_interpreter_smoke_*: float32 in the Triton interpreter on tiny shapes (CPU CI), bounds the
+    kda.*[kernel_unit] contracts of invariants/contracts.toml (rel-L2).
 
 Letters as in oracle/kda.py.
 """
@@ -18,6 +18,7 @@ import torch
 
 import impl
 from impl import kda as ik
+from invariants.contracts import assert_contract
 from oracle import kda as ok
 from oracle.types import KDAState, KDAWeights
 
@@ -32,7 +33,6 @@ smoke = pytest.mark.skipif(
 # 0.5e-3..2.4e-3 (states) on these draws (T = 1, 65, 1000); the kernel alone (oracle fed the same bf16
 # inputs) is 3.3e-3 (output) / 2.1e-3 (state) at the benchmark shapes on an H200. 4x is the contracts' k.
 K_MULT = 4.0
-SMOKE_BOUND = 2e-5
 
 
 def _rel(a, b) -> float:
@@ -43,6 +43,11 @@ def _rel(a, b) -> float:
 
 def _f64(t):
     return t.detach().float().cpu().numpy().astype(np.float64)
+
+
+def _smoke(path, quantity, ours, ref, what=""):
+    """A float32 interpreter result against the oracle under kda.<path>.<quantity>[kernel_unit]."""
+    assert_contract("kda", path, quantity, "kernel_unit", "float32", ours, ref, what=what)
 
 
 def _core_inputs(B, T, H, K, V, seed, g_scale=5.0):
@@ -277,9 +282,10 @@ def test_interpreter_smoke_chunked(T):
         assert tuple(a.shape) == r.shape, f"chunked T={T} {name}: shape {tuple(a.shape)} != {r.shape}"
         assert a.dtype == (torch.float32 if name != "output" else q.dtype)
         if r.size:
-            assert _rel(a, r) <= SMOKE_BOUND, f"chunked T={T} {name}: rel-L2 {_rel(a, r):.3e}"
+            _smoke("chunked", name, a, r, f"T={T}")
     o, M = ik.recurrent(q, k, v, g, beta, h0)
-    assert _rel(o, ref[0]) <= SMOKE_BOUND and _rel(M, ref[1]) <= SMOKE_BOUND
+    _smoke("recurrent", "output", o, ref[0])
+    _smoke("recurrent", "final_state", M, ref[1])
     _, _, hb = ik.chunked(q, k, v, g, beta, None, boundary_states=False)
     assert hb is None
 
@@ -291,7 +297,7 @@ def test_interpreter_smoke_segments():
     ref = ok.chunked(*(_f64(a) for a in (q, k, v, g, beta, h0)))
     ours = ik._chunked(q, k, v, g, beta, h0, nseg=3, bv=16)
     for name, a, r in zip(("output", "final_state", "boundary_states"), ours, ref):
-        assert _rel(a, r) <= SMOKE_BOUND, f"segments {name}: rel-L2 {_rel(a, r):.3e}"
+        _smoke("chunked", name, a, r, "segments")
 
 
 @smoke
@@ -304,10 +310,10 @@ def test_interpreter_smoke_varlen():
     cu_t = torch.tensor(cu, dtype=torch.int64)
     for name, ours in (("chunked", ik.chunked(q, k, v, g, beta, h0, 64, cu_t)),
                        ("recurrent", ik.recurrent(q, k, v, g, beta, h0, cu_t))):
-        for a, r in zip(ours, ref):
+        for quantity, a, r in zip(("output", "final_state", "boundary_states"), ours, ref):
             a = _f64(a)
             assert np.array_equal(np.isnan(a), np.isnan(r)), f"{name} varlen: NaN pattern differs"
-            assert _rel(np.nan_to_num(a), np.nan_to_num(r)) <= SMOKE_BOUND
+            _smoke(name, quantity, np.nan_to_num(a), np.nan_to_num(r), "varlen")
 
 
 @smoke
@@ -321,7 +327,8 @@ def test_interpreter_smoke_decode(lower_bound):
     st = KDAState(torch.randn(B, H, K, K, generator=gen), torch.randn(B, 3 * H * K, W, generator=gen))
     o_ref, st_ref = ok.decode(w.map(_f64), _f64(z), _f64(f), _f64(b), st.map(_f64))
     o, new = ik.decode(w, z, f, b, st)
-    assert _rel(o, o_ref) <= SMOKE_BOUND and _rel(new.recurrent, st_ref.recurrent) <= SMOKE_BOUND
+    _smoke("decode", "output", o, o_ref)
+    _smoke("decode", "final_state", new.recurrent, st_ref.recurrent)
     assert np.array_equal(_f64(new.conv), st_ref.conv.astype(np.float32))
     st2 = st.map(torch.clone)
     o2, _ = ik.decode(w, z, f, b, st2, inplace=True)
@@ -340,8 +347,9 @@ def test_interpreter_smoke_sublayer(S, with_state):
         if with_state else None
     y, new = ik.sublayer(w, x, st, mask)
     y_ref, st_ref = ok.sublayer(w.map(_f64), _f64(x), None if st is None else st.map(_f64), _f64(mask))
-    assert _rel(y, y_ref) <= SMOKE_BOUND
-    assert _rel(new.recurrent, st_ref.recurrent) <= SMOKE_BOUND and _rel(new.conv, st_ref.conv) <= SMOKE_BOUND
+    _smoke("sublayer", "output", y, y_ref)
+    _smoke("sublayer", "final_state", new.recurrent, st_ref.recurrent)
+    _smoke("sublayer", "conv_state", new.conv, st_ref.conv)
 
 
 @pytest.mark.parametrize("call, match", [

@@ -1,13 +1,12 @@
-"""The whole-decoder path check (invariants/model_checks.py, check model.paths) and the cross-check in
-`glmgate run` (model.reference).
+"""The whole-decoder path check (invariants/model_checks.py, check model.paths).
 
 - impl (Triton, CPU interpreter, float32) passes on a case that crosses every path: left padding that
   spans two prefill calls, one-token decode steps, serialize -> deserialize -> continue;
 - each model mutant breaks the property it was planted for (and the per-mechanism checks cannot
   see it: every mechanism namespace of a model mutant is the torch baseline);
-- a bug planted in the ORACLE breaks the oracle's own self-consistency (no impl mutant can);
-- `glmgate run --mechanism model` reports both checks; without transformers the cross-check says
-  NOT RUN and how to install it, and fails only under --require-reference.
+- a bug planted in the ORACLE breaks the oracle's own self-consistency (no impl mutant can).
+
+`glmgate run --mechanism model` and the model.reference cross-check's NOT RUN: tests/test_framework_cli.py.
 """
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ import json
 import pytest
 import torch
 
-from gate import cli
 from invariants.engine import run_check
 from impl import mutants, registry
 from invariants import model_checks as mc
-from invariants import reference
 from invariants.matrix import BY_NAME, evaluate
 from invariants.target import Target, cpu_targets
 from oracle.config import Geometry
@@ -119,28 +116,3 @@ def test_a_bug_planted_in_the_oracle_breaks_its_self_consistency(monkeypatch):
     broken = {f"{v.contract.path}.{v.contract.quantity}" for v in evaluate(CHECK, _case(pad=(0, 0)), BASE, BASE)
               if not v.ok}
     assert {"oracle_chunked_prefill.logits", "oracle_token_decode.kda_conv"} <= broken
-
-
-def test_run_mechanism_model_reports_both_checks_and_a_mutant_repro(tmp_path, capsys):
-    out = tmp_path / "r.json"
-    rc = cli.main(["run", "--impl", "torch", "--mechanism", "model", "--examples", "3", "--json", str(out)])
-    text = capsys.readouterr().out
-    assert rc == 0, text
-    got = {r["check"]: r["status"] for r in json.loads(out.read_text())["results"]}
-    expect = "pass" if reference.unavailable() is None else "not run"
-    assert got == {"model.paths": "pass", "model.reference": expect}
-    rc = cli.main(["run", "--impl", "mutant:model_restore_drops_conv_window", "--check", "model.paths",
-                   "--examples", "20", "--profile", "ci"])
-    text = capsys.readouterr().out
-    assert rc == 1 and "model.continuation" in text
-    line = next(ln for ln in text.splitlines() if ln.strip().startswith("glmgate repro '"))
-    assert cli.main(["repro", line.strip()[len("glmgate repro '"):-1]]) == 1
-
-
-def test_without_transformers_the_cross_check_says_not_run_and_how_to_install(monkeypatch, capsys):
-    monkeypatch.setattr(reference, "unavailable", lambda: "transformers is not installed; install the "
-                                                          f"reference extra: {reference.INSTALL}")
-    assert cli.main(["run", "--check", "model.reference"]) == 0
-    text = capsys.readouterr().out
-    assert "NOT RUN" in text and "pip install -e '.[reference]'" in text and "--require-reference" in text
-    assert cli.main(["run", "--check", "model.reference", "--require-reference"]) == 1

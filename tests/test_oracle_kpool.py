@@ -13,11 +13,13 @@ import math
 import numpy as np
 import pytest
 
+from invariants.contracts import float64_tolerance
 from oracle import dsa
 from oracle.config import Geometry
 from oracle.types import IndexerWeights, Selection
 
 D, R_Q, H_I, D_I, TOPK, KPOOL = 32, 16, 16, 8, 8, 4
+SHORT_FORMULA, SAME_MATH = float64_tolerance("short_formula"), float64_tolerance("same_math")
 BOUNDARY_LENGTHS = list(range(1, 10)) + [11, 12, 13, 23, 63, 64, 65]
 
 
@@ -329,7 +331,7 @@ def test_pool_keys_per_channel_softmax():
     kbar, member_idx, pool_valid, first, kept = dsa.pool_keys(packed, ape, kpool)
     lam = gsc + ape
     pi = np.exp(lam) / np.exp(lam).sum(axis=0)
-    assert np.allclose(kbar[0, 0], (pi * kI).sum(axis=0), rtol=1e-14, atol=0)
+    assert np.allclose(kbar[0, 0], (pi * kI).sum(axis=0), rtol=SHORT_FORMULA, atol=0)
     assert not np.allclose(kbar[0, 0], kI.mean(axis=0), atol=1e-2)
     assert kbar[0, 0, 0] > 3.9 and kbar[0, 0, 1] < 11.0
     assert member_idx.tolist() == [[[0, 1, 2, 3]]] and pool_valid.tolist() == [[True]]
@@ -368,11 +370,11 @@ def test_scores_signed_head_weights():
         for p in range(kbar.shape[1]):
             want[0, s, p] = sum(wts[0, s, j] * max(0.0, qI[0, s, j] @ kbar[0, p] / math.sqrt(D_I))
                                 for j in range(H_I))
-    assert np.allclose(I, want, rtol=1e-12, atol=1e-14)
+    assert np.allclose(I, want, rtol=SAME_MATH, atol=SHORT_FORMULA)
     assert (I < 0).any()
     # flipping every head weight flips the ranking: the best pool becomes the worst
     flipped = dsa.scores(dataclass_with(iw, weights_proj=-iw.weights_proj), q_lat, a, kbar)
-    assert np.allclose(flipped, -I, rtol=1e-14, atol=0)
+    assert np.allclose(flipped, -I, rtol=SHORT_FORMULA, atol=0)
     sel_pos = dsa.index(iw, a, q_lat, packed)
     sel_neg = dsa.index(dataclass_with(iw, weights_proj=-iw.weights_proj), a, q_lat, packed)
     assert dsa.selected_sets(sel_pos)[0][-1] != dsa.selected_sets(sel_neg)[0][-1]

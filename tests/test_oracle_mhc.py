@@ -17,11 +17,14 @@ import torch
 from impl.baseline import mhc as tmhc
 from impl.baseline.mhc import TorchMHC
 from impl.mutants import MUTANTS, Mutant, get
+from invariants.contracts import assert_contract, float64_tolerance
 from oracle import mhc as omhc
 from oracle.types import MHCWeights
 
 # SPEC §13 tiny config: hidden_size 32, hc_mult 4, hc_sinkhorn_iters 20 (second run 3)
 N, D, ITERS, HC_EPS, RMS_EPS = 4, 32, 20, 1e-6, 1e-5
+ELEMENTWISE, SHORT_FORMULA = float64_tolerance("elementwise"), float64_tolerance("short_formula")
+SAME_MATH, REORDERED_SUM = float64_tolerance("same_math"), float64_tolerance("reordered_sum")
 
 
 # ----------------------------------------------------------------------------- data
@@ -106,10 +109,10 @@ def test_coefficients_closed_form_zero_projection():
     w = MHCWeights(fn=np.zeros((8, n * d)), base=base, scale=np.ones(3), hc_mult=n, sinkhorn_iters=1)
     X = np.arange(1.0, 1.0 + n * d).reshape(1, 1, n, d)
     pre, post, C = omhc.coefficients(w, X)
-    np.testing.assert_allclose(pre[0, 0], [0.5 + HC_EPS, 0.75 + HC_EPS], rtol=0, atol=1e-15)
-    np.testing.assert_allclose(post[0, 0], [1.0, 0.5], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(pre[0, 0], [0.5 + HC_EPS, 0.75 + HC_EPS], rtol=0, atol=ELEMENTWISE)
+    np.testing.assert_allclose(post[0, 0], [1.0, 0.5], rtol=0, atol=ELEMENTWISE)
     a = 1.0 / n + HC_EPS                                                    # softmax of equal logits, + eps
-    np.testing.assert_allclose(C[0, 0], np.full((n, n), a / (n * a + HC_EPS)), rtol=1e-15)
+    np.testing.assert_allclose(C[0, 0], np.full((n, n), a / (n * a + HC_EPS)), rtol=ELEMENTWISE)
 
 
 def test_coefficients_input_norm_is_unweighted_rms_with_rms_eps():
@@ -121,7 +124,7 @@ def test_coefficients_input_norm_is_unweighted_rms_with_rms_eps():
     X = np.array([3.0, 4.0, 0.0, -1e-3]).reshape(1, 1, n, d)
     rstd = 1.0 / math.sqrt((9 + 16 + 1e-6) / 4 + RMS_EPS)
     pre, _, _ = omhc.coefficients(w, X)
-    np.testing.assert_allclose(pre[0, 0], [sig(3 * rstd) + HC_EPS, sig(-1e-3 * rstd) + HC_EPS], rtol=1e-14)
+    np.testing.assert_allclose(pre[0, 0], [sig(3 * rstd) + HC_EPS, sig(-1e-3 * rstd) + HC_EPS], rtol=SHORT_FORMULA)
 
 
 @pytest.mark.parametrize("iters", [1, 2, 3, 20])
@@ -133,7 +136,7 @@ def test_coefficients_match_the_scalar_arbiter(iters):
     for s in range(2):
         want = scalar_coefficients(w, X[0, s])
         for got, ref in zip((pre[0, s], post[0, s], C[0, s]), want):
-            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(got, ref, rtol=SAME_MATH, atol=ELEMENTWISE)
 
 
 def test_pre_is_not_normalized():
@@ -150,8 +153,8 @@ def test_sinkhorn_order_is_observable_with_three_iterations():
     got = omhc.sinkhorn(C0, 3, HC_EPS)
     cols = lambda C: C / (C.sum(-2, keepdims=True) + HC_EPS)
     rows = lambda C: C / (C.sum(-1, keepdims=True) + HC_EPS)
-    np.testing.assert_allclose(got, cols(rows(cols(rows(cols(C0))))), rtol=1e-15)
-    np.testing.assert_allclose(omhc.sinkhorn(C0, 1, HC_EPS), cols(C0), rtol=1e-15)
+    np.testing.assert_allclose(got, cols(rows(cols(rows(cols(C0))))), rtol=ELEMENTWISE)
+    np.testing.assert_allclose(omhc.sinkhorn(C0, 1, HC_EPS), cols(C0), rtol=ELEMENTWISE)
     assert np.max(np.abs(got - row_first(C0, 3, HC_EPS))) > 1e-2
 
 
@@ -165,7 +168,7 @@ def test_sinkhorn_order_is_observable_through_coefficients():
     lg = ((z @ w.fn.T)[..., 2 * N:] * w.scale[2] + w.base[2 * N:]).reshape(B, S, N, N)
     e = np.exp(lg - lg.max(-1, keepdims=True))
     C0 = e / e.sum(-1, keepdims=True) + HC_EPS
-    np.testing.assert_allclose(C, omhc.sinkhorn(C0, 3, HC_EPS), rtol=1e-14)
+    np.testing.assert_allclose(C, omhc.sinkhorn(C0, 3, HC_EPS), rtol=SHORT_FORMULA)
     assert np.max(np.abs(C - row_first(C0, 3, HC_EPS))) > 1e-2
 
 
@@ -188,7 +191,7 @@ def test_comb_sums_within_what_the_iterations_reach(iters):
     e = np.exp(lg - lg.max(-1, keepdims=True))
     C_prev = omhc.sinkhorn(e / e.sum(-1, keepdims=True) + HC_EPS, iters - 1, HC_EPS)
     C_row = C_prev / (C_prev.sum(-1, keepdims=True) + HC_EPS)               # the last row step
-    np.testing.assert_allclose(C, C_row / (C_row.sum(-2, keepdims=True) + HC_EPS), rtol=1e-14)
+    np.testing.assert_allclose(C, C_row / (C_row.sum(-2, keepdims=True) + HC_EPS), rtol=SHORT_FORMULA)
     delta = np.abs(C_row.sum(-2) - 1.0).max()                               # the last column correction
     row_err = np.abs(C.sum(-1) - 1.0).max()
     bound = delta / (1.0 - delta) + 4 * N * HC_EPS
@@ -211,7 +214,7 @@ def test_collapse_is_pre_weighted_sum_of_streams():
     pre = rng.uniform(0.1, 1.0, (2, 3, N))
     X = streams(rng)
     want = sum(pre[..., n, None] * X[:, :, n] for n in range(N))
-    np.testing.assert_allclose(omhc.collapse(pre, X), want, rtol=1e-14)
+    np.testing.assert_allclose(omhc.collapse(pre, X), want, rtol=SHORT_FORMULA)
 
 
 def test_write_back_uses_comb_transposed():
@@ -243,7 +246,7 @@ def test_expand_copies_and_reduce_is_plain_mean():
     assert X.shape == (2, 3, N, D)
     for n in range(N):
         np.testing.assert_array_equal(X[:, :, n], e)
-    np.testing.assert_allclose(omhc.reduce(X), e, rtol=1e-15)
+    np.testing.assert_allclose(omhc.reduce(X), e, rtol=ELEMENTWISE)
     Y = np.stack([np.full((1, 1, 2), v) for v in (1.0, 2.0, 3.0, 6.0)], axis=2)
     np.testing.assert_array_equal(omhc.reduce(Y), np.full((1, 1, 2), 3.0))
 
@@ -263,13 +266,13 @@ def test_baseline_float64_is_the_oracle(iters):
     want = omhc.coefficients(w, X)
     got = tmhc.coefficients(w.map(t), t(X))
     for a, b in zip(got, want):
-        assert a.dtype == torch.float64 and rel(a, b) < 1e-10
-    assert rel(tmhc.collapse(got[0], t(X)), omhc.collapse(want[0], X)) < 1e-10
-    assert rel(tmhc.write_back(got[1], got[2], t(X), t(y)), omhc.write_back(*want[1:], X, y)) < 1e-10
-    assert rel(tmhc.sinkhorn(t(want[2]), 2, HC_EPS), omhc.sinkhorn(want[2], 2, HC_EPS)) < 1e-12
+        assert a.dtype == torch.float64 and rel(a, b) < REORDERED_SUM
+    assert rel(tmhc.collapse(got[0], t(X)), omhc.collapse(want[0], X)) < REORDERED_SUM
+    assert rel(tmhc.write_back(got[1], got[2], t(X), t(y)), omhc.write_back(*want[1:], X, y)) < REORDERED_SUM
+    assert rel(tmhc.sinkhorn(t(want[2]), 2, HC_EPS), omhc.sinkhorn(want[2], 2, HC_EPS)) < SAME_MATH
     e = rng.standard_normal((2, 3, D))
     assert rel(tmhc.expand(t(e), N), omhc.expand(e, N)) == 0
-    assert rel(tmhc.reduce(t(X)), omhc.reduce(X)) < 1e-15
+    assert rel(tmhc.reduce(t(X)), omhc.reduce(X)) < ELEMENTWISE
 
 
 def test_baseline_float32_is_close():
@@ -278,12 +281,13 @@ def test_baseline_float32_is_close():
     y = rng.standard_normal((2, 3, D))
     want = omhc.coefficients(w, X)
     got = tmhc.coefficients(w.map(lambda a: t(a, torch.float32)), t(X, torch.float32))
-    for a, b in zip(got, want):
-        assert a.dtype == torch.float32 and rel(a, b) < 2e-5
+    for name, a, b in zip(("pre", "post", "comb"), got, want, strict=True):
+        assert a.dtype == torch.float32
+        assert_contract("mhc", "coefficients", name, "baseline_unit", "float32", a, b)
     u = tmhc.collapse(got[0], t(X, torch.float32))
-    assert rel(u, omhc.collapse(want[0], X)) < 2e-5
+    assert_contract("mhc", "coefficients", "collapse", "baseline_unit", "float32", u, omhc.collapse(want[0], X))
     Xn = tmhc.write_back(got[1], got[2], t(X, torch.float32), t(y, torch.float32))
-    assert rel(Xn, omhc.write_back(*want[1:], X, y)) < 2e-5
+    assert_contract("mhc", "write_back", "output", "baseline_unit", "float32", Xn, omhc.write_back(*want[1:], X, y))
 
 
 def test_baseline_bfloat16_keeps_the_dtype_contract():
@@ -352,7 +356,7 @@ def test_mutant_is_caught(name):
     probe = PROBES[name]
     want = probe(omhc)
     good, bad = probe(AsNumpy(TorchMHC())), probe(AsNumpy(get(name).factory()))
-    assert max(rel(good[q], want[q]) for q in want) < 1e-10, "the probe itself disagrees with the oracle"
+    assert max(rel(good[q], want[q]) for q in want) < REORDERED_SUM, "the probe itself disagrees with the oracle"
     errs = {q: rel(bad[q], want[q]) for q in want}
     quantity = get(name).quantity
     assert errs[quantity] > 1e-2, f"mutant {name} escapes its probe: {errs}"

@@ -12,12 +12,15 @@ import numpy as np
 import pytest
 import scipy.special
 
+from invariants.contracts import float64_tolerance
 from oracle import dsa, mla
 from oracle.types import IndexerWeights, MLAWeights, Selection
 
 D, H, DN, DV, R_Q, R_KV = 32, 2, 8, 8, 16, 16
 H_I, D_I, TOPK, KPOOL = 16, 8, 8, 4
 EPS = 1e-5
+SHORT_FORMULA, SHORT_REDUCTION = float64_tolerance("short_formula"), float64_tolerance("short_reduction")
+SAME_MATH = float64_tolerance("same_math")
 
 
 def _n(rng, *shape):
@@ -54,7 +57,7 @@ def causal_indices(B, S, T):
     return np.broadcast_to(np.where(t[None, :] <= pos[:, None], t[None, :], -1), (B, S, T)).copy()
 
 
-def assert_close(got, want, rtol=1e-12, what=""):
+def assert_close(got, want, rtol=SAME_MATH, what=""):
     scale = max(1.0, float(np.abs(want[np.isfinite(want)]).max(initial=0.0)))
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(got)), f"{what}: -inf pattern differs"
@@ -102,8 +105,8 @@ def test_expanded_is_softmax_attention_over_the_selection():
         k, v = kvb[0, :, h, :DN], kvb[0, :, h, DN:]          # per head: d_n key rows, then d_v value rows
         logits = q[0, :, h] @ k.T / math.sqrt(DN)
         logits[np.triu_indices(T, 1)] = -np.inf
-        assert np.allclose(s[0, :, h], logits, rtol=0, atol=1e-13)
-        assert np.allclose(o[0, :, h], scipy.special.softmax(logits, axis=-1) @ v, rtol=0, atol=1e-13)
+        assert np.allclose(s[0, :, h], logits, rtol=0, atol=SHORT_REDUCTION)
+        assert np.allclose(o[0, :, h], scipy.special.softmax(logits, axis=-1) @ v, rtol=0, atol=SHORT_REDUCTION)
 
 
 @pytest.mark.parametrize("nope,scale", [(256, 1 / 16), (DN, DN ** -0.5), (64, 1 / 8)])
@@ -119,10 +122,10 @@ def test_expanded_scale_is_exactly_nope_dim(nope, scale):
         _, s = fn(w, q, c, causal_indices(1, T, T))
         want = (q[0, :, 0] @ k.T) * scale
         mask = np.tril(np.ones((T, T), dtype=bool))
-        assert np.allclose(s[0, :, 0][mask], want[mask], rtol=1e-13, atol=0)
+        assert np.allclose(s[0, :, 0][mask], want[mask], rtol=SHORT_REDUCTION, atol=0)
         # the latent is used unscaled: doubling it doubles every score
         _, s2 = fn(w, q, 2 * c, causal_indices(1, T, T))
-        assert np.allclose(s2[0, :, 0][mask], 2 * want[mask], rtol=1e-13, atol=0)
+        assert np.allclose(s2[0, :, 0][mask], 2 * want[mask], rtol=SHORT_REDUCTION, atol=0)
 
 
 def test_expanded_empty_selection_gives_zero():
@@ -141,7 +144,7 @@ def test_expanded_empty_selection_gives_zero():
         for h in range(H):
             logits = kvb[[0, 4], h, :DN] @ q[1, 2, h] / math.sqrt(DN)
             want = scipy.special.softmax(logits) @ kvb[[0, 4], h, DN:]
-            assert np.allclose(o[1, 2, h], want, rtol=1e-13, atol=1e-14)
+            assert np.allclose(o[1, 2, h], want, rtol=SHORT_REDUCTION, atol=SHORT_FORMULA)
 
 
 # ----------------------------------------------------------------------------- projections, cache
@@ -156,12 +159,12 @@ def test_project_caches_the_normalized_latent():
         q, q_lat, c = mla.project(w, a)
         kv = a @ w.kv_a_proj_with_mqa.T + (w.kv_a_bias if bias else 0)
         want_c = w.kv_a_layernorm * kv / np.sqrt(np.mean(kv ** 2, axis=-1, keepdims=True) + EPS)
-        assert np.allclose(c, want_c, rtol=1e-14, atol=0)
+        assert np.allclose(c, want_c, rtol=SHORT_FORMULA, atol=0)
         assert np.allclose(np.sqrt(np.mean((c / w.kv_a_layernorm) ** 2, axis=-1)), 1.0, atol=1e-5)
         qa = a @ w.q_a_proj.T + (w.q_a_bias if bias else 0)
         want_q_lat = w.q_a_layernorm * qa / np.sqrt(np.mean(qa ** 2, axis=-1, keepdims=True) + EPS)
-        assert np.allclose(q_lat, want_q_lat, rtol=1e-14, atol=0)
-        assert np.allclose(q, (want_q_lat @ w.q_b_proj.T).reshape(2, 5, H, DN), rtol=1e-13, atol=0)
+        assert np.allclose(q_lat, want_q_lat, rtol=SHORT_FORMULA, atol=0)
+        assert np.allclose(q, (want_q_lat @ w.q_b_proj.T).reshape(2, 5, H, DN), rtol=SHORT_REDUCTION, atol=0)
         iw = indexer_weights(rng)
         _, cache, _ = mla.sublayer(w, iw, a)
         assert np.array_equal(cache.latent, c)
@@ -184,9 +187,9 @@ def test_sublayer_prefill_equals_continuation(splits):
             sets[b] += row
         start += n
     assert sets == dsa.selected_sets(sel)
-    assert_close(np.concatenate(parts, axis=1), y, rtol=1e-12, what="y")
-    assert_close(part_cache.latent, cache.latent, rtol=1e-13, what="cache.latent")
-    assert_close(part_cache.index_rows, cache.index_rows, rtol=1e-13, what="cache.index_rows")
+    assert_close(np.concatenate(parts, axis=1), y, rtol=SAME_MATH, what="y")
+    assert_close(part_cache.latent, cache.latent, rtol=SHORT_REDUCTION, what="cache.latent")
+    assert_close(part_cache.index_rows, cache.index_rows, rtol=SHORT_REDUCTION, what="cache.index_rows")
     assert cache.latent.shape == (2, S, R_KV) and cache.index_rows.shape == (2, S, 2 * D_I + 1)
 
 
@@ -203,14 +206,14 @@ def test_sublayer_left_padding(pad, length):
     mask = np.ones((2, T), dtype=bool)
     mask[0, :pad] = False
     y, cache, sel = mla.sublayer(w, iw, a[:, :T], mask=mask)
-    assert_close(y[0, pad:], y_u[0], rtol=1e-12, what="padded row")
+    assert_close(y[0, pad:], y_u[0], rtol=SAME_MATH, what="padded row")
     assert np.all(y[0, :pad] == 0) and np.all(sel.indices[0, :pad] == -1)
     # two decode steps with an all-ones mask (SPEC §10): the cached valid flags remember the padding
     _, cache_u, _ = mla.sublayer(w, iw, a_u[:, :length])
     for step in range(2):
         y_u1, cache_u, _ = mla.sublayer(w, iw, a_u[:, length + step:length + step + 1], cache_u)
         y1, cache, _ = mla.sublayer(w, iw, a[:, T + step:T + step + 1], cache)
-        assert_close(y1[0], y_u1[0], rtol=1e-12, what=f"decode step {step}")
+        assert_close(y1[0], y_u1[0], rtol=SAME_MATH, what=f"decode step {step}")
 
 
 def test_sublayer_shared_reuses_prev_selection():
@@ -244,7 +247,7 @@ def test_sublayer_with_attention_bias():
     y, _, _ = mla.sublayer(w, iw, a, mask=mask)
     assert np.array_equal(y[0, 0], w.o_bias)
     y_nb, _, _ = mla.sublayer(dataclasses.replace(w, o_bias=None), iw, a, mask=mask)
-    assert np.allclose(y - y_nb, w.o_bias, rtol=0, atol=1e-14)
+    assert np.allclose(y - y_nb, w.o_bias, rtol=0, atol=SHORT_FORMULA)
     assert w.map(np.copy).o_bias is not w.o_bias and mla_weights(rng).map(np.copy).o_bias is None
 
 

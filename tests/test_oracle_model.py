@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 
+from invariants.contracts import float64_tolerance
 from oracle import checkpoint as ock
 from oracle import model as om
 from oracle.config import FULL, INDEXED, SHARED, SPARSE, Geometry
@@ -21,7 +22,7 @@ from oracle.types import DSACache, KDAState
 
 TINY = Geometry.preset("tiny")
 # exact algebra (the KDA chunk form vs its recurrence, reordered sums) leaves ~1e-15 relative
-SAME_PATH = 1e-12
+SAME_PATH = float64_tolerance("same_math")
 
 
 def _write_checkpoint(directory, g: Geometry, seed: int):

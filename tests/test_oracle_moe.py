@@ -14,12 +14,15 @@ import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from invariants.contracts import float64_tolerance
 from oracle import moe
 from oracle.types import DenseMLPWeights, MoEWeights, Routing
 from strategies.tensors import moe_weights
 
 D, E, I, K_E = 32, 8, 16, 2
 L = 10.0
+ELEMENTWISE, SHORT_FORMULA = float64_tolerance("elementwise"), float64_tolerance("short_formula")
+SHORT_REDUCTION, SAME_MATH = float64_tolerance("short_reduction"), float64_tolerance("same_math")
 
 
 def _n(rng, *shape, gain=1.0):
@@ -59,7 +62,7 @@ ONE = np.ones((1, 1))
 ], ids=lambda v: f"{v:+g}")
 def test_swiglu_clamps(gate, up, want_gate, want_up):
     want = want_gate * scipy.special.expit(want_gate) * want_up
-    assert moe.swiglu(np.array(gate), np.array(up), L) == pytest.approx(want, rel=1e-15, abs=0)
+    assert moe.swiglu(np.array(gate), np.array(up), L) == pytest.approx(want, rel=ELEMENTWISE, abs=0)
 
 
 def test_swiglu_gate_not_clamped_below_is_visible():
@@ -79,7 +82,7 @@ def test_dense_mlp_matches_hand_formula():
     g, u = x @ w.gate_proj.T, x @ w.up_proj.T
     assert (g > L).any() and (u < -L).any() and (g < -L).any()           # the clamps fire
     want = (g.clip(max=L) * scipy.special.expit(g.clip(max=L)) * u.clip(-L, L)) @ w.down_proj.T
-    np.testing.assert_allclose(moe.dense_mlp(w, x), want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(moe.dense_mlp(w, x), want, rtol=SHORT_REDUCTION, atol=SHORT_REDUCTION)
 
 
 # ----------------------------------------------------------------------------- routing
@@ -102,12 +105,12 @@ def test_route_normalizes_then_scales():
     w = router_only(logit([0.8, 0.2, 0.01, 0.05]), top_k=2, routed_scaling_factor=2.5)
     r = moe.route(w, ONE)
     assert r.expert_ids.tolist() == [[0, 1]]
-    np.testing.assert_allclose(r.weights, [[2.0, 0.5]], rtol=1e-14)
+    np.testing.assert_allclose(r.weights, [[2.0, 0.5]], rtol=SHORT_FORMULA)
     # scaling before the normalization would give (0.8, 0.2); without it, (0.8, 0.2) as well
     unnorm = moe.route(dataclasses.replace(w, norm_topk_prob=False), ONE)
-    np.testing.assert_allclose(unnorm.weights, [[2.0, 0.5]], rtol=1e-14)
+    np.testing.assert_allclose(unnorm.weights, [[2.0, 0.5]], rtol=SHORT_FORMULA)
     np.testing.assert_allclose(moe.route(dataclasses.replace(w, routed_scaling_factor=1.0), ONE).weights,
-                               [[0.8, 0.2]], rtol=1e-14)
+                               [[0.8, 0.2]], rtol=SHORT_FORMULA)
 
 
 def test_route_renormalization_epsilon():
@@ -116,7 +119,7 @@ def test_route_renormalization_epsilon():
     r = moe.route(router_only(l, top_k=2), ONE)
     s = scipy.special.expit(l[:2])
     want = s / (s.sum() + 1e-20) * 2.5
-    np.testing.assert_allclose(r.weights, [want], rtol=1e-14)
+    np.testing.assert_allclose(r.weights, [want], rtol=SHORT_FORMULA)
     assert r.weights.sum() < 0.2
     zero = moe.route(router_only(np.full(4, -1000.0), top_k=2), ONE)
     assert np.array_equal(zero.weights, np.zeros((1, 2)))                # 0 / 1e-20, not NaN
@@ -127,10 +130,10 @@ def test_route_group_limit_uses_top2_sum():
     The top-2 sum keeps group 1 (experts 4, 5); a top-1 group score would keep group 0."""
     p = [0.95, 0.1, 0.1, 0.1, 0.9, 0.9, 0.1, 0.1]
     r = moe.route(router_only(logit(p), top_k=2, n_group=2, topk_group=1), ONE)
-    np.testing.assert_allclose(r.group_scores, [[1.05, 1.8]], rtol=1e-14)
+    np.testing.assert_allclose(r.group_scores, [[1.05, 1.8]], rtol=SHORT_FORMULA)
     assert r.expert_ids.tolist() == [[4, 5]]
     assert np.isneginf(r.biased[0, :4]).all() and np.isfinite(r.biased[0, 4:]).all()
-    np.testing.assert_allclose(r.weights, [[1.25, 1.25]], rtol=1e-14)
+    np.testing.assert_allclose(r.weights, [[1.25, 1.25]], rtol=SHORT_FORMULA)
 
 
 def test_route_group_score_includes_bias():
@@ -138,7 +141,7 @@ def test_route_group_score_includes_bias():
     r = moe.route(router_only(logit(p), [0, 1.0, 0, 0, 0, 0, 0, 0], top_k=2, n_group=2, topk_group=1), ONE)
     assert r.expert_ids.tolist() == [[1, 0]]
     s = np.asarray(p)
-    np.testing.assert_allclose(r.weights, [[s[1], s[0]] / (s[0] + s[1]) * 2.5], rtol=1e-14)
+    np.testing.assert_allclose(r.weights, [[s[1], s[0]] / (s[0] + s[1]) * 2.5], rtol=SHORT_FORMULA)
 
 
 def test_route_ties_go_to_the_lowest_id():
@@ -161,7 +164,7 @@ def test_route_properties(seed, tokens, layout):
     x = rng.normal(size=(tokens, D))
     r = moe.route(w, x)
     s = scipy.special.expit(x @ w.router.T)
-    np.testing.assert_allclose(r.scores, s, rtol=1e-14)
+    np.testing.assert_allclose(r.scores, s, rtol=SHORT_FORMULA)
     assert r.expert_ids.shape == (tokens, top_k) and r.expert_ids.dtype == np.int64
     for n in range(tokens):
         ids = r.expert_ids[n]
@@ -172,10 +175,10 @@ def test_route_properties(seed, tokens, layout):
         others = np.delete(r.biased[n], ids)
         assert chosen.min() >= others.max()
         assert (np.diff(chosen) <= 0).all()
-    np.testing.assert_allclose(r.weights.sum(-1), 2.5, rtol=1e-13)
+    np.testing.assert_allclose(r.weights.sum(-1), 2.5, rtol=SHORT_REDUCTION)
     np.testing.assert_allclose(r.weights, np.take_along_axis(s, r.expert_ids, -1)
                                / np.take_along_axis(s, r.expert_ids, -1).sum(-1, keepdims=True) * 2.5,
-                               rtol=1e-13)
+                               rtol=SHORT_REDUCTION)
 
 
 # ----------------------------------------------------------------------------- experts and forward
@@ -201,9 +204,9 @@ def test_forward_is_routed_plus_shared(seed):
     x = rng.normal(size=(2, 5, D))
     r = moe.route(w, x)
     routed = moe.experts(w, x, r)
-    np.testing.assert_allclose(routed, _dense_arbiter(w, x, r), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(routed, _dense_arbiter(w, x, r), rtol=SAME_MATH, atol=SAME_MATH)
     shared = moe.dense_mlp(w.shared, x)
-    np.testing.assert_allclose(moe.forward(w, x), routed + shared, rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(moe.forward(w, x), routed + shared, rtol=SHORT_FORMULA, atol=SHORT_FORMULA)
     assert np.abs(shared).max() > 0.1 and np.abs(routed).max() > 0.1
     assert moe.forward(w, x).shape == x.shape
 

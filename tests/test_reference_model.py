@@ -11,8 +11,10 @@ HybridState on ours) against the full forward; prefill 9 + a 14-token continuati
 
 Bound, declared from SPEC §14's measurements (not from this file's runs): an independent float64
 implementation matched these logits to 4e-8 with randomized weights and to 1.1e-6 with boosted weights
-and hc_sinkhorn_iters = 3; the reference's own f32 islands set that floor. REL_L2_BOUND = 1e-5 leaves
-~10x over the boosted case and stays ~200x below the >= 2e-3 of every planted mistake (SPEC §14).
+and hc_sinkhorn_iters = 3; the reference's own f32 islands set that floor. The bound, the contract
+model.reference.output (invariants/contracts.toml, 1e-5), leaves ~10x over the boosted case and stays
+~200x below the >= 2e-3 of every planted mistake (SPEC §14). The oracle against itself (decodes vs one
+forward, a padded row vs the row alone) is held to model.oracle_token_decode / oracle_padded_row.
 
 The builders (random reference model, save_pretrained, oracle load) live in invariants/reference.py:
 `glmgate run` cross-checks with the same ones (check model.reference).
@@ -33,12 +35,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="the reference cross-check needs `pip install -e .[reference]`")
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
+from invariants import contracts as ct  # noqa: E402
 from invariants.reference import build, ids_for, reference_logits  # noqa: E402
 from oracle import checkpoint as ock  # noqa: E402
 from oracle import model as om  # noqa: E402
 from oracle.config import Geometry  # noqa: E402
 
-REL_L2_BOUND = 1e-5
+REFERENCE = ("reference", "output", "reference")
+REL_L2_BOUND = ct.lookup("model", *REFERENCE).limit("float64")
 TINY = Geometry.preset("tiny")
 MEASURED: list[tuple[str, float, float]] = []
 
@@ -66,17 +70,19 @@ def _report():
         print(f"  {what:<60s} rel-L2 {rel:.3g}  max-abs {mx:.3g}")
 
 
-def _agree(what, got, want, bound=REL_L2_BOUND):
+def _agree(what, got, want, contract=REFERENCE):
+    """got (the oracle) against want under model.<contract> (path, quantity, kind), float64."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape} vs {want.shape}"
     assert np.isfinite(got).all() and np.isfinite(want).all(), f"{what}: non-finite logits"
-    rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    v = ct.judge(ct.lookup("model", *contract), "float64", got, want)
+    rel = v.value
     mx = float(np.abs(got - want).max())
     MEASURED.append((what, rel, mx))
     print(f"{what}: rel-L2 {rel:.3g}, max-abs {mx:.3g}")
     worst = np.unravel_index(np.argmax(np.abs(got - want)), got.shape)
-    assert rel <= bound, (f"{what}: rel-L2 {rel:.3g} > {bound:g} (max-abs {mx:.3g} at {worst}: "
-                          f"transformers {want[worst]:.9g} vs oracle {got[worst]:.9g})")
+    assert v.ok, (f"{what}: {v.contract.key} {v.contract.metric} {rel:.3g} > {v.limit:g} (max-abs {mx:.3g} at "
+                  f"{worst}: want {want[worst]:.9g} vs oracle {got[worst]:.9g})")
 
 
 _ids = ids_for
@@ -111,7 +117,8 @@ def test_prefill_and_decode_match_transformers_and_full_forward(plain):
     steps, ref_steps = np.concatenate(steps, axis=1), np.concatenate(ref_steps, axis=1)
     _agree("prefill 13 + 5 decodes: oracle vs transformers (same path)", steps, ref_steps)
     _agree("prefill 13 + 5 decodes (oracle) vs full forward (transformers)", steps, full_ref)
-    _agree("prefill 13 + 5 decodes vs full forward, oracle alone", steps, full, bound=1e-10)
+    _agree("prefill 13 + 5 decodes vs full forward, oracle alone", steps, full,
+           ("oracle_token_decode", "logits", "self_consistency"))
 
 
 def test_prefill_and_continuation_match_transformers(boosted):
@@ -140,7 +147,8 @@ def test_left_padded_batch_then_decode_matches_transformers(plain):
     _agree("left-padded batch B=3 S=23 (SDPA), all rows", got, want)
     # a padded row equals the same tokens unpadded (only its real positions)
     alone, _ = model.forward(ids[2:, 6:])
-    _agree("left-padded row vs the same row unpadded, oracle alone", got[2:, 6:], alone, bound=1e-10)
+    _agree("left-padded row vs the same row unpadded, oracle alone", got[2:, 6:], alone,
+           ("oracle_padded_row", "logits", "self_consistency"))
     nxt = _ids(14, (3, 3))
     for t in range(3):
         mask = np.concatenate([mask, np.ones((3, 1), dtype=np.int64)], axis=1)

@@ -61,12 +61,15 @@ def test_moe_routing_and_output_match_transformers(boost):
         y_ref = layer(torch.tensor(x)).numpy()
     r = omoe.route(w, x)
     ids, wts = r.expert_ids.reshape(-1, r.expert_ids.shape[-1]), r.weights.reshape(-1, r.weights.shape[-1])
+    mine, ref_w = [], []
     for t in range(ids.shape[0]):
         # the same experts (no ties at the k-th place with these weights) with the same weights
         ours = dict(zip(ids[t].tolist(), wts[t].tolist()))
         theirs = dict(zip(ids_ref[t].tolist(), weights_ref[t].tolist()))
         assert sorted(ours) == sorted(theirs), f"token {t}: expert ids {sorted(ours)} vs {sorted(theirs)}"
-        np.testing.assert_allclose([ours[e] for e in sorted(ours)], [theirs[e] for e in sorted(ours)], rtol=1e-6)
+        mine.append([ours[e] for e in sorted(ours)])
+        ref_w.append([theirs[e] for e in sorted(ours)])
+    assert_reference("moe", f"mixture weights (boost {boost:g})", np.array(mine), np.array(ref_w), quantity="weights")
     if boost > 1:
         assert np.abs(x @ w.gate_up_proj[0].T).max() > TINY.swiglu_limit, "the clamps were meant to fire"
     assert_reference("moe", f"MoE output (boost {boost:g})", omoe.forward(w, x), y_ref)

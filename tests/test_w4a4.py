@@ -17,12 +17,14 @@ import torch
 
 from impl import moe as imoe
 from impl import nvfp4 as inv
+from invariants.contracts import assert_contract, lookup
 from oracle import moe as omoe
 from oracle import nvfp4 as onv
 from oracle.types import Routing
 from strategies.tensors import moe_weights
 
-TOL = 1e-5
+W4A4 = ("nvfp4", "experts_w4a4", "output", "kernel_unit")
+TOL = lookup(*W4A4).limit("float32")
 
 
 def t32(a):
@@ -59,7 +61,8 @@ def test_qdq_activation_ties_and_saturation():
     x = np.array([[6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, -0.75, -2.5]]) / 448
     got = inv.qdq_activation(t32(x), torch.tensor(G)).numpy() * 448
     want = [6, 0, 1, 1, 2, 2, 4, 4, 0.5, 1, 1.5, 2, 3, 4, -1, -2]
-    assert np.allclose(got, want, rtol=1e-6, atol=0)
+    assert_contract("nvfp4", "qdq_activation", "grid_values", "kernel_unit", "float32", got[0],
+                    np.array(want, float))
     # G = 1, amax 100: s = fp8(16.67) = 16 (rounded down), v = 6.25 saturates to 6 -> 96
     assert np.all(inv.qdq_activation(t32(np.full((1, 16), 100.0)), torch.tensor(1.0)).numpy() == 96.0)
     # a static scale too large for the data: G·amax/6 = 1667 clamps to 448, v = 22.3 saturates -> 6·448/G
@@ -93,7 +96,7 @@ def test_w4a4_experts_match_the_oracle(hidden, scales):
     want = omoe.experts(w, x, r, nvfp4=nv, w4a4=True)
     got = imoe.experts(w.map(t32), t32(x), rt, nvfp4=inv.experts_to(nv), w4a4=True)
     assert got.dtype == torch.float32 and got.shape == x.shape
-    assert _rel(got, want) < TOL, "nvfp4.w4a4.experts.output"
+    assert_contract(*W4A4, "float32", got, want)
     # W4A4 really quantizes the activations: it differs from W4A16 by far more than the tolerance
     assert _rel(got, omoe.experts(w, x, r, nvfp4=nv)) > 100 * TOL
     again = imoe.experts(w.map(t32), t32(x), rt, nvfp4=inv.experts_to(nv), w4a4=True)
@@ -115,7 +118,8 @@ def test_w4a4_forward_and_refusals():
     _, w, nv, x, r, rt = _case(71, 32)
     nvt = inv.experts_to(nv)
     got = imoe.forward(w.map(t32), t32(x), nvfp4=nvt, w4a4=True)
-    assert _rel(got, omoe.forward(w, x, nvfp4=nv, w4a4=True)) < TOL
+    assert_contract("nvfp4", "forward_w4a4", "output", "kernel_unit", "float32", got,
+                    omoe.forward(w, x, nvfp4=nv, w4a4=True))
     with pytest.raises(ValueError, match="w4a4"):
         imoe.experts(w.map(t32), t32(x), rt, w4a4=True)
     with pytest.raises(ValueError, match="w4a4"):
