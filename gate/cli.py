@@ -285,7 +285,8 @@ def list_checks(console) -> None:
     for col in ("check", "cases", "pinned", "CPU cap", "what it holds"):
         table.add_column(col, overflow="fold")
     for c in CHECKS:
-        table.add_row(c.name, c.case.__name__, str(len(c.examples)), str(c.cpu_examples or "-"), c.doc)
+        table.add_row(c.name, c.case.__name__, str(len(c.examples)), str(c.cpu_examples or "-"),
+                      c.doc + (f" (judged in {c.dtype} on every device)" if c.dtype else ""))
     table.add_row(REFERENCE_CHECK, "fixed paths", "-", "-", "the float64 oracle's logits vs the published "
                   "transformers implementation (NOT RUN, and said so, without a usable transformers)")
     console.print(table)

@@ -194,6 +194,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
               seed: Optional[int] = None) -> CheckResult:
     """Run one record under Hypothesis: its pinned examples first, then drawn ones (examples_for), the
     first failure shrunk; never raises (a broken check is a result with status "error")."""
+    if check.dtype is not None and cand.dtype_name != check.dtype:
+        cand, base = cand.in_dtype(check.dtype), base.in_dtype(check.dtype)
     tally, n, calls = Tally(), [0], [0]
     labels.COUNTS.clear()
     t0 = time.time()

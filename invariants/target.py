@@ -29,6 +29,10 @@ class Target(NamedTuple):
     def dtype_name(self) -> str:
         return str(self.dtype).replace("torch.", "")
 
+    def in_dtype(self, name: str) -> "Target":
+        """This target in working dtype `name` (a record that declares one dtype, Check.dtype)."""
+        return self._replace(dtype=DTYPES[name])
+
     def tensor(self, a, *, f32: bool = False) -> torch.Tensor:
         """A float64 array in this target's working dtype (float32 where its declaration says so)."""
         return torch.as_tensor(np.asarray(a), dtype=torch.float32 if f32 else self.dtype,
