@@ -58,7 +58,7 @@ def test_an_erroring_check_is_an_error_row_and_the_run_goes_on(fakes, tmp_path, 
     data = json.loads(out.read_text())
     rows = {r["check"]: r for r in data["results"]}
     assert rows["fake.boom"]["status"] == "error" and rows["fake.ok"]["status"] == "pass", rows
-    assert "KeyError: 'missing key' (raised at tests/test_framework_runner_cli.py:" in rows["fake.boom"]["message"]
+    assert "KeyError: 'missing key' (raised at tests/test_framework_cli_run.py:" in rows["fake.boom"]["message"]
     assert "fake.boom ERROR" in text and "KeyError: 'missing key'" in text, text
     assert "2 checks: 1 passed, 0 failed, 1 errors, 0 not run;" in text, text
 

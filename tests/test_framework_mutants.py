@@ -114,5 +114,5 @@ def test_a_mutant_implementation_is_its_base_with_one_namespace_replaced(name):
     assert got.name == f"mutant:{name}"
     impl = getattr(got, m.mechanism)
     assert impl is m.cls if isinstance(impl, type) else isinstance(impl, m.cls)
-    differ = [f for f in got._fields[1:] if getattr(got, f) is not getattr(base, f)]
+    differ = [f for f in [f.name for f in dataclasses.fields(got)][1:] if getattr(got, f) is not getattr(base, f)]
     assert differ == [m.mechanism], differ

@@ -39,7 +39,7 @@ def models(tmp_path_factory):
     return om.load(d), im.load(d), im.load(d, backend="torch")
 
 
-# rel-L2 as the model contracts measure it; tests/test_serving_state.py imports it
+# rel-L2 as the model contracts measure it
 def _rel(x, ref) -> float:
     x = x.detach().double().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, np.float64)
     ref = np.asarray(ref, np.float64)
