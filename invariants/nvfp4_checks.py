@@ -46,7 +46,12 @@ def nvfp4_cases(draw, base) -> NVFP4Case:
                      draw(st.sampled_from(("normal", "zero_blocks", "subnormal_scales", "ties"))), draw(SEEDS))
 
 
-class QuantGateCase(NamedTuple):
+# MoECase's fields but its seed, then the gate's own: one declaration of the MoE layer's shape
+_GATE_FIELDS = [(f, MoECase.__annotations__[f]) for f in MoECase._fields[:-1]] + \
+    [("input_scales", str), ("vocab", int), ("seed", int)]
+
+
+class QuantGateCase(NamedTuple("QuantGateFields", _GATE_FIELDS)):
     """One NVFP4 MoE layer read through a fixed vocabulary projection (invariants/quant_gate.py).
 
     The MoE fields are MoECase's (`moe_case` gives it back); input_scales "static" calibrates one W4A4
@@ -54,17 +59,7 @@ class QuantGateCase(NamedTuple):
     family "outliers" scales some tokens x8 past the static calibration (448 clamp, ±6 saturation).
     """
 
-    hidden: int
-    experts: int
-    top_k: int
-    groups: int
-    topk_group: int
-    inter: int
-    tokens: int
-    family: str
-    input_scales: str
-    vocab: int
-    seed: int
+    __slots__ = ()
 
     def moe_case(self) -> MoECase:
         return MoECase(*self[:7], self.family if self.family in ("normal", "clamps") else "normal", self.seed)

@@ -10,6 +10,7 @@ contract); and each check of the matrix is the designated catcher of at least on
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 
@@ -116,3 +117,20 @@ def test_a_mutant_implementation_is_its_base_with_one_namespace_replaced(name):
     assert impl is m.cls if isinstance(impl, type) else isinstance(impl, m.cls)
     differ = [f for f in [f.name for f in dataclasses.fields(got)][1:] if getattr(got, f) is not getattr(base, f)]
     assert differ == [m.mechanism], differ
+
+
+MECHANISM_MUTANTS = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in registry.MECHANISMS)
+
+
+@pytest.mark.parametrize("name", MECHANISM_MUTANTS)
+def test_a_mechanism_mutant_is_its_baseline_class_with_one_method_overridden(name):
+    """A planted bug is ONE small change: a fresh instance each time, of a subclass of its mechanism's
+    baseline class that defines exactly one method the baseline has."""
+    m = mutants.MUTANTS[name]
+    base = type(getattr(registry.get("torch"), m.mechanism))
+    assert m.name == name and m.description and "\n" not in m.description
+    assert m.check.startswith(m.mechanism + ".") and m.quantity
+    a, b = m.factory(), m.factory()
+    assert a is not b and isinstance(a, base)
+    own = [n for n, v in vars(type(a)).items() if inspect.isfunction(v)]
+    assert len(own) == 1 and hasattr(base, own[0]), f"{name} overrides {own}"

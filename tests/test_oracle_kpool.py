@@ -421,9 +421,8 @@ def _bad_calls():
 BAD = _bad_calls()
 
 
-@pytest.mark.parametrize("call", list(BAD))
-def test_bad_inputs(call):
-    fn, message = BAD[call]
+@pytest.mark.parametrize("fn, message", list(BAD.values()), ids=list(BAD))
+def test_bad_inputs(fn, message):
     with pytest.raises(ValueError, match=message):
         fn()
 

@@ -6,7 +6,6 @@ definition, p99 by order statistics), never against values copied from the imple
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -17,6 +16,7 @@ from invariants import nvfp4_checks as nc
 from invariants import quant_gate as qg
 from invariants.matrix import BY_NAME
 from invariants.target import cpu_targets
+from test_model import _geometry  # the 5-layer cut of tiny every whole-model test uses
 
 # the metric's float64 identities (invariants/contracts.toml [float64])
 SAME_MATH, ELEMENTWISE = ct.float64_tolerance("same_math"), ct.float64_tolerance("elementwise")
@@ -158,15 +158,6 @@ def test_layer_gate_catches_a_wrong_activation_scale_direction():
 
 
 # ----------------------------------------------------------------------------- the whole tiny model
-
-
-def _geometry():
-    from oracle.config import Geometry
-    g = Geometry.preset("tiny")
-    n = 5
-    return dataclasses.replace(g, num_hidden_layers=n, layer_types=g.layer_types[:n],
-                               mlp_layer_types=g.mlp_layer_types[:n], indexer_types=g.indexer_types[:n],
-                               hc_sinkhorn_iters=4)
 
 
 @pytest.fixture(scope="module")
