@@ -63,7 +63,6 @@ def get(name: str) -> Implementation:
 
 
 def _baseline(name: str) -> Implementation:
-    from impl.baseline import dsa, kda, mhc, mla, moe, nvfp4
-    return Implementation(name, _check(name, kda.kda, "kda"), _check(name, dsa.dsa, "dsa"),
-                          _check(name, mla.mla, "mla"), _check(name, mhc.mhc, "mhc"),
-                          _check(name, moe.moe, "moe"), _check(name, nvfp4.nvfp4, "nvfp4"))
+    # impl/baseline/<mechanism>.py holds its namespace under the mechanism's name
+    return Implementation(name, *(_check(name, getattr(importlib.import_module(f"impl.baseline.{m}"), m), m)
+                                  for m in MECHANISMS))

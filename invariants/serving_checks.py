@@ -372,6 +372,6 @@ CHECKS = (
           "a drawn program of serving operations (admit, chunked prefill, packed steps, speculate and roll "
           "back, fork, cancel, reorder) on oracle, candidate and baseline engines, compared after every "
           "operation: every state array, the cached logits, the history, a cold rerun",
-          examples=EXAMPLES, cpu_examples=4, dtype="float32"),
+          examples=EXAMPLES, cpu_examples=2, dtype="float32"),
 )
 

@@ -8,7 +8,14 @@ invariants/matrix.py that must catch it, by its exact name, and the contract qua
 calls `validate` on it once CHECKS is built. Add a mutant as one decorated class in its mechanism's
 module.
 """
-from impl.mutants import dsa, kda, mhc, mla, model, moe, nvfp4, serving  # noqa: F401  (each registers its mutants)
+import importlib
+import pkgutil
+
 from impl.mutants.catalogue import MUTANTS, Mutant, get, mutant, validate
+
+# every module of this package registers its mutants when imported: a new mechanism's module needs no line here
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "catalogue":
+        importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["MUTANTS", "Mutant", "get", "mutant", "validate"]
