@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from impl.registry import Implementation
+from oracle import model as oracle_model
 from oracle.types import F32_WEIGHTS, KDAState, KDAWeights, cast_arrays  # noqa: F401  (F32_WEIGHTS re-exported)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -66,7 +67,7 @@ class Target(NamedTuple):
 
     def held_oracle(self) -> "OracleTarget":
         """The oracle fed the inputs as this target holds them (the held_reference of a comparison)."""
-        return HeldOracle(oracle_implementation(), self.device, self.dtype)
+        return HeldOracle(oracle_model.ORACLE, self.device, self.dtype)
 
     def nvfp4_experts(self, nv):
         """Oracle NVFP4 experts (NumPy codes and scales) on this target, bit for bit."""
@@ -155,15 +156,7 @@ class HeldOracle(OracleTarget):
         return _f64(Target.tensor(self, a, f32=f32))
 
 
-# the merge with oracle/decoder.py's Implementation and oracle/model.py's ORACLE replaces this body
-@functools.lru_cache(maxsize=None)
-def oracle_implementation() -> Implementation:
-    """The oracle's mechanism modules as one Implementation (the one place that assembles it)."""
-    from oracle.model import ORACLE as implementation
-    return implementation
-
-
-ORACLE = OracleTarget(oracle_implementation(), "cpu", torch.float64)
+ORACLE = OracleTarget(oracle_model.ORACLE, "cpu", torch.float64)
 
 
 def _f64(t) -> np.ndarray:
