@@ -81,17 +81,22 @@ def _weights():
     return load(_checkpoint())
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=8)
+def _model(t: Target):
+    """t's decoder over the serving checkpoint, converted once per target: a model holds no request
+    state (the engines do), so every engine of every program can share it."""
+    return t.model(_weights())
+
+
 def oracle_model():
     """The oracle's decoder over the serving checkpoint (the cold reruns' model)."""
-    return ORACLE.model(_weights())
+    return _model(ORACLE)
 
 
 def _engine(t: Target):
-    """A fresh engine over t's decoder (Target.model; ~10 ms to convert the tiny checkpoint), t's own
-    engine class if its implementation brings one."""
+    """A fresh engine over t's decoder, t's own engine class if its implementation brings one."""
     from impl.serving import Engine
-    return (getattr(t.impl, "serving", None) or Engine)(t.model(_weights()))
+    return (getattr(t.impl, "serving", None) or Engine)(_model(t))
 
 
 @functools.lru_cache(maxsize=512)
