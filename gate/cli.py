@@ -384,9 +384,9 @@ def cmd_repro(args) -> int:
 def cmd_contracts(args) -> int:
     from rich.table import Table
 
-    from invariants.contracts import CONTRACTS_FILE, load
+    from invariants.contracts import CONTRACTS_DIR, load
 
-    t = Table(title=f"declared contracts ({CONTRACTS_FILE})")
+    t = Table(title=f"declared contracts ({CONTRACTS_DIR}/*.toml)")
     for col in ("mechanism", "path", "quantity", "kind", "metric", "bound", "reason"):
         t.add_column(col, overflow="fold")
     for c in load().values():

@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple, Optional
 
 class Check(NamedTuple):
     name: str                 # "<mechanism>.<what>": the id of its test and the name a mutant designates
-    mechanism: str            # the contracts.toml section its comparisons are judged under
+    mechanism: str            # its comparisons are judged under invariants/contracts.d/<mechanism>.toml
     case: type                # the NamedTuple its strategy draws (repro JSON: case_from_json)
     cases: Callable           # geometry -> SearchStrategy of `case`
     run: Callable             # (case, cand Target, base Target) -> list[Comparison]

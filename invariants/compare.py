@@ -21,7 +21,7 @@ class Metrics(NamedTuple):
     rms_abs: float = 0.0     # sqrt(mean((c - r)^2)) over the finite entries: for quantities already in
                              # units of their own magnitude, where ||r|| may cancel to near 0
     # the criteria the hand-written kernel / baseline tests were written with (kinds kernel_unit,
-    # baseline_unit): a bound moved from such a test into contracts.toml keeps its meaning
+    # baseline_unit): a bound moved from such a test into invariants/contracts.d/ keeps its meaning
     max_abs_floored: float = 0.0  # max |c - r| / max(1, max |r|): an all-small r does not magnify rounding
     max_abs: float = 0.0          # max |c - r|: for quantities of a known O(1) scale
     max_rel: float = 0.0          # max |c_i - r_i| / |r_i| (np.allclose with atol 0: r_i = 0 needs c_i = 0)
@@ -88,7 +88,7 @@ def bitwise_equal(a, b) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One comparison a check asks for, judged by invariants.matrix.evaluate under the contract
-    (mechanism, path, quantity, kind) of contracts.toml.
+    (mechanism, path, quantity, kind) of invariants/contracts.d/<mechanism>.toml.
 
     baseline_reference: what the baseline is measured against when it is not `reference` (the oracle
     re-run with the baseline's own discrete decisions); where: a label for messages ("layer 3");

@@ -1,7 +1,10 @@
-"""Declared numerical contracts (contracts.toml) and their evaluation.
+"""Declared numerical contracts (invariants/contracts.d/) and their evaluation.
 
-A comparison with no declared contract is refused (UndeclaredContract): nothing is measured against a
-bound nobody wrote down.
+The contracts live in one file per mechanism, `contracts.d/<mechanism>.toml` (its `[[contract]]`
+entries only, each of that mechanism), beside `contracts.d/defaults.toml` (the kinds and metrics in its
+header comment, `[defaults]`, `[caps]` and the named tolerances `[float64]`, `[float32]`); every file is
+loaded and validated together. A comparison with no declared contract is refused (UndeclaredContract):
+nothing is measured against a bound nobody wrote down.
 """
 from __future__ import annotations
 
@@ -14,12 +17,15 @@ import tomllib
 from invariants.compare import METRICS, Metrics, bitwise_equal, metrics
 from invariants.labels import label
 
-CONTRACTS_FILE = pathlib.Path(__file__).with_name("contracts.toml")
+# a directory, not `contracts/`: that would sit beside this module under the same name
+CONTRACTS_DIR = pathlib.Path(__file__).with_name("contracts.d")
+# the directory's file of tables ([defaults], [caps], [float64], [float32]); it holds no contract
+DEFAULTS_FILE = "defaults.toml"
 KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "routing", "reference",
          "quantization_gate", "kernel_unit", "baseline_unit")
 # kinds whose limit is a fixed bound[dtype] (no baseline scales it)
 BOUND_KINDS = ("self_consistency", "bench_gate", "reference", "kernel_unit", "baseline_unit")
-# the named tolerances of identities a test holds in one precision ([float64], [float32] of contracts.toml):
+# the named tolerances of identities a test holds in one precision ([float64], [float32] of defaults.toml):
 # no implementation is measured against them, only the same math computed twice
 TOLERANCE_TABLES = ("float64", "float32")
 # kinds judging a discrete decision tie-aware: `eps` per dtype is the score distance within which two
@@ -30,7 +36,16 @@ GATE_FIELDS = ("mean_kl", "p99_kl", "max_kl", "top1")
 
 
 class UndeclaredContract(LookupError):
-    """A comparison was asked for that contracts.toml does not declare."""
+    """A comparison was asked for that invariants/contracts.d/ does not declare."""
+
+
+def declared_in(mechanism: Optional[str] = None, table: Optional[str] = None) -> str:
+    """Where a declaration belongs: "invariants/contracts.d/kda.toml" (a contract of `mechanism`),
+    "invariants/contracts.d/defaults.toml [float64]" (`table`), the directory with neither."""
+    where = f"{CONTRACTS_DIR.parent.name}/{CONTRACTS_DIR.name}/"
+    if table is not None:
+        return f"{where}{DEFAULTS_FILE} [{table}]"
+    return f"{where}{mechanism}.toml" if mechanism else where
 
 
 class Contract(NamedTuple):
@@ -53,7 +68,7 @@ class Contract(NamedTuple):
             return float(t)
         if dtype not in t:
             raise UndeclaredContract(f"contract {self.key}: no tie_eps declared for dtype {dtype!r} "
-                                     f"(declared: {sorted(t)}) in {CONTRACTS_FILE.name}")
+                                     f"(declared: {sorted(t)}) in {declared_in(self.mechanism)}")
         return float(t[dtype])
 
     def capped(self, dtype: str, baseline_err: float) -> bool:
@@ -64,7 +79,8 @@ class Contract(NamedTuple):
     def _cap(self, dtype: str) -> float:
         if dtype not in self.cap:
             raise UndeclaredContract(f"contract {self.key}: no baseline cap declared for dtype {dtype!r} "
-                                     f"(declared: {sorted(self.cap)}) in {CONTRACTS_FILE.name} [caps]")
+                                     f"(declared: {sorted(self.cap)}) in {declared_in(table='caps')} "
+                                     f"(or the contract's own `cap` in {declared_in(self.mechanism)})")
         return float(self.cap[dtype])
 
     def gate_bounds(self, dtype: str) -> dict:
@@ -72,7 +88,7 @@ class Contract(NamedTuple):
         missing = [f for f in GATE_FIELDS if dtype not in self.gate.get(f, {})]
         if missing:
             raise UndeclaredContract(f"contract {self.key}: no {missing} declared for dtype {dtype!r} "
-                                     f"in {CONTRACTS_FILE.name}")
+                                     f"in {declared_in(self.mechanism)}")
         return {f: float(self.gate[f][dtype]) for f in GATE_FIELDS}
 
     def limit(self, dtype: str, baseline_err: Optional[float] = None) -> float:
@@ -81,7 +97,7 @@ class Contract(NamedTuple):
         if dtype not in table:
             raise UndeclaredContract(
                 f"contract {self.key}: no {'floor' if self.kind == 'kernel_replacement' else 'bound'} "
-                f"declared for dtype {dtype!r} (declared: {sorted(table)}) in {CONTRACTS_FILE.name}")
+                f"declared for dtype {dtype!r} (declared: {sorted(table)}) in {declared_in(self.mechanism)}")
         if self.kind == "kernel_replacement":
             if baseline_err is None:
                 raise ValueError(f"contract {self.key}: kernel_replacement needs the baseline's error")
@@ -98,46 +114,100 @@ def _as_list(v):
 
 
 def load(path: Optional[str] = None) -> dict:
-    """{(mechanism, path, quantity, kind): Contract} from contracts.toml, validated."""
+    """{(mechanism, path, quantity, kind): Contract} from invariants/contracts.d/ (or `path`: a directory
+    of such files, or one file holding everything), validated."""
     return _parse(path)[0]
 
 
 @functools.lru_cache(maxsize=None)
 def _parse(path: Optional[str] = None) -> tuple:
-    """(contracts, {table: {name: tolerance}}): the whole file validated at once, so a malformed
-    tolerance table is refused as early as a malformed contract."""
-    file = pathlib.Path(path) if path else CONTRACTS_FILE
-    with open(file, "rb") as fh:
-        data = tomllib.load(fh)
-    tolerances = {t: _load_tolerances(file.name, t, data.get(t, {})) for t in TOLERANCE_TABLES}
-    return _load_contracts(file, data), tolerances
+    """(contracts, {table: {name: tolerance}}): every file validated at once, so a malformed tolerance
+    table is refused as early as a malformed contract.
+
+    `path` (default CONTRACTS_DIR): a directory, whose `*.toml` files are read in sorted order and merged,
+    or a single file. In a directory each table (`[defaults]`, `[caps]`, `[float64]`, ...) is declared by
+    one file only, `defaults.toml` holds no contract, and every contract of `<mechanism>.toml` is of that
+    mechanism; a contract key declared twice is refused, in one file or across files.
+    """
+    root = pathlib.Path(path) if path else CONTRACTS_DIR
+    is_dir = root.is_dir()
+    files = sorted(root.glob("*.toml")) if is_dir else [root]
+    if not files:
+        raise ValueError(f"{root}: no *.toml contracts file in the directory")
+    tables: dict = {}
+    origin: dict = {}      # table -> the file that declares it
+    entries = []           # (file, index in that file, entry)
+    files_contracts = []   # (file, its stem, its entries)
+    for f in files:
+        name = f"{root.name}/{f.name}" if is_dir else f.name
+        with open(f, "rb") as fh:
+            data = tomllib.load(fh)
+        for key, value in data.items():
+            if key == "contract":
+                continue
+            if key in origin:
+                raise ValueError(f"{name}: [{key}] is already declared in {origin[key]}; "
+                                 f"each table is declared in one file only")
+            tables[key], origin[key] = value, name
+        contracts = data.get("contract", [])
+        if not isinstance(contracts, list):
+            raise ValueError(f"{name}: contracts are [[contract]] entries (an array of tables), "
+                             f"not a [contract] table")
+        entries += [(name, i, e) for i, e in enumerate(contracts)]
+        files_contracts.append((name, f.stem, contracts))
+    tolerances = {t: _load_tolerances(origin.get(t, root.name), t, tables.get(t, {}))
+                  for t in TOLERANCE_TABLES}
+    table = _load_contracts(entries, tables, origin)
+    if is_dir:
+        # after the entries are validated (every one has a mechanism) and a key declared in two files is
+        # refused naming both
+        for name, stem, contracts in files_contracts:
+            _check_file_mechanism(name, stem, contracts)
+    return table, tolerances
 
 
-def _load_contracts(file: pathlib.Path, data: dict) -> dict:
-    default_metric = data.get("defaults", {}).get("metric", "rel_l2")
-    caps = _load_caps(file.name, data.get("caps", {}))
+def _check_file_mechanism(name: str, stem: str, contracts: list) -> None:
+    """In a directory: defaults.toml declares no contract, `<mechanism>.toml` only contracts of
+    `mechanism`."""
+    if stem == pathlib.Path(DEFAULTS_FILE).stem:
+        if contracts:
+            raise ValueError(f"{name}: declares {len(contracts)} [[contract]] entries; {DEFAULTS_FILE} holds "
+                             f"only tables, a contract goes in <mechanism>.toml")
+        return
+    for i, e in enumerate(contracts):
+        if e["mechanism"] != stem:
+            raise ValueError(f"{name}: contract #{i}: mechanism {e['mechanism']!r} in the file of mechanism "
+                             f"{stem!r}; it belongs in {e['mechanism']}.toml")
+
+
+def _load_contracts(entries: list, tables: dict, origin: dict) -> dict:
+    default_metric = tables.get("defaults", {}).get("metric", "rel_l2")
+    caps = _load_caps(origin.get("caps", ""), tables.get("caps", {}))
     table = {}
-    for i, e in enumerate(data.get("contract", [])):
+    where = {}             # contract key -> the file that declares it
+    for name, i, e in entries:
         for field in ("mechanism", "path", "quantity", "kind", "reason"):
             if field not in e:
-                raise ValueError(f"{file.name}: contract #{i} has no {field!r}")
+                raise ValueError(f"{name}: contract #{i} has no {field!r}")
         if e["kind"] not in KINDS:
-            raise ValueError(f"{file.name}: contract #{i}: kind {e['kind']!r} not in {KINDS}")
+            raise ValueError(f"{name}: contract #{i}: kind {e['kind']!r} not in {KINDS}")
         if e["kind"] == "kernel_replacement" and ("k" not in e or "floor" not in e):
-            raise ValueError(f"{file.name}: contract #{i}: kernel_replacement needs k and floor")
+            raise ValueError(f"{name}: contract #{i}: kernel_replacement needs k and floor")
         if e.get("metric", default_metric) not in METRICS:
-            raise ValueError(f"{file.name}: contract #{i}: metric {e.get('metric')!r} not in {METRICS}")
+            raise ValueError(f"{name}: contract #{i}: metric {e.get('metric')!r} not in {METRICS}")
         if e["kind"] in BOUND_KINDS and "bound" not in e:
-            raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs bound")
+            raise ValueError(f"{name}: contract #{i}: {e['kind']} needs bound")
         if e["kind"] in DECISION_KINDS and "eps" not in e:
-            raise ValueError(f"{file.name}: contract #{i}: {e['kind']} needs eps (the score tie tolerance)")
+            raise ValueError(f"{name}: contract #{i}: {e['kind']} needs eps (the score tie tolerance)")
         if e["kind"] == "quantization_gate":
-            _check_gate(file.name, i, e)
+            _check_gate(name, i, e)
         for p in _as_list(e["path"]):
             for q in _as_list(e["quantity"]):
                 key = (e["mechanism"], p, q, e["kind"])
                 if key in table:
-                    raise ValueError(f"{file.name}: contract {key} declared twice")
+                    also = "the same file" if where[key] == name else where[key]
+                    raise ValueError(f"{name}: contract #{i}: contract {key} declared twice (also in {also})")
+                where[key] = name
                 table[key] = Contract(e["mechanism"], p, q, e["kind"], e.get("metric", default_metric),
                                       float(e.get("k", 0.0)), dict(e.get("floor", {})),
                                       dict(e.get("bound", e.get("eps", {}))), e["reason"],
@@ -161,7 +231,7 @@ def _load_tolerances(name: str, table: str, entries: dict) -> dict:
 def _tolerance(table: str, name: str) -> float:
     declared = _parse()[1][table]
     if name not in declared:
-        raise UndeclaredContract(f"no {table} tolerance {name!r} declared in {CONTRACTS_FILE.name} [{table}]; "
+        raise UndeclaredContract(f"no {table} tolerance {name!r} declared in {declared_in(table=table)}; "
                                  f"declared: {', '.join(sorted(declared)) or 'nothing'}")
     return declared[name]
 
@@ -229,7 +299,7 @@ def lookup(mechanism: str, path: str, quantity: str, kind: str = "kernel_replace
         near = sorted(f"{m}.{p}.{q}[{k}]" for (m, p, q, k) in table if m == mechanism)
         raise UndeclaredContract(
             f"no contract declared for {mechanism}.{path}.{quantity}[{kind}] in "
-            f"{CONTRACTS_FILE.name}; declared for {mechanism!r}: {', '.join(near) or 'nothing'}")
+            f"{declared_in(mechanism)}; declared for {mechanism!r}: {', '.join(near) or 'nothing'}")
     return table[key]
 
 
@@ -263,7 +333,7 @@ class Verdict(NamedTuple):
 
 def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None,
           held_reference=None) -> Verdict:
-    """Evaluate one comparison under its contract (see the kinds in contracts.toml).
+    """Evaluate one comparison under its contract (see the kinds in contracts.d/defaults.toml).
 
     baseline_reference: what the baseline's error is measured against when it differs from the
     candidate's reference (the oracle re-run with the BASELINE's discrete decisions); default reference.

@@ -3,8 +3,8 @@
 Each `run(case, cand, base)` draws its float64 inputs from the case's seed, runs the oracle (the target
 ORACLE; `cand.held_oracle()` for the held reference), the candidate and the baseline (the "torch"
 implementation in the candidate's dtype and device) through the same calls, and returns the
-comparisons; `invariants.matrix.evaluate` judges them under contracts.toml. BAD_CALLS: the calls the
-kda namespace must refuse (tests/test_bad_calls.py).
+comparisons; `invariants.matrix.evaluate` judges them under invariants/contracts.d/kda.toml. BAD_CALLS:
+the calls the kda namespace must refuse (tests/test_bad_calls.py).
 
 The path checks (kda.paths, kda.packed) hold the prefix/chunk/continuation invariant: one token stream,
 several execution paths; each path's output AND state (recurrent + conv window) is held to the oracle's

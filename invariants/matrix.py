@@ -3,7 +3,7 @@ and every call its namespace must refuse (BAD_CALLS, run by tests/test_bad_calls
 
 The table drives everything: tests/test_matrix.py parametrizes over it (CPU float32, CUDA bf16), the
 engine (invariants/engine.py) runs it for `glmgate run`, a mutant names the record that must catch it
-(impl/mutants/), and `evaluate` judges a record's comparisons under contracts.toml, so the CLI and
+(impl/mutants/), and `evaluate` judges a record's comparisons under invariants/contracts.d/, so the CLI and
 pytest assert the same thing.
 """
 from __future__ import annotations

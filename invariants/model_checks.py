@@ -504,10 +504,10 @@ def _label(case: ModelCase, k: int) -> None:
 def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
     """SPEC §3, §10: every path on candidate, baseline and oracle vs the oracle's one prefill.
 
-    Decision-conditioned (contracts.toml): each path's DSA selections and MoE expert choices are judged
-    tie-aware, layer by layer, against the oracle's own scores in a run given the same earlier
-    decisions; its logits and states against the oracle's one prefill RE-RUN WITH THAT PATH'S
-    decisions (the baseline's against the oracle with the baseline's): a legal bf16 flip neither
+    Decision-conditioned (invariants/contracts.d/model.toml): each path's DSA selections and MoE
+    expert choices are judged tie-aware, layer by layer, against the oracle's own scores in a run given
+    the same earlier decisions; its logits and states against the oracle's one prefill RE-RUN WITH THAT
+    PATH'S decisions (the baseline's against the oracle with the baseline's): a legal bf16 flip neither
     false-alarms nor inflates the baseline's error.
     """
     g = geometry_of(case.base, case.layers)

@@ -1,6 +1,6 @@
 """The quantization gate: per-token KL(ref || cand) and top-1 agreement of logits (NVFP4.md A9).
 
-Two uses (contracts.toml kind `quantization_gate`):
+Two uses (kind `quantization_gate` of invariants/contracts.d/nvfp4.toml):
   kernel replacement  our NVFP4 kernels vs the oracle's NVFP4 math in float64 (same codes, scales and
                       activation quantization): mean KL < 1e-5 and 100% top-1, the practitioners' bar
   quantization effect the oracle's NVFP4 math vs the oracle unquantized: a measured, declared band

@@ -19,7 +19,7 @@ torch baseline's (the error scale of the contract). Operations (OPS; a program i
 
 Requests are named by their position among the live ones at the time (modulo their count), so a
 program stays valid when the shrinker drops operations. Comparisons after each operation, per live
-request (contracts.toml, mechanism "serving"): `history` exact; every state array and the cached
+request (invariants/contracts.d/serving.toml): `history` exact; every state array and the cached
 logits row against the oracle engine (kernel_replacement, the baseline engine's error as the scale);
 the oracle engine's logits and state against a COLD oracle run over the request's whole history
 (self_consistency: nothing of a cancelled or rejected branch, another document or a pad is visible);

@@ -1,7 +1,7 @@
 """The "torch" DSA and MLA baselines (impl/baseline/dsa.py, mla.py) against the float64 oracle, and
 their planted mutants (impl/mutants/, mechanisms "dsa" and "mla").
 
-float64 TorchDSA / TorchMLA are the oracle's math ([float64] of invariants/contracts.toml), with
+float64 TorchDSA / TorchMLA are the oracle's math (invariants/contracts.d/defaults.toml [float64]), with
 selections EXACTLY equal (same stable tie rule, exact ties generated on purpose); float32 is close
 (mla.*[baseline_unit]). Every dsa/mla mutant is caught by a hand-built probe on which the correct
 baseline agrees with the oracle (so the probe, not noise, tells them apart). Dims are SPEC §13's tiny
@@ -29,7 +29,7 @@ from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 D, H, DN, DV, R_Q, R_KV = 32, 2, 8, 8, 16, 16
 H_I, D_I, TOPK, KPOOL = 16, 8, 8, 4
 EPS = 1e-5
-# float64 baselines against the oracle: the same math reordered (invariants/contracts.toml [float64])
+# float64 baselines against the oracle: the same math reordered (contracts.d/defaults.toml [float64])
 SAME_MATH, REORDERED_SUM = float64_tolerance("same_math"), float64_tolerance("reordered_sum")
 CONDITIONED_PROBE = float64_tolerance("conditioned_probe")
 

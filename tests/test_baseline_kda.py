@@ -1,7 +1,7 @@
 """The "torch" KDA baseline (impl/baseline/kda.py) against the float64 oracle, and the mutant zoo.
 
-float64 TorchKDA is the oracle's math (invariants/contracts.toml [float64]); float32 and bf16 are held to
-the kda.*[baseline_unit] contracts; bf16 keeps SPEC §2's dtypes.
+float64 TorchKDA is the oracle's math (invariants/contracts.d/defaults.toml [float64]); float32 and bf16
+are held to the kda.*[baseline_unit] contracts (invariants/contracts.d/kda.toml); bf16 keeps SPEC §2's dtypes.
 Every mutant in impl/mutants/kda.py is caught by a hand-built probe on which the correct baseline agrees
 with the oracle (so the probe, not noise, is what tells them apart).
 """
@@ -21,7 +21,7 @@ from oracle.types import KDAState, KDAWeights
 
 H, K, D, W = 2, 8, 16, 4
 C = 3 * H * K
-# float64 TorchKDA against the oracle: the same math reordered (invariants/contracts.toml [float64])
+# float64 TorchKDA against the oracle: the same math reordered (contracts.d/defaults.toml [float64])
 SAME_MATH, REORDERED_SUM = float64_tolerance("same_math"), float64_tolerance("reordered_sum")
 CONDITIONED_PROBE = float64_tolerance("conditioned_probe")
 

@@ -1,7 +1,7 @@
 """The "torch" MoE and NVFP4 baselines (impl/baseline/moe.py, nvfp4.py) against the float64 oracle, and
 their mutants (impl/mutants/, mechanisms "moe" / "nvfp4").
 
-float64 TorchMoE is the oracle's math ([float64] of invariants/contracts.toml), float32 within
+float64 TorchMoE is the oracle's math (invariants/contracts.d/defaults.toml [float64]), float32 within
 moe.*[baseline_unit]; TorchNVFP4 is bit-identical to the oracle (codes, scales, global scales,
 dequantized values in float32 and float64). Every MoE / NVFP4
 mutant is caught by a probe on which the correct baseline agrees with the oracle.
@@ -28,7 +28,7 @@ from strategies.tensors import moe_weights
 
 D, E, I, K_E = 32, 8, 16, 2
 L = 10.0
-# float64 TorchMoE against the oracle: the same math reordered (invariants/contracts.toml [float64])
+# float64 TorchMoE against the oracle: the same math reordered (contracts.d/defaults.toml [float64])
 SAME_MATH, REORDERED_SUM = float64_tolerance("same_math"), float64_tolerance("reordered_sum")
 
 

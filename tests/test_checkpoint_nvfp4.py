@@ -30,7 +30,7 @@ CT, MO = ock.NVFP4_LAYOUTS
 P = "model.language_model.layers.2.mlp.experts."          # the first sparse layer's experts
 SEED = 3
 # a float32 scale on disk against its formula; the oracle's NVFP4 logits against the same math run as
-# plain float64 experts (invariants/contracts.toml [float32] / [float64])
+# plain float64 experts (invariants/contracts.d/defaults.toml [float32] / [float64])
 STORED_SCALE, SAME_MATH = float32_tolerance("stored_scale"), float64_tolerance("same_math")
 
 

@@ -5,7 +5,8 @@ Float32 at the SPEC §13 sizes (D=32, H=2, d_n=d_v=8, r_q=r_kv=16, H_i=16, d_i=8
 the boundary lengths 1..9, 15..17, 63..65. Selections are compared tie-aware
 (invariants.compare.compare_selection): a pool whose oracle score is within TIE_EPS of the k-th
 place may be swapped for another such pool; every such accepted row is counted. Bounds: the
-dsa.* / mla.*[kernel_unit] contracts of invariants/contracts.toml, in units of max(1, max|oracle|).
+dsa.* / mla.*[kernel_unit] contracts of invariants/contracts.d/{dsa,mla}.toml, in units of
+max(1, max|oracle|).
 """
 from __future__ import annotations
 

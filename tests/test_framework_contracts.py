@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import tomllib
 
 import numpy as np
 import pytest
@@ -81,11 +82,110 @@ def test_metrics_report_the_worst_element():
     ('[[contract]]\nmechanism="kda"\npath="x"\nquantity="y"\nkind="kernel_unit"\nreason="r"', "needs bound"),
 ], ids=["unknown kind", "kernel_replacement without k", "missing quantity", "declared twice",
         "kernel_unit without bound"])
-def test_a_malformed_contracts_file_is_refused(tmp_path, text, match):
-    f = tmp_path / "c.toml"
+@pytest.mark.parametrize("layout", ["file", "directory"])
+def test_a_malformed_contracts_file_is_refused(tmp_path, text, match, layout):
+    """One file loaded alone, or kda.toml in a directory: refused, naming the file and the entry."""
+    if layout == "file":
+        f, name = tmp_path / "c.toml", "c.toml"
+    else:
+        (tmp_path / "contracts.d").mkdir()
+        f, name = tmp_path / "contracts.d" / "kda.toml", "contracts.d/kda.toml"
     f.write_text(text)
-    with pytest.raises(ValueError, match=match):
-        ct.load(str(f))
+    with pytest.raises(ValueError, match=match) as e:
+        ct.load(str(f if layout == "file" else f.parent))
+    assert str(e.value).startswith(f"{name}: contract #")
+
+
+# ----------------------------------------------------------------------------- contracts.d: a file per mechanism
+
+def _contract(mechanism: str, quantity: str = "y") -> str:
+    return (f'[[contract]]\nmechanism = "{mechanism}"\npath = "x"\nquantity = "{quantity}"\n'
+            f'kind = "kernel_replacement"\nk = 2.0\nfloor = {{ float32 = 1e-5 }}\nreason = "r"\n')
+
+
+def _directory(tmp_path, files: dict) -> str:
+    d = tmp_path / "contracts.d"
+    d.mkdir()
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return str(d)
+
+
+DEFAULTS = ('[defaults]\nmetric = "rel_l2"\n[caps]\nkernel_replacement = { float32 = 1e-3 }\nreason = "r"\n'
+            '[float64]\nsame_math = 1e-12\n')
+
+
+def test_a_directory_is_loaded_as_one_table_of_all_its_files(tmp_path):
+    d = _directory(tmp_path, {"defaults.toml": DEFAULTS, "kda.toml": _contract("kda"),
+                              "dsa.toml": _contract("dsa") + "\n" + _contract("dsa", "z")})
+    table = ct.load(d)
+    assert set(table) == {("kda", "x", "y", "kernel_replacement"), ("dsa", "x", "y", "kernel_replacement"),
+                          ("dsa", "x", "z", "kernel_replacement")}
+    # defaults.toml's [caps] reaches the contracts of the other files
+    assert all(c.cap == {"float32": 1e-3} for c in table.values())
+    assert ct._parse(d)[1]["float64"] == {"same_math": 1e-12}
+
+
+def test_a_contract_in_another_mechanisms_file_is_refused_naming_the_file(tmp_path):
+    d = _directory(tmp_path, {"defaults.toml": DEFAULTS,
+                              "dsa.toml": _contract("dsa") + "\n" + _contract("kda")})
+    with pytest.raises(ValueError, match=r"contracts\.d/dsa\.toml: contract #1: mechanism 'kda'.*kda\.toml"):
+        ct.load(d)
+
+
+def test_a_contract_in_defaults_toml_is_refused(tmp_path):
+    d = _directory(tmp_path, {"defaults.toml": DEFAULTS + _contract("kda")})
+    with pytest.raises(ValueError, match=r"contracts\.d/defaults\.toml: declares 1 \[\[contract\]\]"):
+        ct.load(d)
+
+
+def test_a_table_declared_in_two_files_is_refused(tmp_path):
+    d = _directory(tmp_path, {"defaults.toml": DEFAULTS,
+                              "kda.toml": "[float64]\nsame_math = 1e-12\n" + _contract("kda")})
+    with pytest.raises(ValueError, match=r"contracts\.d/kda\.toml: \[float64\] is already declared in "
+                                         r"contracts\.d/defaults\.toml"):
+        ct.load(d)
+
+
+def test_the_same_contract_in_two_files_is_refused_naming_both(tmp_path):
+    d = _directory(tmp_path, {"defaults.toml": DEFAULTS,
+                              "kda.toml": _contract("dsa") + "\n" + _contract("kda")})
+    (pathlib.Path(d) / "dsa.toml").write_text(_contract("dsa"))
+    with pytest.raises(ValueError, match=r"contracts\.d/kda\.toml: contract #0: contract \('dsa', 'x', 'y', "
+                                         r"'kernel_replacement'\) declared twice "
+                                         r"\(also in contracts\.d/dsa\.toml\)"):
+        ct.load(d)
+
+
+def test_the_declared_contracts_load_one_file_per_mechanism():
+    """The real directory: defaults.toml holds the tables and no contract, every other file only the
+    contracts of its mechanism (load() refuses anything else), each file under the 600-line rule."""
+    files = sorted(ct.CONTRACTS_DIR.glob("*.toml"))
+    assert ct.CONTRACTS_DIR.name == "contracts.d" and (ct.CONTRACTS_DIR / ct.DEFAULTS_FILE) in files
+    table = ct.load()
+    seen = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            data = tomllib.load(fh)
+        entries = data.get("contract", [])
+        if f.name == ct.DEFAULTS_FILE:
+            assert not entries and {"defaults", "caps", *ct.TOLERANCE_TABLES} <= set(data)
+        else:
+            assert entries and all(e["mechanism"] == f.stem for e in entries), f.name
+            assert set(data) == {"contract"}, f"{f.name} declares tables: {set(data) - {'contract'}}"
+        seen += len(entries)
+        assert len(f.read_text().splitlines()) < 600, f.name
+    assert {m for m, *_ in table} == {f.stem for f in files} - {"defaults"}
+    assert seen and len(table) >= seen
+
+
+def test_an_undeclared_comparison_names_the_file_it_belongs_in():
+    with pytest.raises(ct.UndeclaredContract, match=r"invariants/contracts\.d/kda\.toml"):
+        ct.lookup("kda", "chunked", "logits")
+    with pytest.raises(ct.UndeclaredContract, match=r"invariants/contracts\.d/defaults\.toml \[float64\]"):
+        ct.float64_tolerance("tight")
+    with pytest.raises(ct.UndeclaredContract, match=r"invariants/contracts\.d/mhc\.toml"):
+        ct.lookup("mhc", "reduce", "output", "kernel_unit").limit("bfloat16")
 
 
 # ----------------------------------------------------------------------------- named float64 / float32 tolerances

@@ -1,5 +1,5 @@
 """Decision-conditioned verdicts: discrete choices judged tie-aware, outputs against the oracle re-run with
-the implementation's own choices, baseline-relative limits capped (contracts.toml).
+the implementation's own choices, baseline-relative limits capped (contracts.d/defaults.toml [caps]).
 
 These pin the machinery that keeps a bf16 near-tie from false-alarming (a legal flip) or from inflating a
 bound (an ill-conditioned baseline), while a choice outside the tie tolerance still fails.

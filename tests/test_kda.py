@@ -19,7 +19,7 @@ from strategies.geometry import KDAGeometry
 
 TINY = Geometry.preset("tiny")
 G0 = KDAGeometry.from_geometry(TINY)
-# the oracle's own identities (invariants/contracts.toml [float64])
+# the oracle's own identities (invariants/contracts.d/defaults.toml [float64])
 SHORT_FORMULA, SAME_MATH = float64_tolerance("short_formula"), float64_tolerance("same_math")
 REORDERED_SUM = float64_tolerance("reordered_sum")
 

@@ -5,7 +5,7 @@ Two groups:
     when only its bf16 roundings are applied to the oracle (inputs q, k, v rounded to bf16, float64
     everywhere else), measured in the test itself on the same draw (the "baseline" below).
   * test_interpreter_smoke_*: float32 in the Triton interpreter on tiny shapes (CPU CI), bounds the
-    kda.*[kernel_unit] contracts of invariants/contracts.toml (rel-L2).
+    kda.*[kernel_unit] contracts of invariants/contracts.d/kda.toml (rel-L2).
 
 Letters as in oracle/kda.py.
 """

@@ -1,7 +1,7 @@
 """Every record of the correctness matrix (invariants/matrix.py) as a test, on every target.
 
 CPU (always): the Triton kernels in the interpreter, float32, under the float32 entries of
-invariants/contracts.toml. CUDA (`pytest -m gpu`): the compiled kernels in bf16 (real tiles, bf16
+invariants/contracts.d/. CUDA (`pytest -m gpu`): the compiled kernels in bf16 (real tiles, bf16
 tl.dot) under the bf16 entries. Both run the record through the engine `glmgate run` uses
 (invariants/engine.py): its pinned examples first, then the Hypothesis profile's draws (capped on the
 CPU by the record's `cpu_examples`); the first failure is shrunk and reported with its repro line.

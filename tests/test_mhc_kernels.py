@@ -4,7 +4,7 @@ in the interpreter (float32).
 N = 4 streams with D = 32 (SPEC §13, one power-of-two block) and D = 48 (masked tail lanes), and N = 3
 (padded stream lanes of the [BN, BN] comb tile); Sinkhorn iterations 1, 3 and 20. Weights are the
 SPEC §13 non-trivial ones (fn x20, random base and scale), so comb is far from uniform. Bounds: the
-mhc.*[kernel_unit] contracts of invariants/contracts.toml.
+mhc.*[kernel_unit] contracts of invariants/contracts.d/mhc.toml.
 """
 from __future__ import annotations
 

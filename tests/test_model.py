@@ -1,8 +1,8 @@
 """impl.model (Triton backend, float32, CPU interpreter) against the float64 oracle decoder.
 
-Bounds: the model's kernel_replacement contracts (invariants/contracts.toml), for logits and for every
-returned cache array (KDA recurrent / conv, DSA latent / index_rows): model.forward (one call against the
-oracle's same call), model.continuation (prefill, decodes, a continuation), model.token_decode.
+Bounds: the model's kernel_replacement contracts (invariants/contracts.d/model.toml), for logits and for
+every returned cache array (KDA recurrent / conv, DSA latent / index_rows): model.forward (one call against
+the oracle's same call), model.continuation (prefill, decodes, a continuation), model.token_decode.
 
 The geometry is preset "tiny" cut to its first 5 layers (KDA, full DSA, KDA, full DSA, shared DSA;
 dense and sparse MLPs) with 4 Sinkhorn iterations: every mechanism and the shared-layer hand-off stay,

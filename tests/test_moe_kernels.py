@@ -5,7 +5,7 @@ Dims: SPEC §13's tiny ones, D=32, E=8, I=16, k=2, n_group=2, topk_group=1, one 
 D=48 (a reduction not a multiple of the 32-wide K tile) and a k=8, E=32, G=4, topk_group=2 router.
 Gate/up weights are scaled so that pre-activations pass ±10 and the clamps fire. Router ids are
 compared tie-aware: sets equal unless the oracle's biased scores tie within TIE_EPS at the k-th place.
-Bounds: the moe.* / nvfp4.*[kernel_unit] contracts of invariants/contracts.toml.
+Bounds: the moe.* / nvfp4.*[kernel_unit] contracts of invariants/contracts.d/{moe,nvfp4}.toml.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def _weight(seed, N=8, K=64, scale=1.0):
 # ----------------------------------------------------------------------------- elements
 
 
-# a float32 scale against its float64 formula (invariants/contracts.toml [float32])
+# a float32 scale against its float64 formula (invariants/contracts.d/defaults.toml [float32])
 STORED_SCALE = float32_tolerance("stored_scale")
 TIES = [(0.25, 0.0), (0.75, 1.0), (1.25, 1.0), (1.75, 2.0), (2.5, 2.0), (3.5, 4.0), (5.0, 4.0)]
 

@@ -4,7 +4,7 @@ ARCHITECTURE.md "PACKED").
 A packed batch is a flat token stream cut by cu_seqlens into documents, each continuing its own
 batch-1 HybridState (empty, or a prefix already prefilled): prefill chunks, 1-token decode rows
 mid-batch and zero-length rows (a request scheduled with no tokens) in one forward. Bounds are the
-model contracts of invariants/contracts.toml:
+model contracts of invariants/contracts.d/model.toml:
 
 - oracle packed == oracle alone: model.oracle_packed.*[self_consistency] (logits and every state array)
 - impl packed == impl alone: model.packed.*[self_consistency] (float32: the kda "packed" path's bound)

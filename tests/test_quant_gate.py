@@ -18,7 +18,7 @@ from invariants.matrix import BY_NAME
 from invariants.target import cpu_targets
 from test_model import _geometry  # the 5-layer cut of tiny every whole-model test uses
 
-# the metric's float64 identities (invariants/contracts.toml [float64])
+# the metric's float64 identities (invariants/contracts.d/defaults.toml [float64])
 SAME_MATH, ELEMENTWISE = ct.float64_tolerance("same_math"), ct.float64_tolerance("elementwise")
 
 

@@ -12,7 +12,7 @@ HybridState on ours) against the full forward; prefill 9 + a 14-token continuati
 Bound, declared from SPEC §14's measurements (not from this file's runs): an independent float64
 implementation matched these logits to 4e-8 with randomized weights and to 1.1e-6 with boosted weights
 and hc_sinkhorn_iters = 3; the reference's own f32 islands set that floor. The bound, the contract
-model.reference.output (invariants/contracts.toml, 1e-5), leaves ~10x over the boosted case and stays
+model.reference.output (invariants/contracts.d/model.toml, 1e-5), leaves ~10x over the boosted case and stays
 ~200x below the >= 2e-3 of every planted mistake (SPEC §14). The oracle against itself (decodes vs one
 forward, a padded row vs the row alone) is held to model.oracle_token_decode / oracle_padded_row.
 

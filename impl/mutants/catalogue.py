@@ -15,8 +15,8 @@ class Mutant:
         name: the catalogue key ("kda_tail_chunk_dropped")
         check: the exact name of the check that must catch it ("kda.chunked"), a record of
             invariants/matrix.py CHECKS
-        quantity: the contract quantity it breaks ("output"), one invariants/contracts.toml declares
-            for the check's mechanism
+        quantity: the contract quantity it breaks ("output"), one the check's mechanism declares in
+            invariants/contracts.d/<mechanism>.toml
         description: one line saying what is wrong
         factory: zero-arg callable building what replaces the mechanism's namespace of `base`
             (an object with TorchKDA's methods; for a serving mutant the Engine class itself)
@@ -99,7 +99,7 @@ def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Opti
 def validate(checks: Iterable, table: Optional[dict] = None) -> None:
     """Raise ValueError naming every mutant of `table` (MUTANTS) whose check is not EXACTLY the name of
     one of `checks` (invariants/matrix.py Check records), or whose quantity that check's mechanism
-    declares no contract for (invariants/contracts.toml)."""
+    declares no contract for (invariants/contracts.d/<mechanism>.toml)."""
     # imported here: impl/ must not need invariants/ to import, and invariants/matrix.py calls this
     from invariants.contracts import load
 
