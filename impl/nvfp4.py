@@ -152,7 +152,7 @@ def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None
                              f"{getattr(g, 'dtype', type(g))} {tuple(getattr(g, 'shape', ()))}")
         if not torch.isfinite(g).all() or (g <= 0).any():
             raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
-                             f"1/0 = inf and inf · 0 = NaN: a BF16 module in an NVFP4 slot, NVFP4.md A5)")
+                             f"1/0 = inf and inf · 0 = NaN; a BF16 module put in an NVFP4 slot has 0 there)")
         gi = t.input_global_scale
         if gi is not None and (not isinstance(gi, torch.Tensor) or gi.dtype != torch.float32
                                or tuple(gi.shape) != (E,)):

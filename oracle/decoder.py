@@ -312,7 +312,7 @@ class Decoder:
             if s < e:
                 if kind == SHARED and prev is None:
                     raise ValueError(f"layer {lw.index}: a shared DSA layer needs the selection of the full DSA "
-                                     f"layer directly before it (SPEC §8.8)")
+                                     f"layer directly before it (it reuses that layer's top-k pools; check indexer_types)")
                 mask = docs.mask if docs.cu is None else self._ones(1, e - s)
                 y, cache, sel = self.impl.mla.sublayer(lw.mla, lw.indexer, a[:, s:e], cache, mask,
                                                        prev if kind == SHARED else None, kind, **extra)

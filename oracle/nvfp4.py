@@ -249,7 +249,7 @@ def _check_global(name: str, g) -> None:
     v = float(g.reshape(()))
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"{name}: {v}, expected a finite value > 0 (0 would make 1/0 = inf and "
-                         f"inf · 0 = NaN; a BF16 module fused into an NVFP4 slot has 0, NVFP4.md A5)")
+                         f"inf · 0 = NaN; a BF16 module fused into an NVFP4 slot has 0)")
 
 
 # ----------------------------------------------------------------------------- swizzled scales (A5)

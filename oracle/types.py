@@ -493,8 +493,9 @@ class NVFP4ExpertWeights(NamedTuple):
         for field in ("global_decode", "input_global_scale"):
             a, b = getattr(self.gate, field), getattr(self.up, field)
             if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
-                raise ValueError(f"NVFP4ExpertWeights.{field}: gate and up differ, but a fused gate_up "
-                                 f"takes one value per expert (NVFP4.md A5: give both halves one scale)")
+                raise ValueError(f"NVFP4ExpertWeights.{field}: gate and up differ (each half has its "
+                                 f"own scale on disk), and one fused gate_up value per expert would misscale "
+                                 f"a half: run gate and up with their own scales, or requantize one half first")
         return NVFP4Tensor(np.concatenate([self.gate.packed, self.up.packed], axis=1),
                            np.concatenate([self.gate.block_scale, self.up.block_scale], axis=1),
                            self.gate.global_decode, self.gate.input_global_scale)

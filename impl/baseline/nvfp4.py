@@ -201,7 +201,7 @@ class TorchNVFP4:
                              f"got {g.dtype} {tuple(g.shape)}")
         if not torch.isfinite(g).all() or (g <= 0).any():
             raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
-                             f"1/0 = inf and inf · 0 = NaN, NVFP4.md A5)")
+                             f"1/0 = inf and inf · 0 = NaN; a BF16 module put in an NVFP4 slot has 0 there)")
 
     # ------------------------------------------------------------------------- swizzled scales (A5)
 
