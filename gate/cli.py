@@ -11,6 +11,14 @@ import argparse
 import json
 import os
 import sys
+import traceback
+
+# exit codes (README "Exit codes"): a verdict, a usage problem, or a crash are told apart by CI
+EXIT_PASS, EXIT_BROKEN, EXIT_USAGE, EXIT_CRASH, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UsageError(Exception):
+    """Bad arguments or input (exit 2): the message names the problem and what is expected."""
 
 EPILOG = """examples:
   glmgate run                              tiny geometry, Triton kernels in the CPU interpreter
@@ -36,9 +44,15 @@ reading the table: p50 / p99 / max are the error / limit of the examples (per ex
 its comparisons; 1 is the limit, inf a broken exact comparison): a check whose max sits far below 1
 never comes near its limit, one whose p50 is near 1 always sits at it. flips: examples with a legal
 discrete-decision difference (a tie within tolerance); ill-cond.: examples whose baseline error exceeded
-its cap, so the limit was capped. status: pass, FAIL (the candidate broke a contract or raised), ERROR
+its cap, so the limit was capped. status: pass, FAIL (the candidate broke a contract or raised), NOT
+COVERED (every example held but none of the candidate's functions ran: nothing of it was tested), ERROR
 (the check itself could not reach a verdict; the exception and where it was raised follow the table),
-NOT RUN (with why). Exit 0: every check passed or was not run; 1: any FAIL or ERROR; 130: interrupted.
+NOT RUN (with why). The dim line under the table names, per check, the candidate functions it called.
+
+exit codes: 0 every check passed (or was not covered / not run, as the summary line says); 1 a contract
+broke (also when something else crashed); 2 a usage or input error (bad flag, unknown check, bad
+config, a candidate that cannot be imported); 3 a crash: the candidate raised inside a check, a check
+could not reach a verdict, or glmgate itself failed; 130 interrupted (the report covers what finished).
 
 reading a failure: the table names the broken check; below it, the contract line says which quantity
 (output / final_state / boundary_states / conv_state) broke, by how much against its limit (k x the
@@ -57,7 +71,7 @@ def _setup_device(device: str) -> None:
     elif device.startswith("cuda"):
         os.environ.pop("TRITON_INTERPRET", None)
     else:
-        raise SystemExit(f"--device: expected cpu or cuda[:N], got {device!r}")
+        raise UsageError(f"--device: expected cpu or cuda[:N], got {device!r}")
 
 
 def _target(impl_name: str, device: str, dtype: str):
@@ -67,13 +81,13 @@ def _target(impl_name: str, device: str, dtype: str):
     from invariants.target import DTYPES, Target
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device is visible to torch on this machine")
+        raise UsageError("--device cuda: no CUDA device is visible to torch on this machine")
     if dtype not in DTYPES:
-        raise SystemExit(f"--dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+        raise UsageError(f"--dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
     try:
         impl = registry.get(impl_name)
     except (ValueError, KeyError) as e:
-        raise SystemExit(f"--impl: {e}")
+        raise UsageError(f"--impl: {e}")
     return Target(impl, device, DTYPES[dtype]), Target(registry.get("torch"), device, DTYPES[dtype])
 
 
@@ -85,7 +99,7 @@ def _geometry(args):
             return Geometry.from_pretrained(args.config)
         return Geometry.preset(args.geometry)
     except (ConfigError, OSError) as e:
-        raise SystemExit(f"geometry: {e}")
+        raise UsageError(f"geometry: {e}")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -110,9 +124,9 @@ def _profile(args, default: str) -> str:
     try:
         profile = check_name(args.profile) if args.profile else default
     except ValueError as e:
-        raise SystemExit(str(e))
+        raise UsageError(str(e))
     if args.examples is not None and args.examples < 1:
-        raise SystemExit(f"--examples: expected a count >= 1, got {args.examples}")
+        raise UsageError(f"--examples: expected a count >= 1, got {args.examples}")
     if args.seed is not None and profile in DERANDOMIZED:
         # Hypothesis lets @seed override derandomize: the run stays reproducible, but not with the profile's draws
         print(f"note: --seed {args.seed} replaces the {profile} profile's fixed draws with seed {args.seed}'s "
@@ -171,7 +185,7 @@ def _ticker(prog, task, console, name: str, per: int, quiet_s: float = 10.0):
 
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]",
-          "not run": "[bold yellow]NOT RUN[/]"}
+          "not run": "[bold yellow]NOT RUN[/]", "not covered": "[bold yellow]NOT COVERED[/]"}
 
 
 def _ratio(x) -> str:
@@ -206,16 +220,37 @@ def _select(args):
         checks = checks_for([m.strip() for m in args.mechanism.split(",")]) if args.mechanism else \
             checks_for(sorted({c.mechanism for c in BY_NAME.values()}))
     except ValueError as e:
-        raise SystemExit(f"--mechanism: {e}")
+        raise UsageError(f"--mechanism: {e}")
     # the oracle-vs-transformers cross-check belongs to mechanism "model" (no Hypothesis, no candidate)
     reference = any(c.mechanism == "model" for c in checks)
     if args.check:
         unknown = [c for c in args.check if c not in BY_NAME and c != REFERENCE_CHECK]
         if unknown:
-            raise SystemExit(f"--check: unknown {unknown}; known: {sorted([*BY_NAME, REFERENCE_CHECK])}")
+            raise UsageError(f"--check: unknown {unknown}; known: {sorted([*BY_NAME, REFERENCE_CHECK])}")
         reference = reference and REFERENCE_CHECK in args.check
         checks = [c for c in checks if c.name in args.check]
     return checks, reference
+
+
+def _provided(checks, impl, console):
+    """(the checks `impl` can run, a "not run" row for each other one): a check needs its namespaces
+    (Check.namespaces); a candidate without one is not run there, said once before any example runs."""
+    from impl.registry import MECHANISMS
+    from invariants.engine import CheckResult
+
+    runnable, rows = [], []
+    for c in checks:
+        lacking = [m for m in c.namespaces(MECHANISMS) if getattr(impl, m, None) is None]
+        if lacking:
+            rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
+                                    f"{impl.name!r} provides no {', '.join(lacking)} namespace (this check "
+                                    f"calls {', '.join(c.namespaces(MECHANISMS))})", None, {}, 0.0))
+        else:
+            runnable.append(c)
+    if rows:
+        console.print(f"not run: {len(rows)} checks need namespaces {impl.name!r} does not provide: "
+                      f"{', '.join(r.check for r in rows)}", markup=False)
+    return runnable, rows
 
 
 def _interrupted_rows(checks, reference, results):
@@ -235,12 +270,15 @@ def _report(results, args, console) -> None:
     console.print(_table(results, "glmgate: contracts"))
     console.print(summary_line(summarize(results)), markup=False)
     for r in results:
-        console.print(f"  {r.check}: worst seen {r.worst_line or '-'}", style="dim", markup=False)
+        called = f"; called {', '.join(r.covered)}" if r.covered else ""
+        console.print(f"  {r.check}: worst seen {r.worst_line or '-'}{called}", style="dim", markup=False)
     for r in (r for r in results if r.status == "not run"):
         console.print(f"\n[bold yellow]{r.check} NOT RUN[/]")
         quiet = r.check != REFERENCE_CHECK or args.require_reference
         console.print(f"  {r.message}" + ("" if quiet else " (not an error without --require-reference)"),
                       markup=False)
+    for r in (r for r in results if r.status == "not covered"):
+        console.print(f"\n[bold yellow]{r.check} NOT COVERED[/]: {r.message}")
     for r in (r for r in results if r.status == "error"):
         console.print(f"\n[bold red]{r.check} ERROR[/]: the check could not reach a verdict "
                       f"({r.examples} examples ran)")
@@ -267,11 +305,16 @@ def _write_json(results, meta: dict, where: str) -> None:
 
 
 def _exit_code(results, require_reference: bool) -> int:
+    """EXIT_BROKEN when any contract broke (a definite verdict outranks a crash elsewhere), else
+    EXIT_CRASH when the candidate raised or a check reached no verdict, else EXIT_PASS."""
     from invariants.engine import REFERENCE_CHECK
 
-    bad = [r for r in results if r.status in ("fail", "error")
-           or (r.status == "not run" and r.check == REFERENCE_CHECK and require_reference)]
-    return 1 if bad else 0
+    if any((r.status == "fail" and not r.crashed)
+           or (r.status == "not run" and r.check == REFERENCE_CHECK and require_reference) for r in results):
+        return EXIT_BROKEN
+    if any(r.status == "error" or (r.status == "fail" and r.crashed) for r in results):
+        return EXIT_CRASH
+    return EXIT_PASS
 
 
 def list_checks(console) -> None:
@@ -304,7 +347,7 @@ def cmd_run(args) -> int:
     try:
         default = default_profile()
     except ValueError as e:
-        raise SystemExit(str(e))
+        raise UsageError(str(e))
     profile = _profile(args, default)
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cand, base = _target(args.impl, args.device, dtype)
@@ -314,7 +357,8 @@ def cmd_run(args) -> int:
     console = _rich(stderr=args.json == "-")
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
-    results, interrupted = [], False
+    checks, unprovided = _provided(checks, cand.impl, console)
+    results, interrupted = list(unprovided), False
     try:
         _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results)
         if reference:
@@ -334,7 +378,7 @@ def cmd_run(args) -> int:
             _write_json(results, meta, args.json)
     if interrupted:
         console.print("\n[bold yellow]interrupted[/]: the report covers the checks that finished")
-        return 130
+        return EXIT_INTERRUPTED
     return _exit_code(results, args.require_reference)
 
 
@@ -342,10 +386,10 @@ def cmd_repro(args) -> int:
     try:
         payload = json.loads(args.scenario)
     except json.JSONDecodeError as e:
-        raise SystemExit(f"repro: the argument is not JSON ({e}); pass the quoted text after `glmgate repro`")
+        raise UsageError(f"repro: the argument is not JSON ({e}); pass the quoted text after `glmgate repro`")
     for field in ("check", "case"):
         if field not in payload:
-            raise SystemExit(f"repro: the JSON has no {field!r} field")
+            raise UsageError(f"repro: the JSON has no {field!r} field")
     device = args.device or payload.get("device", "cpu")
     _setup_device(device)
     from invariants.engine import CheckCrashed, run_one
@@ -353,12 +397,12 @@ def cmd_repro(args) -> int:
     from invariants.report import ContractBroken, describe
 
     if payload["check"] not in BY_NAME:
-        raise SystemExit(f"repro: unknown check {payload['check']!r}; known: {sorted(BY_NAME)}")
+        raise UsageError(f"repro: unknown check {payload['check']!r}; known: {sorted(BY_NAME)}")
     check = BY_NAME[payload["check"]]
     try:
         case = case_of(payload["case"])
     except (ValueError, TypeError) as e:
-        raise SystemExit(f"repro: bad case: {e}")
+        raise UsageError(f"repro: bad case: {e}")
     cand, base = _target(args.impl or payload.get("impl", "triton"), device,
                          args.dtype or payload.get("dtype", "float32"))
     print(f"repro {check.name} impl={cand.impl.name} device={device} dtype={cand.dtype_name}\ncase: {case!r}")
@@ -367,15 +411,14 @@ def cmd_repro(args) -> int:
     except ContractBroken as e:
         for v in e.verdicts:
             print(("  FAIL " if not v.ok else "  ok   ") + describe(v))
-        return 1
+        return EXIT_BROKEN
     except CheckCrashed as e:
-        import traceback
         traceback.print_exception(e.exc)
-        return 1
+        return EXIT_CRASH
     except Exception as e:          # the check itself could not reach a verdict (an undeclared contract)
         from invariants.engine import describe_exception
         print(f"  ERROR {describe_exception(e)}")
-        return 1
+        return EXIT_CRASH
     for v in verdicts:
         print("  ok   " + describe(v))
     return 0
@@ -413,7 +456,7 @@ BENCHES = {"kda": "bench_kda", "mla": "bench_mla", "dsa": "bench_mla", "moe": "b
 def cmd_bench(args, rest) -> int:
     mech = args.mechanism or "kda"
     if mech not in BENCHES:
-        raise SystemExit(f"bench --mechanism: {mech!r} has no benchmark; choose one of {sorted(BENCHES)}")
+        raise UsageError(f"bench --mechanism: {mech!r} has no benchmark; choose one of {sorted(BENCHES)}")
     import importlib
     return importlib.import_module(f"gate.{BENCHES[mech]}").main(rest)
 
@@ -432,7 +475,7 @@ def cmd_checkpoint(args) -> int:
     try:
         w = ock.load(args.dir)
     except (ock.CheckpointError, ConfigError, OSError) as e:
-        raise SystemExit(f"checkpoint inspect: {e}")
+        raise UsageError(f"checkpoint inspect: {e}")
     g = w.geometry
     layout = next((lw.mlp.nvfp4.layout for lw in w.layers if getattr(lw.mlp, "nvfp4", None) is not None), None)
     print(f"{args.dir}: {g.num_hidden_layers} layers, hidden {g.hidden_size}, vocab {g.vocab_size}, "
@@ -472,6 +515,7 @@ def cmd_kernels(args, rest) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"glmgate {_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("run", help="run the correctness matrix (exit 1 on a broken contract)")
@@ -530,17 +574,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("glmgate")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def main(argv=None) -> int:
+    """The CLI; returns the exit code (see EXIT_* and the epilog). argparse's own errors exit 2 itself."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.cmd == "bench":
-        return cmd_bench(args, rest)
-    if args.cmd == "kernels":
-        return cmd_kernels(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return args.fn(args)
+    try:
+        if args.cmd == "bench":
+            return cmd_bench(args, rest)
+        if args.cmd == "kernels":
+            return cmd_kernels(args, rest)
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        return args.fn(args)
+    except UsageError as e:
+        print(f"glmgate {args.cmd}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception:
+        traceback.print_exc()
+        print(f"glmgate {args.cmd}: crashed outside any check (exit {EXIT_CRASH}): the traceback above is a "
+              f"bug in glmgate, or in code it imported (a candidate's module)", file=sys.stderr)
+        return EXIT_CRASH
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gate.cli import _geometry, _profile, _rich, _run_checks, _setup_device, _target
+from gate.cli import UsageError, _geometry, _profile, _rich, _run_checks, _setup_device, _target
 
 # derandomized, as the suite's mutant meta-test: a verdict must not depend on the draw (under "dev",
 # 8 random examples sometimes missed the E2M1 tie family that nvfp4_argmin_rounding needs)
@@ -57,12 +57,12 @@ def cmd_zoo(args) -> int:
     names = args.mutant or sorted(mutants.MUTANTS)
     unknown = [n for n in names if n not in mutants.MUTANTS]
     if unknown:
-        raise SystemExit(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
+        raise UsageError(f"zoo: unknown mutant(s) {unknown}; see `glmgate zoo --list`")
     profile = _profile(args, ZOO_PROFILE)
     if args.device.startswith("cuda"):
         import torch
         if not torch.cuda.is_available():
-            raise SystemExit("--device cuda: no CUDA device is visible to torch on this machine")
+            raise UsageError("--device cuda: no CUDA device is visible to torch on this machine")
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     geometry = _geometry(args)
     console = _rich()

@@ -49,10 +49,7 @@ def get(name: str) -> Implementation:
                                                   if m.mechanism in FUNCTIONS else ns})
     if ":" in name:
         mod, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"candidate {name!r}: cannot load {attr!r} from module {mod!r}: {e}") from e
+        obj = _load_candidate(name, mod, attr)
         found = {m: getattr(obj, m, None) for m in MECHANISMS}
         if not any(found.values()):
             found["kda"] = obj
@@ -60,6 +57,30 @@ def get(name: str) -> Implementation:
                                        for m, ns in found.items()})
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
+
+
+def _load_candidate(name: str, mod: str, attr: str) -> Any:
+    """`package.module:attribute`, imported as pytest imports a test module: the current directory is
+    searched first (no PYTHONPATH needed for a candidate beside you)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        raise ValueError(f"candidate {name!r}: no module {e.name!r} (searched the current directory {cwd} and "
+                         f"sys.path): run from the directory that holds {mod.split('.')[0]!r}, pip install "
+                         f"it, or add its parent directory to PYTHONPATH") from e
+    except Exception as e:          # the candidate's own import failed: say so, with where
+        raise ValueError(f"candidate {name!r}: importing {mod!r} raised {type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        public = sorted(a for a in vars(module) if not a.startswith("_"))
+        raise ValueError(f"candidate {name!r}: module {mod!r} ({getattr(module, '__file__', '?')}) has no "
+                         f"attribute {attr!r}; it has: {', '.join(public[:20]) or 'nothing public'}")
+    return getattr(module, attr)
 
 
 def _baseline(name: str) -> Implementation:

@@ -25,6 +25,15 @@ class Check(NamedTuple):
     # check whose comparisons are not conditioned on the candidate's discrete decisions cannot be judged
     # in bf16, where a legal near-tie flip moves every downstream value (serving.state_machine)
     dtype: Optional[str] = None
+    # the candidate namespaces its run function calls (None: its own mechanism's; the whole decoder and
+    # serving: every mechanism's). A candidate lacking one is not run on this check, and told so
+    needs: Optional[tuple] = None
+
+    def namespaces(self, mechanisms: tuple) -> tuple:
+        """The namespaces of `mechanisms` (impl.registry.MECHANISMS) this check needs a candidate to have."""
+        if self.needs is not None:
+            return self.needs
+        return (self.mechanism,) if self.mechanism in mechanisms else tuple(mechanisms)
 
 
 TARGETS = ("triton", "torch", "oracle")

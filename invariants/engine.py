@@ -1,9 +1,10 @@
 """Run matrix checks under Hypothesis and collect one result per check (the CLI's engine).
 
-A check ends in one of four states: "pass", "fail" (the candidate broke a contract or raised:
-ContractBroken / CheckCrashed), "error" (the check itself could not run to a verdict: an undeclared
-contract, a strategy or Hypothesis error, an import error; the message names the exception and where
-it was raised) or "not run" (model.reference without a usable transformers). No exception other than
+A check ends in one of five states: "pass", "fail" (the candidate broke a contract or raised:
+ContractBroken / CheckCrashed), "not covered" (every example held, but none of the candidate's functions
+ran: invariants/coverage.py; nothing was tested), "error" (the check itself could not run to a verdict:
+an undeclared contract, a strategy or Hypothesis error, an import error; the message names the exception
+and where it was raised) or "not run" (model.reference without a usable transformers). No exception other than
 KeyboardInterrupt leaves run_check / run_reference, so one broken check never loses a run's report.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hypothesis.reporting import with_reporter
 
 from invariants import labels
 from invariants.contracts import UndeclaredContract
+from invariants.coverage import Recorder, recording
 from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
@@ -56,6 +58,8 @@ class CheckResult(NamedTuple):
     margin: dict = NO_MARGIN     # p50 / p99 / max over examples of (max over its verdicts of error / limit)
     flip_examples: int = 0       # examples with at least one legal decision flip (within the tie tolerance)
     ill_conditioned_examples: int = 0   # examples where the baseline's error exceeded its cap
+    covered: tuple = ()          # the candidate's functions the check called ("kda.chunked", ...)
+    crashed: bool = False        # a "fail" where the candidate raised (CheckCrashed), not a broken contract
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -95,9 +99,10 @@ class Tally:
         return {"p50": percentile(self.ratios, 50), "p99": percentile(self.ratios, 99), "max": max(self.ratios)}
 
     def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
-               message: str = "", repro=None, events=None) -> CheckResult:
+               message: str = "", repro=None, events=None, covered=(), crashed=False) -> CheckResult:
         return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
-                           repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill)
+                           repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill,
+                           tuple(sorted(covered)), crashed)
 
 
 def _where(frame: traceback.FrameSummary) -> str:
@@ -196,6 +201,9 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     first failure shrunk; never raises (a broken check is a result with status "error")."""
     if check.dtype is not None and cand.dtype_name != check.dtype:
         cand, base = cand.in_dtype(check.dtype), base.in_dtype(check.dtype)
+    recorder = Recorder()
+    if isinstance(cand, Target):
+        cand = cand._replace(impl=recording(cand.impl, recorder))
     tally, n, calls = Tally(), [0], [0]
     labels.COUNTS.clear()
     t0 = time.time()
@@ -223,7 +231,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
 
     def done(status, **kw):
-        return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS, **kw)
+        return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
+                            covered=recorder.called, **kw)
 
     try:
         n_ex = examples_for(check, profile, str(cand.device), max_examples)
@@ -241,11 +250,15 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         message = str(e).split("\n")[0]
         if isinstance(e, ContractBroken):
             message = "; ".join(describe(v) for v in e.verdicts if not v.ok)
-        return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro)
+        return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,
+                    crashed=isinstance(e, CheckCrashed))
     except _Abort as a:
         return done("error", message=describe_exception(a.exc))
     except Exception as e:
         return done("error", message=describe_exception(e))
+    if not recorder.called and isinstance(cand, Target):
+        return done("not covered", message=f"{n[0]} examples held, but none of {cand.impl.name!r}'s functions "
+                                           f"ran: this check tested nothing of it")
     return done("pass")
 
 
@@ -286,13 +299,13 @@ def summarize(results) -> dict:
     """Counts of a run: checks by status, examples with a legal flip, ill-conditioned examples."""
     by = lambda s: sum(r.status == s for r in results)  # noqa: E731
     return {"checks": len(results), "passed": by("pass"), "failed": by("fail"), "errors": by("error"),
-            "not_run": by("not run"), "flip_examples": sum(r.flip_examples for r in results),
+            "not_covered": by("not covered"), "not_run": by("not run"), "flip_examples": sum(r.flip_examples for r in results),
             "ill_conditioned_examples": sum(r.ill_conditioned_examples for r in results)}
 
 
 def summary_line(s: dict) -> str:
     return (f"{s['checks']} checks: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
-            f"{s['not_run']} not run; {s['flip_examples']} examples with a legal decision flip, "
+            f"{s.get('not_covered', 0)} not covered, {s['not_run']} not run; {s['flip_examples']} examples with a legal decision flip, "
             f"{s['ill_conditioned_examples']} ill-conditioned examples")
 
 

@@ -280,5 +280,6 @@ CHECKS = (
           "MoE layer + fixed vocab projection, W4A16 and W4A4: KL / top-1 vs oracle NVFP4 and vs unquantized",
           examples=(QuantGateCase(32, 8, 2, 2, 1, 16, 24, "normal", "dynamic", 64, 1),
                     QuantGateCase(48, 8, 3, 4, 2, 16, 17, "clamps", "static", 256, 2),
-                    QuantGateCase(32, 8, 2, 2, 1, 16, 13, "outliers", "static", 64, 3))),
+                    QuantGateCase(32, 8, 2, 2, 1, 16, 13, "outliers", "static", 64, 3)),
+          needs=("nvfp4", "moe")),
 )

@@ -7,6 +7,7 @@ other test calls the engine (invariants/engine.py) or the library underneath.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -57,9 +58,10 @@ def test_contracts_prints_the_table(capsys):
     (["zoo", "--mutant", "nope"], "unknown mutant"),
 ], ids=["run --mechanism nope", "run --impl nope", "run --check kda.nope", "run --geometry huge",
         "run --device tpu", "repro (not JSON)", "repro (unknown check)", "zoo --mutant nope"])
-def test_bad_arguments_exit_with_a_message_naming_the_problem(argv, match):
-    with pytest.raises(SystemExit, match=match):
-        cli.main(argv)
+def test_bad_arguments_exit_2_with_a_message_naming_the_problem(argv, match, capsys):
+    assert cli.main(argv) == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and err.startswith(f"glmgate {argv[0]}: error: "), err
 
 
 def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp_path, capsys):
@@ -70,9 +72,9 @@ def test_checkpoint_make_tiny_then_inspect_locates_every_layer_and_its_state(tmp
     assert "model.language_model.layers.0.hc_attn_fn" in out
 
 
-def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path):
-    with pytest.raises(SystemExit, match="config.json"):
-        cli.main(["checkpoint", "inspect", str(tmp_path)])
+def test_checkpoint_inspect_of_a_broken_directory_names_the_problem(tmp_path, capsys):
+    assert cli.main(["checkpoint", "inspect", str(tmp_path)]) == cli.EXIT_USAGE
+    assert "config.json" in capsys.readouterr().err
 
 
 def test_run_mechanism_model_reports_both_checks_and_a_mutant_repro(tmp_path, capsys):

@@ -3,8 +3,10 @@ columns and JSON fields, error rows that never lose a run, Ctrl-C, profile and a
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import sys
 
 import pytest
 from hypothesis import strategies as st
@@ -19,17 +21,26 @@ from test_framework_runner import FakeCase, FakeVerdict, fake_check
 @pytest.fixture
 def fakes(monkeypatch):
     """Registers fake.boom (its strategy raises), fake.ok (passes; a legal flip every 4th example,
-    ill-conditioned every 7th), fake.stop (Ctrl-C) and fake.bad (breaks its contract from x >= 5) as
-    matrix checks, run in that order."""
+    ill-conditioned every 7th), fake.stop (Ctrl-C), fake.bad (breaks its contract from x >= 5),
+    fake.crash (the candidate raises from x >= 5) and fake.idle (passes without calling the candidate)
+    as matrix checks, run in that order. Every fake but fake.idle calls one candidate function (a call
+    it refuses: all a fake needs is to have reached the candidate)."""
     checks = {      # in run order
         "fake.boom": fake_check("fake.boom", cases=lambda g: st.builds(FakeCase, st.integers(0, 99).map(
             lambda x: {}["missing key"]))),
         "fake.ok": fake_check("fake.ok"),
         "fake.stop": fake_check("fake.stop"),
         "fake.bad": fake_check("fake.bad"),
+        "fake.crash": fake_check("fake.crash"),
+        "fake.idle": fake_check("fake.idle"),
     }
 
     def evaluate(check, case, cand, base):
+        if check.name != "fake.idle":
+            with contextlib.suppress(Exception):
+                cand.impl.kda.decode(None, None, None, None, None)
+        if check.name == "fake.crash" and case.x >= 5:
+            raise RuntimeError("the candidate fell over")
         if check.name == "fake.stop":
             raise KeyboardInterrupt
         if check.name == "fake.bad":
@@ -53,14 +64,14 @@ def _run(*argv, json_path=None):
 
 def test_an_erroring_check_is_an_error_row_and_the_run_goes_on(fakes, tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert _run("fake.boom", "fake.ok", json_path=out) == 1
+    assert _run("fake.boom", "fake.ok", json_path=out) == cli.EXIT_CRASH
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     rows = {r["check"]: r for r in data["results"]}
     assert rows["fake.boom"]["status"] == "error" and rows["fake.ok"]["status"] == "pass", rows
     assert "KeyError: 'missing key' (raised at tests/test_framework_cli_run.py:" in rows["fake.boom"]["message"]
     assert "fake.boom ERROR" in text and "KeyError: 'missing key'" in text, text
-    assert "2 checks: 1 passed, 0 failed, 1 errors, 0 not run;" in text, text
+    assert "2 checks: 1 passed, 0 failed, 1 errors, 0 not covered, 0 not run;" in text, text
 
 
 def test_the_table_and_json_show_margins_flips_and_ill_conditioned_examples(fakes, tmp_path, capsys):
@@ -72,7 +83,8 @@ def test_the_table_and_json_show_margins_flips_and_ill_conditioned_examples(fake
     assert row["flip_examples"] >= 1 and row["ill_conditioned_examples"] >= 1, row    # x = 0 is always drawn
     for header in ("error/limit p50", "p99", "max", "flips", "ill-cond."):
         assert header in text, header
-    assert (f"1 checks: 1 passed, 0 failed, 0 errors, 0 not run; {row['flip_examples']} examples with a legal "
+    assert row["covered"] == ["kda.decode"], row
+    assert (f"1 checks: 1 passed, 0 failed, 0 errors, 0 not covered, 0 not run; {row['flip_examples']} examples with a legal "
             f"decision flip, {row['ill_conditioned_examples']} ill-conditioned examples") in text, text
 
 
@@ -87,10 +99,52 @@ def test_error_rows_are_red_and_a_max_over_the_limit_is_red():
     assert "\x1b[1;31mERROR" in rendered and "\x1b[1;31m3\x1b[0m" in rendered, repr(rendered)
 
 
-def test_exit_codes(fakes):
-    assert _run("fake.ok") == 0
-    assert _run("fake.bad") == 1
-    assert _run("fake.boom") == 1
+def test_exit_codes_tell_a_verdict_a_crash_and_a_usage_error_apart(fakes, capsys):
+    assert _run("fake.ok") == cli.EXIT_PASS == 0
+    assert _run("fake.bad") == cli.EXIT_BROKEN == 1
+    assert _run("fake.boom") == cli.EXIT_CRASH == 3          # the check reached no verdict
+    assert _run("fake.crash") == cli.EXIT_CRASH              # the candidate raised
+    assert _run("fake.crash", "fake.bad") == cli.EXIT_BROKEN  # a broken contract outranks a crash
+    assert _run("fake.idle") == cli.EXIT_PASS
+    assert _run("fake.nope") == cli.EXIT_USAGE == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:                      # argparse's own errors: 2 as well
+        cli.main(["run", "--examples", "many"])
+    assert e.value.code == cli.EXIT_USAGE
+
+
+def test_a_check_that_never_called_the_candidate_is_not_covered_never_pass(fakes, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert _run("fake.idle", "fake.ok", json_path=out) == 0
+    rows = {r["check"]: r for r in json.loads(out.read_text())["results"]}
+    assert rows["fake.idle"]["status"] == "not covered" and rows["fake.idle"]["covered"] == [], rows
+    assert "none of 'torch''s functions ran" in rows["fake.idle"]["message"]
+    assert rows["fake.ok"]["status"] == "pass" and rows["fake.ok"]["covered"] == ["kda.decode"]
+    text = capsys.readouterr().out
+    assert "fake.idle NOT COVERED" in text and "2 checks: 1 passed, 0 failed, 0 errors, 1 not covered" in text
+
+
+def test_the_version_is_printed(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("glmgate ")
+
+
+def test_a_check_whose_namespace_the_candidate_lacks_is_not_run_and_said_once(monkeypatch, tmp_path, capsys):
+    """A KDA-only candidate (a module beside the caller: no PYTHONPATH) runs the kda checks only."""
+    (tmp_path / "kdaonly.py").write_text("import impl.kda as _k\n\n\nclass KDA:\n"
+                                         "    recurrent, chunked = staticmethod(_k.recurrent), staticmethod(_k.chunked)\n"
+                                         "    decode, sublayer = staticmethod(_k.decode), staticmethod(_k.sublayer)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    out = tmp_path / "r.json"
+    assert cli.main(["run", "--impl", "kdaonly:KDA", "--check", "kda.decode", "--check", "mla.absorbed",
+                     "--check", "nvfp4.gate", "--examples", "1", "--json", str(out)]) == 0
+    rows = {r["check"]: r for r in json.loads(out.read_text())["results"]}
+    assert rows["kda.decode"]["status"] == "pass" and rows["kda.decode"]["covered"] == ["kda.decode"], rows
+    assert rows["mla.absorbed"]["status"] == "not run" and "no mla namespace" in rows["mla.absorbed"]["message"]
+    assert rows["nvfp4.gate"]["status"] == "not run" and "no nvfp4, moe namespace" in rows["nvfp4.gate"]["message"]
+    assert "not run: 2 checks need namespaces 'kdaonly:KDA' does not provide" in capsys.readouterr().out
 
 
 def test_json_on_stdout_stays_json_when_a_check_fails_or_errors(fakes, capsys):
@@ -120,15 +174,15 @@ def test_ctrl_c_writes_what_finished_and_exits_130(fakes, tmp_path, capsys):
     (["zoo", "--profile", "nope", "--mutant", "serving_fork_aliases_buffers"], "unknown profile 'nope'"),
     (["zoo", "--examples", "-2"], "--examples: expected a count >= 1"),
 ], ids=["run --profile fast", "run --examples 0", "zoo --profile nope", "zoo --examples -2"])
-def test_bad_profile_or_examples_exit_with_a_message(argv, match):
-    with pytest.raises(SystemExit, match=match):
-        cli.main(argv)
+def test_bad_profile_or_examples_exit_2_with_a_message(argv, match, capsys):
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert match in capsys.readouterr().err
 
 
-def test_an_unknown_profile_in_the_environment_is_named(monkeypatch):
+def test_an_unknown_profile_in_the_environment_is_named(monkeypatch, capsys):
     monkeypatch.setenv("GLMGATE_PROFILE", "turbo")
-    with pytest.raises(SystemExit, match=r"\$GLMGATE_PROFILE: unknown profile 'turbo'"):
-        cli.main(["run", "--check", "kda.decode"])
+    assert cli.main(["run", "--check", "kda.decode"]) == cli.EXIT_USAGE
+    assert "$GLMGATE_PROFILE: unknown profile 'turbo'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("profile, noted", [("gpu", True), ("ci", True), ("dev", False), ("explore", False)])

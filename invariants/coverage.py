@@ -1,0 +1,64 @@
+"""Which of the candidate's functions a check actually called: a check that called none is `not covered`,
+never `pass`.
+
+Why: a check runs the candidate through its namespaces (`impl.kda.chunked`, `impl.mla.sublayer`, ...) and
+the decoder composition over them. If none of the candidate's functions ran (the path the check drives
+does not reach the candidate, or the candidate provides nothing there), a green row would claim a test
+that never happened. The engine (invariants/engine.py) wraps the candidate's namespaces in recording
+proxies for the duration of one check and reports the functions that ran.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+# the bundle's fields that hold a namespace of functions (serving holds an engine class: its
+# construction is recorded as "serving.<class name>")
+NAMESPACES = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4", "model")
+
+
+class Recorder:
+    """The set of "mechanism.function" names called through the proxies handed out by `recording`."""
+
+    def __init__(self):
+        self.called: set[str] = set()
+
+    def record(self, name: str) -> None:
+        self.called.add(name)
+
+
+class RecordingNamespace:
+    """A namespace whose public callables record their name before running; everything else passes
+    through unchanged (constants, private helpers)."""
+
+    def __init__(self, ns: Any, mechanism: str, recorder: Recorder):
+        object.__setattr__(self, "_ns", ns)
+        object.__setattr__(self, "_mechanism", mechanism)
+        object.__setattr__(self, "_recorder", recorder)
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._ns, name)
+        if name.startswith("_") or not callable(attr) or isinstance(attr, type):
+            return attr
+        return _recorded(attr, f"{self._mechanism}.{name}", self._recorder)
+
+    def __repr__(self) -> str:
+        return f"<recording {self._mechanism} namespace of {self._ns!r}>"
+
+
+def _recorded(fn, name: str, recorder: Recorder):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        recorder.record(name)
+        return fn(*args, **kwargs)
+    return call
+
+
+def recording(impl, recorder: Recorder):
+    """A copy of the Implementation bundle `impl` whose namespaces record into `recorder`."""
+    swaps = {m: RecordingNamespace(getattr(impl, m), m, recorder)
+             for m in NAMESPACES if getattr(impl, m, None) is not None}
+    if getattr(impl, "serving", None) is not None:
+        swaps["serving"] = _recorded(impl.serving, f"serving.{getattr(impl.serving, '__name__', 'engine')}",
+                                     recorder)
+    return impl._replace(**swaps)
