@@ -233,24 +233,42 @@ def _select(args):
 
 
 def _provided(checks, impl, console):
-    """(the checks `impl` can run, a "not run" row for each other one): a check needs its namespaces
-    (Check.namespaces); a candidate without one is not run there, said once before any example runs."""
+    """(the checks `impl` can run, a "not run" row for each other one): a check calls its namespaces
+    (Check.namespaces); a candidate that provides none of them is not run there, said once before any
+    example runs (one that provides some is run, and coverage says whether its functions ran)."""
+    from impl.compose import provides
     from impl.registry import MECHANISMS
     from invariants.engine import CheckResult
 
     runnable, rows = [], []
     for c in checks:
-        lacking = [m for m in c.namespaces(MECHANISMS) if getattr(impl, m, None) is None]
-        if lacking:
+        needed = c.namespaces(MECHANISMS)
+        if not any(provides(getattr(impl, m, None)) for m in needed):
             rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
-                                    f"{impl.name!r} provides no {', '.join(lacking)} namespace (this check "
-                                    f"calls {', '.join(c.namespaces(MECHANISMS))})", None, {}, 0.0))
+                                    f"{impl.name!r} provides no {', '.join(needed)} namespace (the ones this "
+                                    f"check calls)", None, {}, 0.0))
         else:
             runnable.append(c)
     if rows:
         console.print(f"not run: {len(rows)} checks need namespaces {impl.name!r} does not provide: "
                       f"{', '.join(r.check for r in rows)}", markup=False)
+    for line in composition_lines(impl):
+        console.print(line, markup=False)
     return runnable, rows
+
+
+def composition_lines(impl) -> list[str]:
+    """One line per partially provided mechanism: what the candidate brings, what the fallback does."""
+    from impl.compose import Composed
+    from impl.registry import FUNCTIONS, MECHANISMS
+
+    out = []
+    for m in MECHANISMS:
+        ns = getattr(impl, m, None)
+        if isinstance(ns, Composed) and ns.provided:
+            rest = "; ".join(f"{m}.{f} from {ns.origin(f)}" for f in FUNCTIONS[m] if f not in ns.provided)
+            out.append(f"{m}: the candidate provides {', '.join(sorted(ns.provided))}; {rest}")
+    return out
 
 
 def _interrupted_rows(checks, reference, results):

@@ -8,6 +8,7 @@ operands is wrong. States are float32 always.
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -27,6 +28,10 @@ from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
 CHUNK = 64
+# the compositions of this module and the functions of the namespace they call through `ops`: a
+# candidate that provides only some of them runs inside ours (impl/compose.py)
+COMPOSITIONS = {"sublayer": ("chunked", "decode")}
+_SELF = sys.modules[__name__]
 SUB_CHUNK = 16
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -351,8 +356,11 @@ def zero_state(w: KDAWeights, batch: int, device=None, dtype=torch.float32) -> K
                     torch.zeros(batch, 3 * H * K, w.conv_width, device=device, dtype=dtype))
 
 
-def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None):
+def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None, *, ops=None):
     """The KDA sublayer from the post-norm input to o_proj; must match oracle.kda.sublayer.
+
+    ops: the namespace whose `chunked` and `decode` it calls (default this module's; a candidate's
+    composed namespace passes itself, impl/compose.py).
 
     Args:
         x: [B, S, D];  mask: [B, S] 1 = real, 0 = pad;  state: KDAState or None;
@@ -366,18 +374,20 @@ def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_s
         x = x * mask.to(x.dtype)[..., None]
     B, S, _ = x.shape
     H, K = w.num_heads, w.head_dim
+    ops = _SELF if ops is None else ops
     z, f, b, zg = project(w, x)
     if S == 1 and state is not None and cu_seqlens is None:
-        o, new = decode(w, z[:, 0], f[:, 0], b[:, 0], KDAState(state.recurrent, state.conv.to(x.dtype)))
+        o, new = ops.decode(w, z[:, 0], f[:, 0], b[:, 0], KDAState(state.recurrent, state.conv.to(x.dtype)))
         o = o[:, None]                                                       # [B, 1, H, V]
     else:
         c, conv_state = conv(z, w.conv1d, None if state is None else state.conv, cu_seqlens)
         q, k, v, g, beta = core_inputs(w, c, f, b)
         work = x.dtype if x.dtype in _FLOAT_DTYPES else torch.float32
         M0 = None if state is None else state.recurrent.float()
-        o, M, _ = chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
+        o, M, _ = ops.chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
                           boundary_states=False)
         new = KDAState(M, conv_state)
     o = gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
     y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T
     return y, new
+

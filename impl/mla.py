@@ -13,6 +13,7 @@ sums over slots, so a duplicate would count twice. `index` never emits one; othe
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -258,11 +259,12 @@ def _append(old, new, name: str):
 
 
 def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
-             mask=None, prev: Optional[Selection] = None, kind: str = "full"):
+             mask=None, prev: Optional[Selection] = None, kind: str = "full", *, ops=None):
     """MLA + DSA from the post-norm input to o_proj with the §10 cache protocol; oracle.mla.sublayer.
 
     Projections are torch matmuls, the selection is impl.dsa.index (score kernel), attention the
-    absorbed kernel.
+    absorbed kernel. ops: the namespace whose `project` and `absorbed` it calls (default this module's;
+    impl/compose.py).
     Returns:
         y: [B, S, D] in a's dtype;  cache: DSACache with T rows;  selection: the Selection used
     """
@@ -270,7 +272,8 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
         raise ValueError(f'kind: {kind!r}, expected "full" or "shared"')
     if cache is not None and not isinstance(cache, DSACache):
         raise ValueError(f"cache: expected a DSACache or None, got {type(cache).__name__}")
-    q, q_lat, c = project(w, a)
+    ops = _SELF if ops is None else ops
+    q, q_lat, c = ops.project(w, a)
     B, S, _ = a.shape
     old_latent, old_rows = (None, None) if cache is None else cache
     latent = _append(old_latent, c, "latent")                                            # [B, T, R]
@@ -287,6 +290,11 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
         if iw is not None and prev.indices.shape[-1] != iw.slots:
             raise ValueError(f"prev: selection width {prev.indices.shape[-1]}, expected topk + P_k - 1 = {iw.slots}")
         rows, sel = old_rows, prev
-    o, _ = absorbed(w, q, latent, sel.indices)                                           # [B, S, H, V]
+    o, _ = ops.absorbed(w, q, latent, sel.indices)                                       # [B, S, H, V]
     y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)             # [B, S, D]
     return y, DSACache(latent, rows), sel
+
+
+# the compositions of this module and the functions they call through `ops` (impl/compose.py)
+COMPOSITIONS = {"sublayer": ("project", "absorbed")}
+_SELF = sys.modules[__name__]

@@ -26,6 +26,7 @@ Validation (shapes, id range, NVFP4 scales) syncs the host once per call, not pe
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -275,9 +276,16 @@ def shared_expert(w: MoEWeights, x):
     return dense_mlp(w.shared, x)
 
 
-def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False):
-    """oracle.moe.forward: routed mixture (bf16/f32, NVFP4 W4A16 or W4A4 experts) + shared expert (dense)."""
-    return experts(w, x, route(w, x), nvfp4, w4a4) + shared_expert(w, x)
+def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False, *, ops=None):
+    """oracle.moe.forward: routed mixture (bf16/f32, NVFP4 W4A16 or W4A4 experts) + shared expert (dense).
+    ops: the namespace whose route / experts / shared_expert it calls (default this module's)."""
+    ops = _SELF if ops is None else ops
+    return ops.experts(w, x, ops.route(w, x), nvfp4, w4a4) + ops.shared_expert(w, x)
+
+
+# the compositions of this module and the functions they call through `ops` (impl/compose.py)
+COMPOSITIONS = {"forward": ("route", "experts", "shared_expert")}
+_SELF = sys.modules[__name__]
 
 
 swiglu = _base.swiglu

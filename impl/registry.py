@@ -1,7 +1,9 @@
-"""Named implementations (ARCHITECTURE.md): "triton" (the product), "torch" (plain-torch baseline of the
-same math in the working dtype), "mutant:<name>" (one planted bug each, impl/mutants/), and any
-third-party candidate given as "package.module:attribute" whose object has a `kda` attribute (or
-is itself a namespace with the kda functions: recurrent, chunked, decode, sublayer)."""
+"""Named implementations: "triton" (the product), "torch" (plain-torch baseline of the same math in the
+working dtype), "mutant:<name>" (one planted bug each, impl/mutants/), and any third-party candidate
+given as "package.module:attribute": an object with one attribute per mechanism it provides (`kda`,
+`dsa`, `mla`, `mhc`, `moe`, `nvfp4`), or itself the kda namespace. A candidate namespace may provide
+any subset of its mechanism's FUNCTIONS: the rest come from our Triton implementation, whose
+compositions call the candidate's functions (impl/compose.py); a mechanism it lacks is not run."""
 from __future__ import annotations
 
 import importlib
@@ -11,12 +13,16 @@ from typing import Any
 from oracle.decoder import Implementation
 
 MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
+# per mechanism, exactly the functions the checks call on a candidate (directly, or through the
+# compositions: kda.sublayer -> chunked / decode, mla.sublayer -> project / absorbed, moe.forward ->
+# route / experts / shared_expert, the decoder -> mhc.expand / reduce); `glmgate run` lists per check
+# the ones it called
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
-             "dsa": ("index_rows", "pool_keys", "scores", "index"),
-             "mla": ("project", "expanded", "absorbed", "sublayer"),
+             "dsa": ("index_rows", "index"),
+             "mla": ("project", "absorbed", "sublayer"),
              "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),
-             "moe": ("route", "experts", "forward"),
-             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "pack", "unpack"),
+             "moe": ("route", "experts", "shared_expert", "forward"),
+             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled"),
              # the whole decoder over the other namespaces: impl.model.forward, impl.state's deserialize;
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
@@ -32,6 +38,17 @@ def _check(name: str, ns: Any, mechanism: str = "kda") -> Any:
 
 
 _check_kda = _check
+
+
+def _composed(name: str, ns: Any, mechanism: str) -> Any:
+    """A candidate's namespace, completed from our Triton implementation where it provides only some
+    functions (impl/compose.py)."""
+    from impl.compose import compose
+    try:
+        return compose(mechanism, ns, FUNCTIONS[mechanism])
+    except ValueError as e:
+        raise ValueError(f"implementation {name!r}: {e} (expected callables with oracle/{mechanism}.py's "
+                         f"signatures)") from e
 
 
 def get(name: str) -> Implementation:
@@ -53,8 +70,9 @@ def get(name: str) -> Implementation:
         found = {m: getattr(obj, m, None) for m in MECHANISMS}
         if not any(found.values()):
             found["kda"] = obj
-        return Implementation(name, **{m: _check(name, ns, m) if ns is not None else None
-                                       for m, ns in found.items()})
+        # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
+        # run, the decoder and serving compositions run over it
+        return Implementation(name, **{m: _composed(name, ns, m) for m, ns in found.items()})
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
 

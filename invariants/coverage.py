@@ -37,6 +37,13 @@ class RecordingNamespace:
         object.__setattr__(self, "_recorder", recorder)
 
     def __getattr__(self, name: str):
+        from impl.compose import Composed
+        if isinstance(self._ns, Composed):
+            # only the candidate's own functions count; the fallback's compositions are handed this proxy
+            # as `ops`, so the candidate functions they call are recorded too
+            if name in self._ns.provided:
+                return _recorded(self._ns.provided[name], f"{self._mechanism}.{name}", self._recorder)
+            return self._ns.resolve(name, self)
         attr = getattr(self._ns, name)
         if name.startswith("_") or not callable(attr) or isinstance(attr, type):
             return attr

@@ -1,0 +1,74 @@
+"""A candidate that provides SOME of a mechanism's functions, run inside the project's compositions.
+
+A namespace that brings only `chunked` gets the rest from a fallback (our Triton implementation), and
+the fallback's compositions (`kda.sublayer`, `mla.sublayer`, `moe.forward`: each module's COMPOSITIONS)
+call the candidate's functions wherever it provides them: they take the namespace they compose over as
+`ops`, and a composed namespace passes itself. So one changed kernel is exercised by every path that
+uses it (sublayer, paths, packed, the whole decoder, serving), not only by its own unit check.
+
+What came from where is recorded (`provided`, `fallback_name`) for the report; invariants/coverage.py
+counts only the candidate's own functions as covered.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+
+class Composed:
+    """One mechanism's namespace: the candidate's functions where it provides them, else the fallback's,
+    the fallback's compositions calling back into this namespace."""
+
+    def __init__(self, mechanism: str, provided: dict, fallback: Any, fallback_name: str):
+        self.mechanism, self.provided = mechanism, dict(provided)
+        self.fallback, self.fallback_name = fallback, fallback_name
+        self.compositions = dict(getattr(fallback, "COMPOSITIONS", {}))
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
+                                             "compositions"):
+            raise AttributeError(name)
+        return self.resolve(name, self)
+
+    def resolve(self, name: str, ops: Any):
+        """`name` as seen through `ops` (this namespace, or a recording proxy over it)."""
+        if name in self.provided:
+            return self.provided[name]
+        if name in self.compositions:
+            return functools.partial(getattr(self.fallback, name), ops=ops)
+        return getattr(self.fallback, name)
+
+    def origin(self, name: str) -> str:
+        """"candidate", "<fallback> composing the candidate's f, g" or "<fallback>"."""
+        if name in self.provided:
+            return "candidate"
+        used = [f for f in self.compositions.get(name, ()) if f in self.provided]
+        return f"{self.fallback_name} composing the candidate's {', '.join(used)}" if used else self.fallback_name
+
+    def __repr__(self) -> str:
+        return (f"<{self.mechanism} namespace: candidate {sorted(self.provided)}, the rest from "
+                f"{self.fallback_name}>")
+
+
+def provides(ns: Any) -> bool:
+    """True when a candidate's namespace holds at least one function of its own."""
+    return ns is not None and not (isinstance(ns, Composed) and not ns.provided)
+
+
+def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "triton") -> Any:
+    """`ns` itself when it provides every one of `functions`; else a Composed namespace over the
+    fallback (only "triton": its compositions take `ops`; the torch baseline composes through `self`,
+    so a candidate extends it by subclassing). ns None (the candidate lacks the mechanism): the
+    fallback's whole namespace, for the decoder and serving compositions (provides() is False)."""
+    if ns is None:
+        return Composed(mechanism, {}, importlib.import_module(f"impl.{mechanism}"), fallback_name)
+    provided = {f: getattr(ns, f) for f in functions if callable(getattr(ns, f, None))}
+    if len(provided) == len(functions):
+        return ns
+    if fallback_name != "triton":
+        raise ValueError(f"fallback {fallback_name!r}: only 'triton' composes a partial namespace (subclass "
+                         f"impl.baseline's classes to extend the torch baseline)")
+    if not provided:
+        raise ValueError(f"its {mechanism} namespace provides none of {list(functions)}")
+    return Composed(mechanism, provided, importlib.import_module(f"impl.{mechanism}"), fallback_name)

@@ -1,0 +1,89 @@
+"""A candidate that provides some of a mechanism's functions runs inside our compositions
+(impl/compose.py), and coverage tells what of it ran (invariants/coverage.py).
+
+The candidates here wrap our own Triton `chunked`: one unchanged (must pass every path it reaches),
+one with a planted tail bug (must fail every path that uses chunked: the sublayer, the paths, packing,
+the whole decoder), never only its own unit check.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import impl.kda as ik
+from impl import registry
+from impl.compose import Composed, compose, provides
+from invariants.engine import run_check
+from invariants.matrix import BY_NAME
+from invariants.target import Target
+from oracle.config import Geometry
+
+TINY = Geometry.preset("tiny")
+
+
+class OnlyChunked:
+    """Our chunked, unchanged: the rest of kda comes from the fallback."""
+
+    @staticmethod
+    def chunked(*args, **kwargs):
+        return ik.chunked(*args, **kwargs)
+
+
+class TailDropped:
+    """A chunked prefill that zeroes the last token's output."""
+
+    @staticmethod
+    def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        o, s, b = ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+        o = o.clone()
+        o[:, -1] = 0
+        return o, s, b
+
+
+class Nothing:
+    """A kda namespace with none of the kda functions (a typo, a wrong object)."""
+
+
+def _run(name: str, check: str, n: int = 2):
+    cand = Target(registry.get(f"test_compose:{name}"), "cpu", torch.float32)
+    base = Target(registry.get("torch"), "cpu", torch.float32)
+    return run_check(BY_NAME[check], TINY, cand, base, "ci", max_examples=n)
+
+
+def test_a_partial_namespace_is_completed_from_triton_and_says_what_came_from_where():
+    ns = registry.get("test_compose:OnlyChunked").kda
+    assert isinstance(ns, Composed) and sorted(ns.provided) == ["chunked"]
+    assert ns.decode is ik.decode and ns.recurrent is ik.recurrent
+    assert ns.origin("chunked") == "candidate" and ns.origin("decode") == "triton"
+    assert ns.origin("sublayer") == "triton composing the candidate's chunked"
+    # a mechanism the candidate lacks is the fallback's, for the decoder; its own checks do not run
+    mla = registry.get("test_compose:OnlyChunked").mla
+    assert isinstance(mla, Composed) and not provides(mla) and provides(ns)
+
+
+def test_a_complete_namespace_is_used_as_it_is_and_an_empty_one_is_refused():
+    assert compose("kda", ik, registry.FUNCTIONS["kda"]) is ik
+    with pytest.raises(ValueError, match=r"provides none of \['recurrent', 'chunked', 'decode', 'sublayer'\]"):
+        registry.get("test_compose:Nothing")
+
+
+@pytest.mark.parametrize("check", ["kda.chunked", "kda.sublayer", "kda.packed"])
+def test_an_unchanged_partial_candidate_passes_every_path_it_reaches_and_is_covered_there(check):
+    r = _run("OnlyChunked", check)
+    assert r.status == "pass" and r.covered == ("kda.chunked",), r
+
+
+def test_a_check_that_only_reaches_the_fallback_is_not_covered():
+    r = _run("OnlyChunked", "kda.decode")
+    assert r.status == "not covered" and r.covered == (), r
+
+
+@pytest.mark.parametrize("check", ["kda.chunked", "kda.sublayer", "kda.packed"])
+def test_a_bug_in_the_one_provided_function_fails_every_path_that_uses_it(check):
+    r = _run("TailDropped", check, n=4)
+    assert r.status == "fail" and not r.crashed and "kda.chunked" in r.covered, r
+
+
+def test_the_bug_reaches_the_whole_decoder():
+    r = _run("TailDropped", "model.paths", n=1)
+    assert r.status == "fail" and r.covered == ("kda.chunked",), r
