@@ -28,6 +28,8 @@ EPILOG = """examples:
   glmgate run --require-reference          also exit 1 when that cross-check cannot run (no transformers)
   glmgate run --device cuda --profile gpu  reproducible GPU verdicts: the same 40 examples every run
   glmgate run --device cuda --profile explore   nightly: 150 random examples, new failures kept in .hypothesis-db
+  glmgate gate --candidate mykernels:KDA   one merge verdict: pass / FAIL / REGRESSION / NOT COVERED per
+                                           check (--junit r.xml --markdown pr.md for CI)
   glmgate zoo                              every planted mutant must be caught
   glmgate repro '<json printed by a failure>'
   glmgate contracts
@@ -232,45 +234,6 @@ def _select(args):
     return checks, reference
 
 
-def _provided(checks, impl, console):
-    """(the checks `impl` can run, a "not run" row for each other one): a check calls its namespaces
-    (Check.namespaces); a candidate that provides none of them is not run there, said once before any
-    example runs (one that provides some is run, and coverage says whether its functions ran)."""
-    from impl.compose import provides
-    from impl.registry import MECHANISMS
-    from invariants.engine import CheckResult
-
-    runnable, rows = [], []
-    for c in checks:
-        needed = c.namespaces(MECHANISMS)
-        if not any(provides(getattr(impl, m, None)) for m in needed):
-            rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
-                                    f"{impl.name!r} provides no {', '.join(needed)} namespace (the ones this "
-                                    f"check calls)", None, {}, 0.0))
-        else:
-            runnable.append(c)
-    if rows:
-        console.print(f"not run: {len(rows)} checks need namespaces {impl.name!r} does not provide: "
-                      f"{', '.join(r.check for r in rows)}", markup=False)
-    for line in composition_lines(impl):
-        console.print(line, markup=False)
-    return runnable, rows
-
-
-def composition_lines(impl) -> list[str]:
-    """One line per partially provided mechanism: what the candidate brings, what the fallback does."""
-    from impl.compose import Composed
-    from impl.registry import FUNCTIONS, MECHANISMS
-
-    out = []
-    for m in MECHANISMS:
-        ns = getattr(impl, m, None)
-        if isinstance(ns, Composed) and ns.provided:
-            rest = "; ".join(f"{m}.{f} from {ns.origin(f)}" for f in FUNCTIONS[m] if f not in ns.provided)
-            out.append(f"{m}: the candidate provides {', '.join(sorted(ns.provided))}; {rest}")
-    return out
-
-
 def _interrupted_rows(checks, reference, results):
     """A "not run" row for every selected check a Ctrl-C stopped before it finished."""
     from invariants.engine import REFERENCE_CHECK, CheckResult
@@ -354,6 +317,8 @@ def list_checks(console) -> None:
 
 
 def cmd_run(args) -> int:
+    from gate.merge_gate import provided_checks
+
     if args.list:
         list_checks(_rich())
         return 0
@@ -375,7 +340,7 @@ def cmd_run(args) -> int:
     console = _rich(stderr=args.json == "-")
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
-    checks, unprovided = _provided(checks, cand.impl, console)
+    checks, unprovided = provided_checks(checks, cand.impl, console)
     results, interrupted = list(unprovided), False
     try:
         _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results)
@@ -462,6 +427,11 @@ def cmd_contracts(args) -> int:
     return 0
 
 
+def cmd_gate(args) -> int:
+    from gate.merge_gate import cmd_gate as run
+    return run(args)
+
+
 def cmd_zoo(args) -> int:
     from gate import zoo
     return zoo.cmd_zoo(args)
@@ -480,49 +450,8 @@ def cmd_bench(args, rest) -> int:
 
 
 def cmd_checkpoint(args) -> int:
-    from oracle import checkpoint as ock
-    from oracle.config import ConfigError
-
-    if args.action == "make-tiny":
-        g = _geometry(args)
-        d = ock.write_random(args.dir, g, args.seed, nvfp4=args.nvfp4)
-        experts = f", routed experts NVFP4 ({args.nvfp4})" if args.nvfp4 else ""
-        print(f"wrote {d}/model.safetensors and config.json ({len(ock.tensor_map(d))} tensors, "
-              f"geometry {args.config or args.geometry}, seed {args.seed}{experts})")
-        return 0
-    try:
-        w = ock.load(args.dir)
-    except (ock.CheckpointError, ConfigError, OSError) as e:
-        raise UsageError(f"checkpoint inspect: {e}")
-    g = w.geometry
-    layout = next((lw.mlp.nvfp4.layout for lw in w.layers if getattr(lw.mlp, "nvfp4", None) is not None), None)
-    print(f"{args.dir}: {g.num_hidden_layers} layers, hidden {g.hidden_size}, vocab {g.vocab_size}, "
-          f"kpool {g.index_kpool} ({g.index_slots} slots), {g.n_routed_experts} experts top-{g.num_experts_per_tok}"
-          f", routed experts {'NVFP4 (' + layout + ' layout)' if layout else 'unquantized'}")
-    for lw in w.layers:
-        kind = "KDA" if lw.kda is not None else f"DSA({lw.indexer_type})"
-        mlp = type(lw.mlp).__name__.replace("Weights", "") + ("+NVFP4" if getattr(lw.mlp, "nvfp4", None) else "")
-        state = (f"state: recurrent [B,{g.linear_num_heads},{g.linear_head_dim},{g.linear_head_dim}] f32 + conv "
-                 f"[B,{g.conv_dim},{g.linear_conv_kernel_dim}]" if lw.kda is not None else
-                 f"state: latent [B,T,{g.kv_lora_rank}]" + (f" + indexer rows [B,T,{2 * g.index_head_dim + 1}]"
-                                                           if lw.indexer is not None else ""))
-        print(f"  layer {lw.index:3d}  {kind:14s} {mlp:9s} {state}")
-    if layout:
-        _print_nvfp4(args.dir, g, layout)
-    if args.tensors:
-        for name, shape, dtype in ock.tensor_map(args.dir):
-            print(f"    {name:90s} {str(list(shape)):20s} {dtype}")
-    return 0
-
-
-def _print_nvfp4(directory, g, layout: str) -> None:
-    """The quantized expert tensors on disk (NVFP4.md A5): expert 0 of each sparse layer, dtype and shape."""
-    from oracle import checkpoint as ock
-
-    print(f"  NVFP4 routed experts, {layout} layout (expert 0 shown; {g.n_routed_experts} per layer):")
-    for name, shape, dtype in ock.tensor_map(directory):
-        if ".mlp.experts.0." in name:          # every tensor of an expert is quantized in both layouts
-            print(f"    {name:72s} {dtype:8s} {list(shape)}")
+    from gate.checkpoint_cmd import cmd_checkpoint as run
+    return run(args)
 
 
 def cmd_kernels(args, rest) -> int:
@@ -559,6 +488,24 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--device", default=None)
     rp.add_argument("--dtype", default=None)
     rp.set_defaults(fn=cmd_repro)
+
+    gt = sub.add_parser("gate", help="one verdict for a merge: the candidate on every check it covers, its "
+                                     "margins against a peer's on the same examples (exit 1 on a broken "
+                                     "contract or a regression)")
+    _common(gt)
+    gt.add_argument("--candidate", required=True, help="pkg.mod:obj (docs/candidates.md), triton, torch or "
+                                                       "mutant:<name>")
+    gt.add_argument("--baseline", default="triton", help="the peer whose margins a regression is measured "
+                                                         "against: triton (default), torch or pkg.mod:obj")
+    gt.add_argument("--mechanism", default=None, help="comma-separated mechanisms (default: all)")
+    gt.add_argument("--check", action="append", help="only this check (repeatable)")
+    gt.add_argument("--regression-factor", type=float, default=None,
+                    help="flag a passing check whose p50 or max error/limit exceeds this many times the peer's "
+                         "(and 0.05 of the limit); default 4 (gate/merge_gate.py REGRESSION_FACTOR)")
+    gt.add_argument("--json", default=None, help="write the verdict as JSON to this path ('-' = stdout)")
+    gt.add_argument("--junit", default=None, help="write JUnit XML (one testcase per check) to this path")
+    gt.add_argument("--markdown", default=None, help="write a markdown summary (a PR comment) to this path")
+    gt.set_defaults(fn=cmd_gate)
 
     c = sub.add_parser("contracts", help="print the declared contract table")
     c.set_defaults(fn=cmd_contracts)

@@ -257,7 +257,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     except Exception as e:
         return done("error", message=describe_exception(e))
     if not recorder.called and isinstance(cand, Target):
-        return done("not covered", message=f"{n[0]} examples held, but none of {cand.impl.name!r}'s functions "
+        return done("not covered", message=f"{n[0]} examples held, but no function of {cand.impl.name} "
                                            f"ran: this check tested nothing of it")
     return done("pass")
 

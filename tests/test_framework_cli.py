@@ -1,7 +1,7 @@
 """The CLI end to end, in process: run, a failure's report and its repro line, contracts, errors,
 `glmgate run --mechanism model` and its reference cross-check, checkpoint make-tiny / inspect.
 
-The only test files that import the CLI are this one, tests/test_framework_cli_run.py and tests/test_framework_cli_zoo.py: every
+The only test files that import the CLI are this one and tests/test_framework_cli_{run,zoo,gate}.py: every
 other test calls the engine (invariants/engine.py) or the library underneath.
 """
 from __future__ import annotations
