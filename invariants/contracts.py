@@ -91,8 +91,12 @@ class Contract(NamedTuple):
                                      f"in {declared_in(self.mechanism)}")
         return {f: float(self.gate[f][dtype]) for f in GATE_FIELDS}
 
-    def limit(self, dtype: str, baseline_err: Optional[float] = None) -> float:
-        """The bound for this dtype (kernel_replacement: k · baseline error + floor)."""
+    def limit(self, dtype: str, baseline_err: Optional[float] = None, held_err: Optional[float] = None) -> float:
+        """The bound for this dtype (kernel_replacement: k · min(baseline error, cap) + floor).
+
+        held_err: exact arithmetic's error on the inputs as the dtype holds them. The cap never takes the
+        limit below k · held_err: that error is the example's own conditioning (no implementation in this
+        dtype can beat it), not a baseline gone astray, which is what the cap is for."""
         table = self.floor if self.kind == "kernel_replacement" else self.bound
         if dtype not in table:
             raise UndeclaredContract(
@@ -101,7 +105,7 @@ class Contract(NamedTuple):
         if self.kind == "kernel_replacement":
             if baseline_err is None:
                 raise ValueError(f"contract {self.key}: kernel_replacement needs the baseline's error")
-            return self.k * min(baseline_err, self._cap(dtype)) + table[dtype]
+            return self.k * max(min(baseline_err, self._cap(dtype)), held_err or 0.0) + table[dtype]
         return table[dtype]
 
     @property
@@ -350,7 +354,7 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
         # a different shape (e.g. another number of kept pools) is a broken contract, not a crash
         return Verdict(contract, dtype, float("inf"), 0.0, None, None, f"shape {cs} vs oracle {rs}")
     m = metrics(candidate, reference)
-    base = None
+    base = held = None
     if contract.kind == "kernel_replacement":
         if baseline is None:
             raise ValueError(f"{contract.key}: a kernel_replacement comparison needs a baseline")
@@ -367,7 +371,9 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
     ill = base is not None and contract.capped(dtype, base)
     if ill:
         label("ill-conditioned: baseline error above its cap")
-    return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base), m, base,
+    if held is not None and contract.capped(dtype, held):
+        label("ill-conditioned inputs: exact arithmetic on the rounded inputs errs above the cap")
+    return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base, held), m, base,
                    ill_conditioned=ill)
 
 

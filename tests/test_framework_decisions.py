@@ -117,6 +117,24 @@ def test_a_baseline_above_its_cap_is_ill_conditioned_and_cannot_loosen_the_limit
     assert not v.ok
 
 
+def test_inputs_whose_exact_arithmetic_errs_above_the_cap_set_the_limit_not_the_cap():
+    """A 1-token KDA sublayer in bf16 whose output cancels (H200, kda.sublayer seed 13671): exact
+    arithmetic on the bf16-rounded inputs is 0.109 off, baseline and kernel 0.23. The cap (0.03) guards
+    against a baseline gone astray; it must not take the limit below what the rounded inputs force."""
+    c = ct.lookup("kda", "sublayer", "output")
+    cap, floor = c.cap["bfloat16"], c.floor["bfloat16"]
+    ref = np.linspace(1, 2, 64)
+    held = ref * (1 + 4 * cap)                                   # exact arithmetic, rounded inputs
+    base = ref * (1 + 8 * cap)
+    v = ct.judge(c, "bfloat16", ref * (1 + 8 * cap), ref, base, held_reference=held)
+    assert v.ill_conditioned and v.ok
+    assert v.limit == pytest.approx(c.k * 4 * cap + floor)
+    # the same candidate without the held reference: the cap holds, and it fails
+    assert not ct.judge(c, "bfloat16", ref * (1 + 8 * cap), ref, base).ok
+    # ... and with it, a candidate well beyond k x held still fails
+    assert not ct.judge(c, "bfloat16", ref * (1 + 2 * c.k * 4 * cap), ref, base, held_reference=held).ok
+
+
 def test_the_baseline_is_measured_against_its_own_conditioned_reference():
     """The baseline picked other tokens than the candidate: its error counts against the oracle run with
     ITS choice (here exact), so the limit is the floor and a candidate off by 10% fails."""
