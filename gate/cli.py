@@ -252,6 +252,7 @@ def _report(results, args, console) -> None:
     console.print(summary_line(summarize(results)), markup=False)
     for r in results:
         called = f"; called {', '.join(r.covered)}" if r.covered else ""
+        called += f"; NOT COVERED (not provided): {', '.join(r.not_provided)}" if r.not_provided else ""
         console.print(f"  {r.check}: worst seen {r.worst_line or '-'}{called}", style="dim", markup=False)
     for r in (r for r in results if r.status == "not run"):
         console.print(f"\n[bold yellow]{r.check} NOT RUN[/]")

@@ -60,6 +60,9 @@ def composition_lines(impl) -> list[str]:
         if isinstance(ns, Composed) and ns.provided:
             rest = "; ".join(f"{m}.{f} from {ns.origin(f)}" for f in FUNCTIONS[m] if f not in ns.provided)
             out.append(f"{m}: the candidate provides {', '.join(sorted(ns.provided))}; {rest}")
+    if getattr(impl, "not_provided", None):
+        out.append(f"not provided (declared NOT_PROVIDED): {', '.join(sorted(impl.not_provided))}: their "
+                   f"comparisons are NOT COVERED, never judged")
     return out
 
 
@@ -83,7 +86,11 @@ def verdict(cand, peer, factor: float = REGRESSION_FACTOR) -> GateRow:
             return GateRow(cand.check, "regression", cand, peer,
                            f"{stat} error/limit {c:.3g} is {c / p if p > 0 else float('inf'):.3g}x the peer's "
                            f"{p:.3g} on the same examples (allowed: {factor:g}x)")
-    return GateRow(cand.check, "pass", cand, peer, "")
+    return GateRow(cand.check, "pass", cand, peer, _uncovered(cand))
+
+
+def _uncovered(cand) -> str:
+    return f"not covered (not provided): {', '.join(cand.not_provided)}" if cand.not_provided else ""
 
 
 def exit_code(rows) -> int:
@@ -135,7 +142,7 @@ def markdown(rows, meta: dict) -> str:
            f"({meta['dtype']}), profile {meta['profile']}: {summary(rows)}", "",
            "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
-    bad = [r for r in rows if r.status not in ("pass",)]
+    bad = [r for r in rows if r.status != "pass" or r.note]
     if bad:
         out += ["", "<details><summary>why</summary>", ""]
         for r in bad:
@@ -168,7 +175,8 @@ def junit(rows, meta: dict) -> str:
         elif r.status in ("not covered", "not run"):
             ET.SubElement(case, "skipped", message=f"{r.status}: {r.note[:500]}")
         if r.candidate.covered:
-            ET.SubElement(case, "system-out").text = "called: " + ", ".join(r.candidate.covered)
+            ET.SubElement(case, "system-out").text = "called: " + ", ".join(r.candidate.covered) + (
+                f"\n{r.note}" if r.status == "pass" and r.note else "")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
@@ -216,7 +224,7 @@ def cmd_gate(args) -> int:
     console.print(table(rows, "glmgate gate"))
     console.print(summary(rows), markup=False)
     for r in rows:
-        if r.status not in ("pass",):
+        if r.status != "pass" or r.note:
             console.print(f"  {r.check} {r.status.upper()}: {r.note}", markup=False)
             if r.candidate.repro and r.status in ("fail", "error"):
                 console.print(f"    {r.candidate.repro}", soft_wrap=True, markup=False)

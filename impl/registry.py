@@ -27,6 +27,10 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
+# per mechanism, the outputs a candidate may leave out ("function.output": what comparing it checks). A
+# namespace declares the ones it does not compute as NOT_PROVIDED = ("chunked.boundary_states",) and
+# returns None in their place; their comparisons are then "not covered", said before any example runs
+OPTIONAL = {"kda": {"chunked.boundary_states": "the state at the end of every full chunk (kda.chunked)"}}
 
 
 def _check(name: str, ns: Any, mechanism: str = "kda") -> Any:
@@ -72,9 +76,27 @@ def get(name: str) -> Implementation:
             found["kda"] = obj
         # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
         # run, the decoder and serving compositions run over it
-        return Implementation(name, **{m: _composed(name, ns, m) for m, ns in found.items()})
+        omitted = frozenset(o for m, ns in found.items() for o in not_provided(name, ns, m))
+        return Implementation(name, **{m: _composed(name, ns, m) for m, ns in found.items()},
+                              not_provided=omitted)
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
+
+
+def not_provided(name: str, ns: Any, mechanism: str) -> tuple[str, ...]:
+    """The outputs namespace `ns` declares it does not compute (its NOT_PROVIDED), as
+    "mechanism.function.output", refused with the list of optional ones when one is not optional."""
+    declared = getattr(ns, "NOT_PROVIDED", ()) if ns is not None else ()
+    if isinstance(declared, str) or not all(isinstance(d, str) for d in declared):
+        raise ValueError(f"implementation {name!r}: {mechanism}.NOT_PROVIDED must be a tuple of "
+                         f"'function.output' strings, got {declared!r}")
+    optional = OPTIONAL.get(mechanism, {})
+    bad = [d for d in declared if d not in optional]
+    if bad:
+        known = ", ".join(f"{k} ({v})" for k, v in optional.items()) or "none"
+        raise ValueError(f"implementation {name!r}: {mechanism}.NOT_PROVIDED names {bad}, which are not "
+                         f"optional outputs; optional {mechanism} outputs: {known}")
+    return tuple(f"{mechanism}.{d}" for d in declared)
 
 
 def _load_candidate(name: str, mod: str, attr: str) -> Any:

@@ -60,6 +60,7 @@ class CheckResult(NamedTuple):
     ill_conditioned_examples: int = 0   # examples where the baseline's error exceeded its cap
     covered: tuple = ()          # the candidate's functions the check called ("kda.chunked", ...)
     crashed: bool = False        # a "fail" where the candidate raised (CheckCrashed), not a broken contract
+    not_provided: tuple = ()     # quantities not judged: outputs the candidate declares it does not provide
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -99,10 +100,11 @@ class Tally:
         return {"p50": percentile(self.ratios, 50), "p99": percentile(self.ratios, 99), "max": max(self.ratios)}
 
     def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
-               message: str = "", repro=None, events=None, covered=(), crashed=False) -> CheckResult:
+               message: str = "", repro=None, events=None, covered=(), crashed=False,
+               not_provided=()) -> CheckResult:
         return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
                            repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill,
-                           tuple(sorted(covered)), crashed)
+                           tuple(sorted(covered)), crashed, tuple(sorted(not_provided)))
 
 
 def _where(frame: traceback.FrameSummary) -> str:
@@ -132,13 +134,14 @@ def _repro(check: Check, case, cand: Target) -> str:
     return repro_line(check.name, case_to_json(case), cand.impl.name, cand.device, cand.dtype_name)
 
 
-def run_one(check: Check, case, cand: Target, base: Target):
-    """Evaluate one case; raise ContractBroken / CheckCrashed on failure; return the verdicts.
+def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None):
+    """Evaluate one case; raise ContractBroken / CheckCrashed on failure; return the verdicts (the
+    comparisons of outputs the candidate does not provide are added to `skipped`, not judged).
 
     An undeclared contract or a Hypothesis error is the check's own fault, not the candidate's: it
     propagates unwrapped (run_check reports it as an error)."""
     try:
-        verdicts = evaluate(check, case, cand, base)
+        verdicts = evaluate(check, case, cand, base, skipped)
     except (AssertionError, UndeclaredContract, HypothesisException):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
@@ -204,7 +207,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     recorder = Recorder()
     if isinstance(cand, Target):
         cand = cand._replace(impl=recording(cand.impl, recorder))
-    tally, n, calls = Tally(), [0], [0]
+    tally, n, calls, skipped = Tally(), [0], [0], set()
     labels.COUNTS.clear()
     t0 = time.time()
 
@@ -217,7 +220,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         n[0] += 1
         on_example()
         try:
-            verdicts = run_one(check, case, cand, base)
+            verdicts = run_one(check, case, cand, base, skipped)
         except ContractBroken as e:
             tally.add(e.verdicts, case_to_json(case))
             tally.closed = True
@@ -232,7 +235,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
 
     def done(status, **kw):
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
-                            covered=recorder.called, **kw)
+                            covered=recorder.called, not_provided=skipped, **kw)
 
     try:
         n_ex = examples_for(check, profile, str(cand.device), max_examples)

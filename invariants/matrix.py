@@ -8,6 +8,8 @@ pytest assert the same thing.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_checks, moe_checks, nvfp4_checks
 from invariants import serving_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
@@ -55,12 +57,22 @@ def case_of(d: dict):
     return case_from_json(d, CASE_TYPES)
 
 
-def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
-    """Run one case and judge every comparison under its declared contract."""
+def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None) -> list[Verdict]:
+    """Run one case and judge every comparison under its declared contract; a comparison of an output
+    the candidate declares it does not provide (Implementation.not_provided) is not judged but added
+    to `skipped` ("kda.chunked.boundary_states")."""
     out = []
+    omitted = getattr(cand.impl, "not_provided", frozenset())
     for cmp in check.run(case, cand, base):
+        key = f"{check.mechanism}.{cmp.path}.{cmp.quantity}"
+        if key in omitted:
+            if skipped is not None:
+                skipped.add(key)
+            continue
         contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
-        if cmp.kind in DECISION_KINDS:
+        if cmp.candidate is None:
+            out.append(_missing(contract, cand, key))
+        elif cmp.kind in DECISION_KINDS:
             out.append(judge_decision(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.where))
         else:
             v = judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
@@ -68,6 +80,19 @@ def evaluate(check: Check, case, cand: Target, base: Target) -> list[Verdict]:
             out.append(v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else
                                   (cmp.where or v.detail)))
     return out
+
+
+def _missing(contract, cand: Target, key: str) -> Verdict:
+    """A broken contract for an output the candidate returned as None without declaring it optional."""
+    from impl.registry import OPTIONAL
+
+    mechanism, rest = key.split(".", 1)
+    hint = (f"; if it does not compute it, declare NOT_PROVIDED = ({rest!r},) on its {mechanism} namespace "
+            f"(reported as not covered)" if rest in OPTIONAL.get(mechanism, {}) else
+            " (this output is not optional)")
+    return Verdict(contract, cand.dtype_name, float("inf"), 0.0, None, None,
+                   f"{cand.impl.name} returned None for {key}{hint}")
+
 
 from impl.mutants import validate as _validate_mutants  # noqa: E402  (after CHECKS: each mutant names one)
 _validate_mutants(CHECKS)

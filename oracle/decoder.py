@@ -37,7 +37,9 @@ class Implementation:
     (impl/registry.py names them: "triton", "torch", "mutant:<name>", a candidate; oracle.model.ORACLE).
 
     model: the whole-decoder namespace (forward, deserialize; None: impl.model's composition);
-    serving: a serving engine class over a model (None: impl.serving.Engine).
+    serving: a serving engine class over a model (None: impl.serving.Engine);
+    not_provided: the outputs it declares it does not compute ("kda.chunked.boundary_states": it returns
+    None there; impl.registry.OPTIONAL): their comparisons are not covered, never judged.
     """
 
     name: str
@@ -49,6 +51,7 @@ class Implementation:
     nvfp4: Any = None
     model: Any = None
     serving: Any = None
+    not_provided: frozenset = frozenset()
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)

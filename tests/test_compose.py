@@ -87,3 +87,57 @@ def test_a_bug_in_the_one_provided_function_fails_every_path_that_uses_it(check)
 def test_the_bug_reaches_the_whole_decoder():
     r = _run("TailDropped", "model.paths", n=1)
     assert r.status == "fail" and r.covered == ("kda.chunked",), r
+
+
+class NoBoundaries:
+    """A chunked prefill that computes no boundary states, and says so."""
+
+    NOT_PROVIDED = ("chunked.boundary_states",)
+
+    @staticmethod
+    def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        o, s, _ = ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, False)
+        return o, s, None
+
+
+class SilentlyNoBoundaries:
+    """The same, without declaring it."""
+
+    chunked = NoBoundaries.chunked
+
+
+class NoBoundariesTailDropped(NoBoundaries):
+    """Declares boundary states not provided, and zeroes the last token's output: still judged there."""
+
+    @staticmethod
+    def chunked(*args, **kwargs):
+        o, s, b = NoBoundaries.chunked(*args, **kwargs)
+        o = o.clone()
+        o[:, -1] = 0
+        return o, s, b
+
+
+class NotOptional:
+    NOT_PROVIDED = ("chunked.final_state",)
+    chunked = OnlyChunked.chunked
+
+
+def test_a_declared_missing_output_is_not_covered_and_the_rest_is_judged():
+    impl = registry.get("test_compose:NoBoundaries")
+    assert impl.not_provided == frozenset({"kda.chunked.boundary_states"})
+    r = _run("NoBoundaries", "kda.chunked")
+    assert r.status == "pass" and r.not_provided == ("kda.chunked.boundary_states",), r
+    # the output and the final state are still judged: a bug there fails
+    bad = _run("NoBoundariesTailDropped", "kda.chunked", n=4)
+    assert bad.status == "fail" and "chunked.output" in bad.message, bad
+
+
+def test_an_undeclared_missing_output_fails_at_the_first_example_saying_how_to_declare_it():
+    r = _run("SilentlyNoBoundaries", "kda.chunked", n=4)
+    assert r.status == "fail" and r.examples == 1, r
+    assert "returned None for kda.chunked.boundary_states" in r.message and "NOT_PROVIDED" in r.message, r
+
+
+def test_only_optional_outputs_may_be_declared_not_provided():
+    with pytest.raises(ValueError, match=r"not optional outputs; optional kda outputs: chunked.boundary_states"):
+        registry.get("test_compose:NotOptional")

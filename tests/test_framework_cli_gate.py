@@ -42,6 +42,17 @@ class Noisy:
         return o + 2e-6 * o.abs().mean() * torch.randn(o.shape, generator=gen), s, b
 
 
+class NoBoundaries:
+    """Declares that its chunked computes no boundary states (and returns None there)."""
+
+    NOT_PROVIDED = ("chunked.boundary_states",)
+
+    @staticmethod
+    def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        o, s, _ = ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, False)
+        return o, s, None
+
+
 class Raises:
     @staticmethod
     def chunked(*args, **kwargs):
@@ -87,6 +98,19 @@ def test_a_kernel_inside_its_contract_but_far_worse_than_the_peer_is_a_regressio
     assert row["status"] == "regression" and rc == cli.EXIT_BROKEN, row   # ... but a regression
     assert row["candidate"]["margin"]["p50"] > merge_gate.REGRESSION_FACTOR * row["peer"]["margin"]["p50"]
     assert next(xml.iter("testcase")).find("failure").get("type") == "regression"
+
+
+def test_a_declared_missing_output_is_said_before_the_examples_and_not_covered_in_every_output(tmp_path, capsys):
+    rc, data, xml = _gate(tmp_path, "NoBoundaries", "kda.chunked", examples=2)
+    out = capsys.readouterr().out
+    said = out.index("not provided (declared NOT_PROVIDED): kda.chunked.boundary_states")
+    assert said < out.index("kda.chunked: pass"), out       # before any example runs
+    row = data["checks"][0]
+    assert rc == cli.EXIT_PASS and row["status"] == "pass", row
+    assert row["candidate"]["not_provided"] == ["kda.chunked.boundary_states"]
+    assert "not covered (not provided): kda.chunked.boundary_states" in row["note"]
+    assert "kda.chunked.boundary_states" in next(xml.iter("testcase")).find("system-out").text
+    assert "not covered (not provided)" in (tmp_path / "pr.md").read_text()
 
 
 def test_a_kernel_that_raises_exits_3(tmp_path):
