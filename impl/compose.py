@@ -24,10 +24,12 @@ class Composed:
         self.mechanism, self.provided = mechanism, dict(provided)
         self.fallback, self.fallback_name = fallback, fallback_name
         self.compositions = dict(getattr(fallback, "COMPOSITIONS", {}))
+        from impl.registry import FAST_PATHS
+        self.fast_paths = FAST_PATHS.get(mechanism, {})
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
-                                             "compositions"):
+                                             "compositions", "fast_paths"):
             raise AttributeError(name)
         return self.resolve(name, self)
 
@@ -37,6 +39,11 @@ class Composed:
             return self.provided[name]
         if name in self.compositions:
             return functools.partial(getattr(self.fallback, name), ops=ops)
+        if any(f in self.provided for f in self.fast_paths.get(name, ())):
+            # the fallback's fused kernel would bypass the candidate's own functions: callers take the
+            # unfused path (hasattr / getattr with a default see no such attribute)
+            raise AttributeError(f"{name}: the candidate provides {', '.join(self.fast_paths[name])} "
+                                 f"and not this fused path, so the fallback's is hidden")
         return getattr(self.fallback, name)
 
     def origin(self, name: str) -> str:
@@ -66,6 +73,8 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
     provided = {f: getattr(ns, f) for f in functions if callable(getattr(ns, f, None))}
     if len(provided) == len(functions):
         return ns
+    from impl.registry import FAST_PATHS
+    provided.update({f: getattr(ns, f) for f in FAST_PATHS.get(mechanism, {}) if callable(getattr(ns, f, None))})
     if fallback_name != "triton":
         raise ValueError(f"fallback {fallback_name!r}: only 'triton' composes a partial namespace (subclass "
                          f"impl.baseline's classes to extend the torch baseline)")

@@ -15,18 +15,24 @@ from oracle.decoder import Implementation
 MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
 # per mechanism, exactly the functions the checks call on a candidate (directly, or through the
 # compositions: kda.sublayer -> chunked / decode, mla.sublayer -> project / absorbed, moe.forward ->
-# route / experts / shared_expert, the decoder -> mhc.expand / reduce); `glmgate run` lists per check
-# the ones it called
+# route / experts / shared_expert; the decoder -> mhc.expand / reduce and moe.dense_mlp on its dense
+# layers); tests/test_framework_functions.py holds it to that. `glmgate run` lists per check the ones
+# it called
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "dsa": ("index_rows", "index"),
              "mla": ("project", "absorbed", "sublayer"),
              "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),
-             "moe": ("route", "experts", "shared_expert", "forward"),
+             "moe": ("route", "experts", "shared_expert", "dense_mlp", "forward"),
              "nvfp4": ("quantize", "dequantize", "dequantize_swizzled"),
              # the whole decoder over the other namespaces: impl.model.forward, impl.state's deserialize;
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
+# per mechanism, fused fast paths the decoder calls where a namespace has one, in place of the functions
+# they fuse (oracle.decoder.Decoder.hc_entry). Optional: a candidate may bring its own. The fallback's is
+# hidden from a candidate that provides any of the fused functions, or the decoder would run our kernel
+# instead of the candidate's coefficients / collapse
+FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse")}}
 # per mechanism, the outputs a candidate may leave out ("function.output": what comparing it checks). A
 # namespace declares the ones it does not compute as NOT_PROVIDED = ("chunked.boundary_states",) and
 # returns None in their place; their comparisons are then "not covered", said before any example runs

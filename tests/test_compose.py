@@ -141,3 +141,20 @@ def test_an_undeclared_missing_output_fails_at_the_first_example_saying_how_to_d
 def test_only_optional_outputs_may_be_declared_not_provided():
     with pytest.raises(ValueError, match=r"not optional outputs; optional kda outputs: chunked.boundary_states"):
         registry.get("test_compose:NotOptional")
+
+
+class OnlyCoefficients:
+    """Our mHC coefficients, unchanged: the decoder must call them, not our fused kernel."""
+
+    class mhc:
+        @staticmethod
+        def coefficients(w, X):
+            import impl.mhc as imhc
+            return imhc.coefficients(w, X)
+
+
+def test_a_candidates_coefficients_reach_the_decoder_instead_of_our_fused_kernel():
+    ns = registry.get("test_compose:OnlyCoefficients").mhc
+    assert not hasattr(ns, "fused_coefficients_collapse")
+    r = _run("OnlyCoefficients", "model.paths", n=1)
+    assert r.status == "pass" and r.covered == ("mhc.coefficients",), r

@@ -1,0 +1,68 @@
+"""impl.registry.FUNCTIONS is exactly what the checks call: every function it requires of a candidate is
+called by some check (directly or through a composition), and no check calls a mechanism function it
+does not list (which a candidate would then never be asked for, or would crash without).
+
+Two views, as a candidate would be run: a complete namespace (our Triton modules: the checks call the
+compositions, kda.sublayer, mla.sublayer, moe.forward, on it directly) and a namespace providing every
+function but the compositions (the compositions then come from the fallback and call the provided
+functions through the recording proxy, as they do for a partial candidate). Each record runs one case (its first pinned example; kda.rerun, which pins none, one drawn case) on our
+Triton implementation through the recording proxies the engine uses for coverage. serving.state_machine
+is left out on purpose: its engines run the same decoder composition as model.paths (one pinned
+program costs 15-40 s on the interpreter), and its calls are the decoder's.
+"""
+from __future__ import annotations
+
+import collections
+
+import torch
+from hypothesis import HealthCheck, find, settings
+
+from impl import registry
+from impl.compose import Composed
+from invariants.coverage import Recorder, recording
+from invariants.matrix import CHECKS
+from invariants.target import Target
+from oracle.config import Geometry
+
+RECORDS = [c for c in CHECKS if c.mechanism != "serving"]
+
+
+def _case(check):
+    if check.examples:
+        return check.examples[0]
+    return find(check.cases(Geometry.preset("tiny")), lambda c: True,
+                settings=settings(database=None, suppress_health_check=list(HealthCheck)))
+
+
+def _called(bundle) -> dict:
+    """mechanism -> the functions of `bundle` the records called, one case each."""
+    rec = Recorder()
+    cand = Target(recording(bundle, rec), "cpu", torch.float32)
+    base = Target(registry.get("torch"), "cpu", torch.float32)
+    for check in RECORDS:
+        check.run(_case(check), cand, base)
+    called = collections.defaultdict(set)
+    for name in rec.called:
+        mechanism, fn = name.split(".", 1)
+        called[mechanism].add(fn)
+    return called
+
+
+def _primitives(triton):
+    """Every mechanism as a candidate providing all its functions except the compositions."""
+    def ns(m):
+        mod = getattr(triton, m)
+        comps = getattr(mod, "COMPOSITIONS", {})
+        return Composed(m, {f: getattr(mod, f) for f in registry.FUNCTIONS[m] if f not in comps}, mod, "triton")
+    return triton._replace(**{m: ns(m) for m in registry.MECHANISMS})
+
+
+def test_the_required_functions_are_exactly_the_functions_the_checks_call():
+    triton = registry.get("triton")
+    whole, parts = _called(triton), _called(_primitives(triton))
+    for m in registry.MECHANISMS:
+        required, called = set(registry.FUNCTIONS[m]), whole[m] | parts[m]
+        # a fused fast path is called where a namespace has one (ours does), never required
+        called -= set(registry.FAST_PATHS.get(m, {}))
+        assert called == required, (f"{m}: required but never called {sorted(required - called)}; "
+                                    f"called but not required {sorted(called - required)}")
