@@ -3,7 +3,8 @@
 Thin: it calls the runner (invariants/engine.py) and renders.
 
 Subcommands: run (the matrix), repro (one shrunk case), contracts (the declared table), zoo (every
-planted mutant must be caught), bench (correctness-gated GPU benchmarks).
+planted mutant must be caught), bench (correctness-gated GPU benchmarks), db (the failure store that
+run and gate replay first: gate/failures_cmd.py).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ EPILOG = """examples:
                                            check (--junit r.xml --markdown pr.md for CI)
   glmgate zoo                              every planted mutant must be caught
   glmgate repro '<json printed by a failure>'
+  glmgate db list                          recorded failures, replayed first by run and gate (docs/failures.md)
   glmgate contracts
   glmgate bench --mechanism kda            on a GPU: our kernels vs flash-linear-attention
   glmgate bench --mechanism mla            sparse absorbed decode vs dense SDPA; index scoring vs torch
@@ -147,10 +149,14 @@ def _rich(stderr: bool = False):
     return Console(stderr=stderr, highlight=False, width=width)
 
 
-def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title, results=None):
-    """Run `checks` in order, appending each result to `results` as it finishes (so a Ctrl-C leaves
-    the finished ones there for the report); returns `results`."""
+def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, title, results=None,
+                store=None, replays=None):
+    """Run `checks` in order, each replaying its `replays` cases first and recording a new shrunk case
+    in `store` (gate/failures_cmd.py), appending each result to `results` as it finishes (so a Ctrl-C
+    leaves the finished ones there for the report); returns `results`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gate.failures_cmd import keep
 
     from invariants.profiles import EXAMPLES
     from invariants.engine import run_check
@@ -164,10 +170,12 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
         for chk in checks:
             prog.update(task, description=f"{title}: {chk.name}")
             r = run_check(chk, geometry, cand, base, profile, examples, seed=seed,
-                          on_example=_ticker(prog, task, console, chk.name, per))
+                          on_example=_ticker(prog, task, console, chk.name, per),
+                          replay=(replays or {}).get(chk.name, ()))
             results.append(r)
             if not console.is_terminal:
                 console.print(f"  {chk.name}: {r.status} ({r.examples} examples, {r.seconds:.1f}s)")
+            keep(store, chk, r, cand, console)
     return results
 
 
@@ -318,6 +326,7 @@ def list_checks(console) -> None:
 
 
 def cmd_run(args) -> int:
+    from gate.failures_cmd import load_replays, open_store
     from gate.merge_gate import provided_checks
 
     if args.list:
@@ -342,9 +351,12 @@ def cmd_run(args) -> int:
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
     checks, unprovided = provided_checks(checks, cand.impl, console)
+    store = open_store(args)
+    replays = load_replays(store, checks, console)
     results, interrupted = list(unprovided), False
     try:
-        _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results)
+        _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results,
+                    store, replays)
         if reference:
             console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (tiny config) ...")
             results.append(run_reference())
@@ -354,7 +366,8 @@ def cmd_run(args) -> int:
         interrupted = True
         results += _interrupted_rows(checks, reference, results)
     meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile,
-            "seed": args.seed, "examples": args.examples, "interrupted": interrupted}
+            "seed": args.seed, "examples": args.examples, "interrupted": interrupted,
+            "failures": store and str(store.directory)}
     try:
         _report(results, args, console)
     finally:
@@ -461,6 +474,8 @@ def cmd_kernels(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gate import failures_cmd
+
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"glmgate {_version()}")
@@ -481,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", default=None, help="write results as JSON to this path ('-' = stdout)")
     r.add_argument("--list", action="store_true", help="print every check (name, case type, pinned examples, "
                                                        "CPU example cap, what it holds) and exit")
+    failures_cmd.add_store_flags(r)
     r.set_defaults(fn=cmd_run)
 
     rp = sub.add_parser("repro", help="re-run one shrunk failure from its JSON")
@@ -506,7 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--json", default=None, help="write the verdict as JSON to this path ('-' = stdout)")
     gt.add_argument("--junit", default=None, help="write JUnit XML (one testcase per check) to this path")
     gt.add_argument("--markdown", default=None, help="write a markdown summary (a PR comment) to this path")
+    failures_cmd.add_store_flags(gt)
     gt.set_defaults(fn=cmd_gate)
+    failures_cmd.add_parser(sub)
 
     c = sub.add_parser("contracts", help="print the declared contract table")
     c.set_defaults(fn=cmd_contracts)
@@ -574,4 +592,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python3 -m gate.cli` runs this file as __main__: take main from gate.cli, whose UsageError is the
+    # one the command modules (gate/*_cmd.py) raise, or their input errors would read as crashes
+    from gate.cli import main as _main
+    sys.exit(_main())

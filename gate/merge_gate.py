@@ -7,6 +7,9 @@ NOT COVERED / ERROR / NOT RUN, and the margin (p50, max of error / limit) of bot
 its contracts whose p50 or max margin is more than `--regression-factor` times the peer's (and at least
 REGRESSION_FLOOR of the limit: below that both are noise) is a regression.
 
+Failure store (gate/failures_cmd.py): each check replays its recorded failures first, the candidate and
+the peer the same ones; a new shrunk case of either is recorded (the entry names which impl failed it).
+
 Outputs: the table and a summary line; `--json FILE|-`, `--junit FILE` (one testcase per check: failure
 with the message and the repro line, error, or skipped), `--markdown FILE` (a PR comment). Exit codes as
 `glmgate run`: 0 pass, 1 a broken contract or a regression, 2 a usage or input error, 3 a crash.
@@ -191,6 +194,7 @@ def as_json(rows, meta: dict) -> str:
 def cmd_gate(args) -> int:
     """`glmgate gate --candidate pkg.mod:obj`: see the module docstring."""
     from gate.cli import UsageError, _geometry, _profile, _rich, _run_checks, _select, _setup_device, _target
+    from gate.failures_cmd import load_replays, open_store
 
     from invariants.profiles import DERANDOMIZED
 
@@ -212,15 +216,20 @@ def cmd_gate(args) -> int:
     console.print(f"glmgate gate: candidate={cand.impl.name} peer={peer.impl.name} device={args.device} "
                   f"dtype={dtype} profile={profile}")
     checks, unprovided = provided_checks(checks, cand.impl, console)
-    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate")
+    # read once, before the candidate records anything: the peer replays exactly the candidate's cases
+    store = open_store(args)
+    replays = load_replays(store, checks, console)
+    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate",
+                          store=store, replays=replays)
     # the peer only where the candidate passed: a regression is a question about a passing candidate
     again = [c for c, r in zip(checks, results) if r.status == "pass"]
     peers = {r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
-                                             console, "peer")}
+                                             console, "peer", store=store, replays=replays)}
     rows = [verdict(r, peers.get(r.check), factor) for r in results]
     rows += [GateRow(r.check, "not run", r, None, r.message) for r in unprovided]
     meta = {"candidate": cand.impl.name, "baseline": peer.impl.name, "device": args.device, "dtype": dtype,
-            "profile": profile, "examples": args.examples, "seed": args.seed, "regression_factor": factor}
+            "profile": profile, "examples": args.examples, "seed": args.seed, "regression_factor": factor,
+            "failures": store and str(store.directory)}
     console.print(table(rows, "glmgate gate"))
     console.print(summary(rows), markup=False)
     for r in rows:

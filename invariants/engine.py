@@ -199,9 +199,14 @@ def examples_for(check: Check, profile: str, device: str, max_examples: Optional
 
 def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
               max_examples: Optional[int] = None, on_example: Callable[[], None] = lambda: None,
-              seed: Optional[int] = None) -> CheckResult:
-    """Run one record under Hypothesis: its pinned examples first, then drawn ones (examples_for), the
-    first failure shrunk; never raises (a broken check is a result with status "error")."""
+              seed: Optional[int] = None, replay=()) -> CheckResult:
+    """Run one record under Hypothesis: the `replay` cases (recorded failures: invariants/failures.py),
+    then its pinned examples, then drawn ones (examples_for), the first failure shrunk; never raises (a
+    broken check is a result with status "error").
+
+    Replayed cases are explicit examples like the pinned ones, so derandomized profiles run them too
+    (they take no example database), and they count like pinned ones; one equal to a pinned example
+    runs once."""
     if check.dtype is not None and cand.dtype_name != check.dtype:
         cand, base = cand.in_dtype(check.dtype), base.in_dtype(check.dtype)
     recorder = Recorder()
@@ -210,11 +215,12 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     tally, n, calls, skipped = Tally(), [0], [0], set()
     labels.COUNTS.clear()
     t0 = time.time()
+    explicit = check.examples
 
     def prop(case):
         calls[0] += 1
-        if tally.closed and calls[0] <= len(check.examples):
-            # a pinned example already failed, and only the first failure is reported (_run_test):
+        if tally.closed and calls[0] <= len(explicit):
+            # an explicit example already failed, and only the first failure is reported (_run_test):
             # Hypothesis would still replay the other pinned ones (a serving program: 15-40 s on the CPU)
             return
         n[0] += 1
@@ -240,7 +246,9 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     try:
         n_ex = examples_for(check, profile, str(cand.device), max_examples)
         test = given(check.cases(geometry))(prop)
-        for ex in reversed(check.examples):
+        _check_types(check, replay)
+        explicit = _explicit(check, replay)
+        for ex in reversed(explicit):
             test = example(ex)(test)
         test = settings(settings.get_profile(profile), max_examples=n_ex)(test)
         if seed is None and settings.get_profile(profile).derandomize:
@@ -263,6 +271,27 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         return done("not covered", message=f"{n[0]} examples held, but no function of {cand.impl.name} "
                                            f"ran: this check tested nothing of it")
     return done("pass")
+
+
+def _explicit(check: Check, replay) -> tuple:
+    """The replayed cases, then the pinned examples, each case once (compared as JSON: a case rebuilt
+    from a file equals the pinned one it came from)."""
+    out, seen = [], set()
+    for case in tuple(replay) + tuple(check.examples):
+        key = json.dumps(case_to_json(case), sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(case)
+    return tuple(out)
+
+
+def _check_types(check: Check, cases) -> None:
+    """A replayed case of another type would crash the run function, and the crash would be blamed on
+    the candidate: refuse it (the check reports an error)."""
+    bad = [c for c in cases if not isinstance(c, check.case)]
+    if bad:
+        raise TypeError(f"{check.name}: a replayed case of type {type(bad[0]).__name__}, the check's cases are "
+                        f"{check.case.__name__}")
 
 
 REFERENCE_CHECK = "model.reference"

@@ -9,8 +9,9 @@
 Derandomized profiles draw from a fixed seed (in `glmgate run`: one derived from the check's name;
 in pytest: from the test function), so a verdict cannot change between two runs of the same code.
 Hypothesis allows no example database with derandomize, so their known failures are replayed as
-`@example` rows; the random profiles write what they find to `.hypothesis-db` (and replay it first on
-the next run), which is where those rows come from. `--seed N` replaces a profile's draws with seed N's,
+explicit examples: the records' pinned `@example` rows, and the failure store's entries
+(invariants/failures.py: what `glmgate run` / `gate` shrank before, under any profile). The random
+profiles also write what they find to `.hypothesis-db` (and replay it first on the next run). `--seed N` replaces a profile's draws with seed N's,
 under every profile (same seed, same examples). Random profiles say derandomize=False explicitly: under
 $CI Hypothesis's own default is derandomized, and a profile inherits it.
 

@@ -14,7 +14,7 @@ echo "== matrix exit $?"
 cd tests
 for c in Same TailDropped; do
   timeout ${T_GATE:-150} python3 -m gate.cli gate --candidate test_framework_cli_gate:$c --device cuda \
-    --mechanism kda,model --examples ${GATE_EX:-10} --json "$OUT/gate_$c.json" --junit "$OUT/gate_$c.xml" \
+    --mechanism kda,model --examples ${GATE_EX:-10} --no-failures --json "$OUT/gate_$c.json" --junit "$OUT/gate_$c.xml" \
     > "$OUT/gate_$c.log" 2>&1
   echo "== gate $c exit $?"
 done

@@ -1,7 +1,7 @@
 """The CLI end to end, in process: run, a failure's report and its repro line, contracts, errors,
 `glmgate run --mechanism model` and its reference cross-check, checkpoint make-tiny / inspect.
 
-The only test files that import the CLI are this one and tests/test_framework_cli_{run,zoo,gate}.py: every
+The only test files that import the CLI are this one and tests/test_framework_cli_{run,zoo,gate,db}.py: every
 other test calls the engine (invariants/engine.py) or the library underneath.
 """
 from __future__ import annotations
@@ -15,6 +15,12 @@ from gate import cli
 from invariants import reference
 from oracle import checkpoint as ock
 from oracle.types import NVFP4Tensor
+
+
+@pytest.fixture(autouse=True)
+def _failure_store(tmp_path, monkeypatch):
+    """Failures these runs find go to a store of the test's own, never ./.glmgate-failures."""
+    monkeypatch.setenv("GLMGATE_FAILURES", str(tmp_path / "failures"))
 
 
 def test_run_passes_on_the_baseline_and_writes_json(tmp_path, capsys):

@@ -10,10 +10,17 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
+import pytest
 import torch
 
 import impl.kda as ik
 from gate import cli, merge_gate
+
+
+@pytest.fixture(autouse=True)
+def _failure_store(tmp_path, monkeypatch):
+    """Failures these runs find go to a store of the test's own, never ./.glmgate-failures."""
+    monkeypatch.setenv("GLMGATE_FAILURES", str(tmp_path / "failures"))
 
 
 class Same:

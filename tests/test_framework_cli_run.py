@@ -18,6 +18,12 @@ from invariants import matrix
 from test_framework_runner import FakeCase, FakeVerdict, fake_check
 
 
+@pytest.fixture(autouse=True)
+def _failure_store(tmp_path, monkeypatch):
+    """Failures these runs find go to a store of the test's own, never ./.glmgate-failures."""
+    monkeypatch.setenv("GLMGATE_FAILURES", str(tmp_path / "failures"))
+
+
 @pytest.fixture
 def fakes(monkeypatch):
     """Registers fake.boom (its strategy raises), fake.ok (passes; a legal flip every 4th example,
