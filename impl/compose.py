@@ -26,10 +26,13 @@ class Composed:
         self.compositions = dict(getattr(fallback, "COMPOSITIONS", {}))
         from impl.registry import FAST_PATHS
         self.fast_paths = FAST_PATHS.get(mechanism, {})
+        # other mechanisms' namespaces the compositions call (impl.mla.sublayer -> ops.dsa): the bundle's,
+        # set by link(); until then the fallback's own
+        self.siblings = {m: getattr(fallback, m) for m in getattr(fallback, "SIBLINGS", ())}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
-                                             "compositions", "fast_paths"):
+                                             "compositions", "fast_paths", "siblings"):
             raise AttributeError(name)
         return self.resolve(name, self)
 
@@ -37,6 +40,8 @@ class Composed:
         """`name` as seen through `ops` (this namespace, or a recording proxy over it)."""
         if name in self.provided:
             return self.provided[name]
+        if name in self.siblings:
+            return self.siblings[name]
         if name in self.compositions:
             return functools.partial(getattr(self.fallback, name), ops=ops)
         if any(f in self.provided for f in self.fast_paths.get(name, ())):
@@ -56,6 +61,14 @@ class Composed:
     def __repr__(self) -> str:
         return (f"<{self.mechanism} namespace: candidate {sorted(self.provided)}, the rest from "
                 f"{self.fallback_name}>")
+
+
+def link(namespaces: dict) -> None:
+    """Point every Composed namespace's siblings at the bundle's namespaces (mechanism -> namespace), so
+    a composition reaches a candidate's other mechanisms (our MLA sublayer, a candidate's indexer)."""
+    for ns in namespaces.values():
+        if isinstance(ns, Composed):
+            ns.siblings = {m: namespaces[m] for m in ns.siblings if namespaces.get(m) is not None}
 
 
 def provides(ns: Any) -> bool:

@@ -263,8 +263,9 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
     """MLA + DSA from the post-norm input to o_proj with the §10 cache protocol; oracle.mla.sublayer.
 
     Projections are torch matmuls, the selection is impl.dsa.index (score kernel), attention the
-    absorbed kernel. ops: the namespace whose `project` and `absorbed` it calls (default this module's;
-    impl/compose.py).
+    absorbed kernel. ops: the namespace whose `project` and `absorbed` it calls, and whose `dsa` is the
+    indexer namespace whose `index_rows` and `index` it calls (default this module's and impl.dsa;
+    impl/compose.py: a candidate's indexer is reached through here).
     Returns:
         y: [B, S, D] in a's dtype;  cache: DSACache with T rows;  selection: the Selection used
     """
@@ -282,8 +283,8 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
             raise ValueError('iw: a "full" layer needs its IndexerWeights')
         if old_latent is not None and (old_rows is None or old_rows.shape[:2] != old_latent.shape[:2]):
             raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
-        rows = _append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")             # [B, T, 2K+1]
-        sel = dsa.index(iw, a, q_lat, rows, mask)
+        rows = _append(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")         # [B, T, 2K+1]
+        sel = ops.dsa.index(iw, a, q_lat, rows, mask)
     else:
         if not isinstance(prev, Selection):
             raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')
@@ -297,4 +298,6 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
 
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)
 COMPOSITIONS = {"sublayer": ("project", "absorbed")}
+# the other mechanisms' namespaces its compositions call, as `ops.<mechanism>` (impl/compose.py)
+SIBLINGS = ("dsa",)
 _SELF = sys.modules[__name__]

@@ -14,10 +14,10 @@ from oracle.decoder import Implementation
 
 MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
 # per mechanism, exactly the functions the checks call on a candidate (directly, or through the
-# compositions: kda.sublayer -> chunked / decode, mla.sublayer -> project / absorbed, moe.forward ->
-# route / experts / shared_expert; the decoder -> mhc.expand / reduce and moe.dense_mlp on its dense
-# layers); tests/test_framework_functions.py holds it to that. `glmgate run` lists per check the ones
-# it called
+# compositions: kda.sublayer -> chunked / decode; mla.sublayer -> project / absorbed and the indexer's
+# dsa.index_rows / index; moe.forward -> route / experts / shared_expert; the decoder -> mhc.expand /
+# reduce and moe.dense_mlp on its dense layers); tests/test_framework_functions.py holds it to that.
+# `glmgate run` lists per check the ones it called
 FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "dsa": ("index_rows", "index"),
              "mla": ("project", "absorbed", "sublayer"),
@@ -83,8 +83,10 @@ def get(name: str) -> Implementation:
         # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
         # run, the decoder and serving compositions run over it
         omitted = frozenset(o for m, ns in found.items() for o in not_provided(name, ns, m))
-        return Implementation(name, **{m: _composed(name, ns, m) for m, ns in found.items()},
-                              not_provided=omitted)
+        from impl.compose import link
+        namespaces = {m: _composed(name, ns, m) for m, ns in found.items()}
+        link(namespaces)
+        return Implementation(name, **namespaces, not_provided=omitted)
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
 

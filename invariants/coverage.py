@@ -35,9 +35,13 @@ class RecordingNamespace:
         object.__setattr__(self, "_ns", ns)
         object.__setattr__(self, "_mechanism", mechanism)
         object.__setattr__(self, "_recorder", recorder)
+        object.__setattr__(self, "_siblings", {})
 
     def __getattr__(self, name: str):
         from impl.compose import Composed
+        if name in self._siblings and isinstance(self._ns, Composed) and name in self._ns.siblings:
+            # a composition calling another mechanism (ops.dsa): through that mechanism's recording proxy
+            return self._siblings[name]
         if isinstance(self._ns, Composed):
             # only the candidate's own functions count; the fallback's compositions are handed this proxy
             # as `ops`, so the candidate functions they call are recorded too
@@ -65,6 +69,8 @@ def recording(impl, recorder: Recorder):
     """A copy of the Implementation bundle `impl` whose namespaces record into `recorder`."""
     swaps = {m: RecordingNamespace(getattr(impl, m), m, recorder)
              for m in NAMESPACES if getattr(impl, m, None) is not None}
+    for proxy in swaps.values():
+        object.__setattr__(proxy, "_siblings", swaps)
     if getattr(impl, "serving", None) is not None:
         swaps["serving"] = _recorded(impl.serving, f"serving.{getattr(impl.serving, '__name__', 'engine')}",
                                      recorder)

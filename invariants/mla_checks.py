@@ -188,7 +188,9 @@ CHECKS = (
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),
-                    MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1))),
+                    MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1)),
+          # the MLA sublayer composes the indexer: an indexer-only candidate runs here too
+          needs=("mla", "dsa")),
 )
 
 

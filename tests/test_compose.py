@@ -158,3 +158,38 @@ def test_a_candidates_coefficients_reach_the_decoder_instead_of_our_fused_kernel
     assert not hasattr(ns, "fused_coefficients_collapse")
     r = _run("OnlyCoefficients", "model.paths", n=1)
     assert r.status == "pass" and r.covered == ("mhc.coefficients",), r
+
+
+class OnlyIndexer:
+    """Our indexer, unchanged, as the only thing a candidate brings: our MLA sublayer must call it."""
+
+    class dsa:
+        @staticmethod
+        def index_rows(*args, **kwargs):
+            import impl.dsa as idsa
+            return idsa.index_rows(*args, **kwargs)
+
+        @staticmethod
+        def index(*args, **kwargs):
+            import impl.dsa as idsa
+            return idsa.index(*args, **kwargs)
+
+
+class IndexerRowsZeroed(OnlyIndexer):
+    """An indexer whose cached rows of the last token are zero: the whole MLA path must see it."""
+
+    class dsa(OnlyIndexer.dsa):
+        @staticmethod
+        def index_rows(*args, **kwargs):
+            rows = OnlyIndexer.dsa.index_rows(*args, **kwargs).clone()
+            rows[:, -1] = 0
+            return rows
+
+
+def test_a_candidates_indexer_is_reached_through_our_mla_sublayer():
+    impl = registry.get("test_compose:OnlyIndexer")
+    assert impl.mla.dsa is impl.dsa is OnlyIndexer.dsa          # complete: used as it is
+    r = _run("OnlyIndexer", "mla.paths", n=1)
+    assert r.status == "pass" and r.covered == ("dsa.index", "dsa.index_rows"), r
+    bad = _run("IndexerRowsZeroed", "mla.paths", n=2)
+    assert bad.status == "fail" and "dsa.index_rows" in bad.covered, bad
