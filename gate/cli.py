@@ -78,7 +78,7 @@ def _setup_device(device: str) -> None:
         raise UsageError(f"--device: expected cpu or cuda[:N], got {device!r}")
 
 
-def _target(impl_name: str, device: str, dtype: str):
+def _target(impl_name: str, device: str, dtype: str, flag: str = "--impl"):
     import torch
 
     from impl import registry
@@ -91,7 +91,7 @@ def _target(impl_name: str, device: str, dtype: str):
     try:
         impl = registry.get(impl_name)
     except (ValueError, KeyError) as e:
-        raise UsageError(f"--impl: {e}")
+        raise UsageError(f"{flag}: {e}")
     return Target(impl, device, DTYPES[dtype]), Target(registry.get("torch"), device, DTYPES[dtype])
 
 
@@ -274,7 +274,8 @@ def _report(results, args, console) -> None:
                       f"({r.examples} examples ran)")
         console.print(f"  {r.message}", markup=False)
     for r in (r for r in results if r.status == "fail"):
-        console.print(f"\n[bold red]{r.check} broke a contract[/]")
+        what = "raised (the candidate crashed)" if r.crashed else "broke a contract"
+        console.print(f"\n[bold red]{r.check} {what}[/]")
         console.print(f"  {r.message}", markup=False)
         if r.repro is None:                        # model.reference: fixed paths, nothing to shrink
             continue

@@ -207,8 +207,8 @@ def cmd_gate(args) -> int:
         raise UsageError(f"--profile {profile}: the gate compares the candidate and its peer on the same "
                          f"examples; use a derandomized profile ({', '.join(sorted(DERANDOMIZED))}) or give --seed")
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
-    cand, base = _target(args.candidate, args.device, dtype)
-    peer = _target(args.baseline, args.device, dtype)[0]
+    cand, base = _target(args.candidate, args.device, dtype, "--candidate")
+    peer = _target(args.baseline, args.device, dtype, "--baseline")[0]
     geometry = _geometry(args)
     args.check = args.check or None
     checks, _ = _select(args)

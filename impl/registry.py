@@ -119,6 +119,10 @@ def _load_candidate(name: str, mod: str, attr: str) -> Any:
     try:
         module = importlib.import_module(mod)
     except ModuleNotFoundError as e:
+        if e.name and e.name != mod and not mod.startswith(e.name + "."):
+            # the candidate's module was found; something it imports was not
+            raise ValueError(f"candidate {name!r}: importing {mod!r} raised ModuleNotFoundError: {e} (a module "
+                             f"the candidate imports is missing: install it)") from e
         raise ValueError(f"candidate {name!r}: no module {e.name!r} (searched the current directory {cwd} and "
                          f"sys.path): run from the directory that holds {mod.split('.')[0]!r}, pip install "
                          f"it, or add its parent directory to PYTHONPATH") from e
