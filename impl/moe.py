@@ -280,7 +280,11 @@ def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool =
     """oracle.moe.forward: routed mixture (bf16/f32, NVFP4 W4A16 or W4A4 experts) + shared expert (dense).
     ops: the namespace whose route / experts / shared_expert it calls (default this module's)."""
     ops = _SELF if ops is None else ops
-    return ops.experts(w, x, ops.route(w, x), nvfp4, w4a4) + ops.shared_expert(w, x)
+    routing = ops.route(w, x)
+    # keywords, and only for NVFP4 experts: a candidate's bf16-only experts(w, x, routing) takes no more
+    y = ops.experts(w, x, routing) if nvfp4 is None and not w4a4 else ops.experts(w, x, routing, nvfp4=nvfp4,
+                                                                                  w4a4=w4a4)
+    return y + ops.shared_expert(w, x)
 
 
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)
