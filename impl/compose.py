@@ -71,9 +71,22 @@ def link(namespaces: dict) -> None:
             ns.siblings = {m: namespaces[m] for m in ns.siblings if namespaces.get(m) is not None}
 
 
+def _unwrapped(ns: Any) -> Any:
+    """The namespace under a recording proxy (invariants/coverage.py), or `ns` itself."""
+    return vars(ns).get("_ns", ns) if hasattr(ns, "__dict__") else ns
+
+
+def from_candidate(ns: Any, name: str) -> bool:
+    """Whether `name` of namespace `ns` (or of a recording proxy over it) is the candidate's own function
+    rather than the fallback's (a complete namespace's functions are all its own)."""
+    inner = _unwrapped(ns)
+    return ns is not None and (not isinstance(inner, Composed) or name in inner.provided)
+
+
 def provides(ns: Any) -> bool:
-    """True when a candidate's namespace holds at least one function of its own."""
-    return ns is not None and not (isinstance(ns, Composed) and not ns.provided)
+    """True when a candidate's namespace (or a recording proxy over it) holds a function of its own."""
+    inner = _unwrapped(ns)
+    return ns is not None and not (isinstance(inner, Composed) and not inner.provided)
 
 
 def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "triton") -> Any:

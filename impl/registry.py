@@ -23,7 +23,7 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              "mla": ("project", "absorbed", "sublayer"),
              "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),
              "moe": ("route", "experts", "shared_expert", "dense_mlp", "forward"),
-             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled"),
+             "nvfp4": ("quantize", "dequantize", "dequantize_swizzled", "qdq_activation", "global_scale_encode"),
              # the whole decoder over the other namespaces: impl.model.forward, impl.state's deserialize;
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}

@@ -215,14 +215,19 @@ def composed_experts(nv_ns, w, x, routing, nv, w4a4: bool):
 
 
 def _candidate_experts(t: Target, w, x, routing, nv, w4a4: bool):
-    """The candidate's fused NVFP4 path (moe.experts(..., nvfp4=, w4a4=)) if it has one, else composed."""
+    """The candidate's fused NVFP4 path (moe.experts(..., nvfp4=, w4a4=)) if it has one; else the mixture
+    composed from its nvfp4 functions when it brings some (our fused kernel would never call them);
+    else our fused path."""
     import inspect
 
+    from impl.compose import from_candidate, provides
     from impl.nvfp4 import experts_to
     nvt = experts_to(nv, t.device)
-    if "w4a4" in inspect.signature(t.impl.moe.experts).parameters:
+    fused = "w4a4" in inspect.signature(t.impl.moe.experts).parameters
+    if fused and (from_candidate(t.impl.moe, "experts") or not provides(t.impl.nvfp4)):
         return t.impl.moe.experts(w, x, routing, nvfp4=nvt, w4a4=w4a4)
     return composed_experts(t.impl.nvfp4, w, x, routing, nvt, w4a4)
+
 
 
 EVAL_TOKENS = 256

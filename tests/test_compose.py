@@ -193,3 +193,24 @@ def test_a_candidates_indexer_is_reached_through_our_mla_sublayer():
     assert r.status == "pass" and r.covered == ("dsa.index", "dsa.index_rows"), r
     bad = _run("IndexerRowsZeroed", "mla.paths", n=2)
     assert bad.status == "fail" and "dsa.index_rows" in bad.covered, bad
+
+
+class OnlyNVFP4:
+    """Our NVFP4 primitives, as the only thing a candidate brings (no moe): the quantization gate must
+    run them, not our fused MoE kernel that never calls them."""
+
+    class nvfp4:
+        @staticmethod
+        def quantize(*args, **kwargs):
+            import impl.nvfp4 as inv
+            return inv.quantize(*args, **kwargs)
+
+        @staticmethod
+        def dequantize(*args, **kwargs):
+            import impl.nvfp4 as inv
+            return inv.dequantize(*args, **kwargs)
+
+
+def test_an_nvfp4_only_candidate_is_run_by_the_quantization_gate():
+    r = _run("OnlyNVFP4", "nvfp4.gate", n=1)
+    assert r.status == "pass" and "nvfp4.dequantize" in r.covered, r

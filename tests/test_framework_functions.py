@@ -34,12 +34,12 @@ def _case(check):
                 settings=settings(database=None, suppress_health_check=list(HealthCheck)))
 
 
-def _called(bundle) -> dict:
+def _called(bundle, records=RECORDS) -> dict:
     """mechanism -> the functions of `bundle` the records called, one case each."""
     rec = Recorder()
     cand = Target(recording(bundle, rec), "cpu", torch.float32)
     base = Target(registry.get("torch"), "cpu", torch.float32)
-    for check in RECORDS:
+    for check in records:
         check.run(_case(check), cand, base)
     called = collections.defaultdict(set)
     for name in rec.called:
@@ -57,9 +57,18 @@ def _primitives(triton):
     return triton._replace(**{m: ns(m) for m in registry.MECHANISMS})
 
 
+def _nvfp4_alone(triton):
+    """Only the NVFP4 primitives provided: nvfp4.gate then composes the mixture from them (our fused MoE
+    kernel would call none of them)."""
+    nv = {f: getattr(triton.nvfp4, f) for f in registry.FUNCTIONS["nvfp4"]}
+    return triton._replace(nvfp4=Composed("nvfp4", nv, triton.nvfp4, "triton"),
+                           moe=Composed("moe", {}, triton.moe, "triton"))
+
+
 def test_the_required_functions_are_exactly_the_functions_the_checks_call():
     triton = registry.get("triton")
     whole, parts = _called(triton), _called(_primitives(triton))
+    parts["nvfp4"] |= _called(_nvfp4_alone(triton), [c for c in RECORDS if c.name == "nvfp4.gate"])["nvfp4"]
     for m in registry.MECHANISMS:
         required, called = set(registry.FUNCTIONS[m]), whole[m] | parts[m]
         # a fused fast path is called where a namespace has one (ours does), never required
