@@ -30,6 +30,7 @@ class Setup(NamedTuple):
     unprovided: tuple         # CheckResult rows ("not run") of the checks it lacks namespaces for
     lines: tuple              # what came from where, said once before any item runs
     store: object             # invariants.failures.FailureStore, or None
+    replays: dict             # check name -> its recorded failing cases, replayed before its pinned examples
 
 
 def _usage(option: str, what: str) -> pytest.UsageError:
@@ -88,19 +89,41 @@ def _profile(config, device: str) -> str:
 
 def _store(config, lines: list):
     """The shared failure store (invariants/failures.py) where this glmgate has one, else None."""
+    import inspect
+
+    from invariants import engine
+
     directory = config.getoption("glmgate_failures")
     if config.getoption("glmgate_no_failures"):
         return None
-    if importlib.util.find_spec("invariants.failures") is None:
+    # both halves or neither: a store module beside an engine that cannot replay (a partial install)
+    if importlib.util.find_spec("invariants.failures") is None or \
+            "replay" not in inspect.signature(engine.run_check).parameters:
         if directory:
             lines.append(f"glmgate: --glmgate-failures {directory} ignored: this glmgate has no failure store")
         return None
-    from invariants import failures
+    failures = importlib.import_module("invariants.failures")
+    return failures.FailureStore(directory or failures.default_directory())
 
-    store = failures.FailureStore(directory or failures.default_directory())
-    lines.append(f"glmgate: failure store {directory or failures.default_directory()}: recorded failing "
-                 f"cases are replayed first, new ones recorded (--glmgate-no-failures: neither)")
-    return store
+
+def _replays(store, checks, lines: list) -> dict:
+    """{check name: its recorded cases}, read before any example runs: a record that cannot be replayed
+    stops the run (UsageError naming the file) rather than silently dropping a known failure."""
+    if store is None:
+        return {}
+    replays, problems = {}, []
+    for c in checks:
+        try:
+            replays[c.name] = tuple(store.cases(c))
+        except Exception as e:
+            problems.append(f"{type(e).__name__}: {e}")
+    if problems:
+        raise pytest.UsageError(f"--glmgate-failures: the failure store {store.directory} holds cases that cannot "
+                                f"be replayed (--glmgate-no-failures runs without it):\n  " + "\n  ".join(problems))
+    n = sum(len(v) for v in replays.values())
+    lines.append(f"glmgate: failure store {store.directory}: {n} recorded failing case{'' if n == 1 else 's'} "
+                 f"replayed first, new ones recorded (--glmgate-no-failures: neither)")
+    return replays
 
 
 class _Lines:
@@ -138,8 +161,9 @@ def resolve(config) -> Setup:
              f"device {device}, {dtype}, profile {profile}, {per}, geometry {GEOMETRY}"]
     runnable, unprovided = provided_checks(checks, cand.impl, _Lines(lines))
     store = _store(config, lines)
+    replays = _replays(store, runnable, lines)
     return Setup(cand, base, device, profile, examples, Geometry.preset(GEOMETRY), tuple(runnable),
-                 tuple(unprovided), tuple(lines), store)
+                 tuple(unprovided), tuple(lines), store, replays)
 
 
 class MatrixPlugin:
@@ -224,7 +248,7 @@ class CheckItem(pytest.Item):
         return self.path, 0, f"glmgate {self.check.name}"
 
     def runtest(self):
-        r, recorded, printed = run(self.check, self.matrix)
+        r, kept, printed = run(self.check, self.matrix)
         self.user_properties += [("status", r.status), ("examples", r.examples),
                                  ("margin_max", r.margin["max"]), ("called", ", ".join(r.covered))]
         if r.repro:
@@ -235,7 +259,7 @@ class CheckItem(pytest.Item):
         if r.status in ("not covered", "not run"):
             pytest.skip(f"{r.status}: {r.message}")
         if r.status == "fail":
-            raise CheckFailed(failure_text(r, self.matrix, recorded, printed))
+            raise CheckFailed(failure_text(r, self.matrix, kept, printed))
         raise CheckError(f"{r.check} ERROR: the check itself could not reach a verdict ({r.examples} examples "
                          f"ran): a fault of the check or of glmgate, not a verdict on the candidate\n  {r.message}")
 
@@ -246,16 +270,16 @@ class CheckItem(pytest.Item):
 
 
 def run(check, setup: Setup):
-    """(CheckResult, where the failure store recorded it or None, whether the check wrote to stderr).
+    """(CheckResult, what the failure store made of it (a line, or None), whether the check wrote to stderr).
 
-    The store's cases of this check are replayed before the pinned examples and a failing result is
-    recorded; torch runs on one thread meanwhile (the interpreter's tiny ops spend ~100x their work in
-    thread hand-offs on a small machine)."""
+    The store's cases of this check are replayed before the pinned examples and a failure's shrunk
+    case is recorded; torch runs on one thread meanwhile (the interpreter's tiny ops spend ~100x their
+    work in thread hand-offs on a small machine)."""
     import torch
 
     from invariants import engine
 
-    replay = {} if setup.store is None else {"replay": _stored(lambda: setup.store.cases(check), "read")}
+    replay = {} if setup.store is None else {"replay": setup.replays.get(check.name, ())}
     threads = torch.get_num_threads()
     if setup.device == "cpu":
         torch.set_num_threads(1)
@@ -266,22 +290,25 @@ def run(check, setup: Setup):
                                  **replay)
     finally:
         torch.set_num_threads(threads)
-    recorded = None
-    if setup.store is not None and r.status == "fail":
-        recorded = _stored(lambda: setup.store.record(check, r, setup.cand.impl.name, setup.device,
-                                                      setup.cand.dtype_name), "write to")
-    return r, recorded, err.seen
+    kept = _keep(check, r, setup) if setup.store is not None and r.status == "fail" else None
+    return r, kept, err.seen
 
 
-def _stored(op, what: str):
-    """A failure-store operation; its exception is glmgate's problem, said in one line, not a verdict."""
+def _keep(check, r, setup: Setup) -> Optional[str]:
+    """Record a failure's shrunk case; a store that cannot be written costs a line, not the verdict."""
+    from invariants.check import case_to_json
     from invariants.engine import describe_exception
 
+    if r.shrunk_case is None:
+        return None
+    if r.shrunk_case in [case_to_json(c) for c in check.examples]:
+        return "a pinned example of the check: every run replays it already, not recorded"
     try:
-        return op()
+        path = setup.store.record(check, r, setup.cand.impl.name, setup.device,
+                                  check.dtype or setup.cand.dtype_name)
     except Exception as e:
-        raise CheckError(f"could not {what} the failure store ({describe_exception(e)}): glmgate's fault, not "
-                         f"a verdict on the candidate; --glmgate-no-failures runs without it") from e
+        return f"could not be recorded in {setup.store.directory}: {describe_exception(e)}"
+    return None if path is None else f"recorded in {path}: replayed first on the next run"
 
 
 class _Tee(io.TextIOBase):
@@ -313,7 +340,7 @@ def summary(r) -> str:
             + (f"\nworst seen: {r.worst_line}" if r.worst_line else ""))
 
 
-def failure_text(r, setup: Setup, recorded, printed: bool = False) -> str:
+def failure_text(r, setup: Setup, kept: Optional[str] = None, printed: bool = False) -> str:
     what = ": the candidate raised" if r.crashed else " broke a contract"
     out = [f"{r.check}{what} (candidate {setup.cand.impl.name}, {setup.device}, {setup.cand.dtype_name}, "
            f"profile {setup.profile})", f"  {r.message}"]
@@ -322,8 +349,8 @@ def failure_text(r, setup: Setup, recorded, printed: bool = False) -> str:
     if r.repro:
         out.append(f"  {r.repro}")
     out.append(f"  called: {', '.join(r.covered) or 'nothing of the candidate'}")
-    if recorded:
-        out.append(f"  recorded in the failure store: {recorded} (replayed first on the next run)")
+    if kept:
+        out.append(f"  failure store: {kept}")
     if printed:
         out.append("  Hypothesis' own report (the falsifying example) is under 'Captured stderr call' below")
     return "\n".join(out)

@@ -139,7 +139,7 @@ class _Config:
 
     DEFAULTS = dict(glmgate_candidate="test_framework_plugin:Only", glmgate_device="cpu", glmgate_dtype=None,
                     glmgate_mechanism=None, glmgate_check=None, glmgate_profile=None, glmgate_examples=None,
-                    glmgate_baseline="torch", glmgate_failures=None, glmgate_no_failures=False)
+                    glmgate_baseline="torch", glmgate_failures=None, glmgate_no_failures=True)
 
     def __init__(self, **options):
         self.options = {**self.DEFAULTS, **options}
@@ -188,18 +188,24 @@ def test_the_selection_keeps_matrix_order_and_the_unprovided_checks_as_not_run_r
 
 
 class _Store:
+    """FailureStore's interface: cases(check) -> tuple of cases, record(...) -> path or None."""
+
     def __init__(self, directory):
         self.directory, self.recorded = directory, []
 
     def cases(self, check):
+        if check.name == "kda.decode":
+            raise ValueError("db/kda.decode/0a1b.json: the case no longer parses as a DecodeCase")
         return (f"recorded case of {check.name}",)
 
     def record(self, check, result, impl_name, device, dtype):
         self.recorded.append((check.name, result.status, impl_name, device, dtype))
-        return f"{self.directory}/{check.name}.json"
+        return f"{self.directory}/{check.name}/0a1b.json"
 
 
-def test_the_store_replays_its_cases_first_and_records_only_a_failure(monkeypatch):
+@pytest.fixture
+def store_module(monkeypatch):
+    """A failure store module in place (whether or not this checkout has one), and an engine that replays."""
     from invariants import engine
 
     fake = types.ModuleType("invariants.failures")
@@ -208,23 +214,43 @@ def test_the_store_replays_its_cases_first_and_records_only_a_failure(monkeypatc
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "invariants.failures" else real(name, *a))
-    lines = []
-    assert mi._store(_Config(), lines).directory == "/tmp/the-default"
-    assert mi._store(_Config(glmgate_failures="here"), lines).directory == "here"
-    assert mi._store(_Config(glmgate_no_failures=True), lines) is None
-
-    setup = mi.resolve(_Config(glmgate_check=["kda.chunked"], glmgate_failures="db"))
-    seen = {}
+    calls = []
 
     def run_check(check, geometry, cand, base, profile, max_examples=None, replay=()):
-        seen["replay"] = replay
-        return engine.CheckResult(check.name, check.mechanism, status, 1, 0.5, "", None, None, "", None, {}, 0.0)
+        calls.append(replay)
+        status, shrunk = outcome[0]
+        return engine.CheckResult(check.name, check.mechanism, status, 1, 0.5, "", None, shrunk, "broke",
+                                  None, {}, 0.0)
+    outcome = [("pass", None)]
     monkeypatch.setattr(engine, "run_check", run_check)
-    for status in ("pass", "fail"):
-        r, recorded, _ = mi.run(setup.checks[0], setup)
-        assert seen["replay"] == ("recorded case of kda.chunked",)
-        assert recorded == (None if status == "pass" else "db/kda.chunked.json")
+    return calls, outcome
+
+
+def test_the_store_replays_its_cases_first_and_records_a_new_failure_only(store_module):
+    calls, outcome = store_module
+    assert mi._store(_Config(glmgate_no_failures=False), []).directory == "/tmp/the-default"
+    assert mi._store(_Config(glmgate_no_failures=True), []) is None
+    setup = mi.resolve(_Config(glmgate_check=["kda.chunked"], glmgate_no_failures=False, glmgate_failures="db"))
+    assert setup.replays == {"kda.chunked": ("recorded case of kda.chunked",)}
+    assert "glmgate: failure store db: 1 recorded failing case replayed first" in "\n".join(setup.lines)
+    check = setup.checks[0]
+    drawn = {"type": "CoreCase", "heads": 1, "head_dim": 8, "batch": 1, "length": 3, "docs": None,
+             "initial_state": False, "family": "normal", "seed": 7}
+    from invariants.check import case_to_json
+    for result, kept in ((("pass", None), None),
+                         (("fail", case_to_json(check.examples[0])), "a pinned example of the check"),
+                         (("fail", drawn), "recorded in db/kda.chunked/0a1b.json: replayed first on the next run")):
+        outcome[0] = result
+        r, note, _ = mi.run(check, setup)
+        assert calls[-1] == ("recorded case of kda.chunked",)
+        assert (note or "").startswith(kept or ""), note
     assert setup.store.recorded == [("kda.chunked", "fail", "test_framework_plugin:Only", "cpu", "float32")]
+
+
+def test_a_stored_case_that_cannot_be_replayed_stops_the_run_before_any_example(store_module):
+    with pytest.raises(pytest.UsageError, match=r"(?s)failure store db holds cases that cannot be replayed.*"
+                                                r"db/kda.decode/0a1b.json: the case no longer parses"):
+        mi.resolve(_Config(glmgate_check=["kda.decode"], glmgate_no_failures=False, glmgate_failures="db"))
 
 
 def test_without_a_store_module_nothing_is_replayed_and_a_given_directory_is_said_ignored(monkeypatch):
@@ -232,8 +258,10 @@ def test_without_a_store_module_nothing_is_replayed_and_a_given_directory_is_sai
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "invariants.failures" else real(name, *a))
     lines = []
-    assert mi._store(_Config(glmgate_failures="db"), lines) is None
+    assert mi._store(_Config(glmgate_failures="db", glmgate_no_failures=False), lines) is None
     assert lines == ["glmgate: --glmgate-failures db ignored: this glmgate has no failure store"]
+    setup = mi.resolve(_Config(glmgate_check=["kda.chunked"], glmgate_no_failures=False))
+    assert setup.store is None and setup.replays == {}
 
 
 # ------------------------------------------------------------------ the public API
