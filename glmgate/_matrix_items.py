@@ -303,12 +303,15 @@ def _keep(check, r, setup: Setup) -> Optional[str]:
         return None
     if r.shrunk_case in [case_to_json(c) for c in check.examples]:
         return "a pinned example of the check: every run replays it already, not recorded"
+    known = r.shrunk_case in [case_to_json(c) for c in setup.replays.get(check.name, ())]
     try:
         path = setup.store.record(check, r, setup.cand.impl.name, setup.device,
                                   check.dtype or setup.cand.dtype_name)
     except Exception as e:
         return f"could not be recorded in {setup.store.directory}: {describe_exception(e)}"
-    return None if path is None else f"recorded in {path}: replayed first on the next run"
+    if path is None:
+        return None
+    return f"{'already recorded' if known else 'recorded'} in {path}: replayed first on the next run"
 
 
 class _Tee(io.TextIOBase):

@@ -25,6 +25,8 @@ import torch
 import glmgate
 import impl.kda as ik
 from glmgate import _matrix_items as mi
+from invariants import kda_checks
+from invariants.check import case_to_json
 from oracle import kda as okda
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -187,6 +189,9 @@ def test_the_selection_keeps_matrix_order_and_the_unprovided_checks_as_not_run_r
 # ------------------------------------------------------------------ the failure store (invariants/failures.py)
 
 
+RECORDED = kda_checks.CoreCase(1, 8, 1, 3, None, False, "normal", 7)     # a failure found by an earlier run
+
+
 class _Store:
     """FailureStore's interface: cases(check) -> tuple of cases, record(...) -> path or None."""
 
@@ -196,7 +201,7 @@ class _Store:
     def cases(self, check):
         if check.name == "kda.decode":
             raise ValueError("db/kda.decode/0a1b.json: the case no longer parses as a DecodeCase")
-        return (f"recorded case of {check.name}",)
+        return (RECORDED,)
 
     def record(self, check, result, impl_name, device, dtype):
         self.recorded.append((check.name, result.status, impl_name, device, dtype))
@@ -231,20 +236,19 @@ def test_the_store_replays_its_cases_first_and_records_a_new_failure_only(store_
     assert mi._store(_Config(glmgate_no_failures=False), []).directory == "/tmp/the-default"
     assert mi._store(_Config(glmgate_no_failures=True), []) is None
     setup = mi.resolve(_Config(glmgate_check=["kda.chunked"], glmgate_no_failures=False, glmgate_failures="db"))
-    assert setup.replays == {"kda.chunked": ("recorded case of kda.chunked",)}
+    assert setup.replays == {"kda.chunked": (RECORDED,)}
     assert "glmgate: failure store db: 1 recorded failing case replayed first" in "\n".join(setup.lines)
     check = setup.checks[0]
-    drawn = {"type": "CoreCase", "heads": 1, "head_dim": 8, "batch": 1, "length": 3, "docs": None,
-             "initial_state": False, "family": "normal", "seed": 7}
-    from invariants.check import case_to_json
+    new = case_to_json(RECORDED._replace(seed=8))
     for result, kept in ((("pass", None), None),
                          (("fail", case_to_json(check.examples[0])), "a pinned example of the check"),
-                         (("fail", drawn), "recorded in db/kda.chunked/0a1b.json: replayed first on the next run")):
+                         (("fail", case_to_json(RECORDED)), "already recorded in db/kda.chunked/0a1b.json"),
+                         (("fail", new), "recorded in db/kda.chunked/0a1b.json: replayed first on the next run")):
         outcome[0] = result
         r, note, _ = mi.run(check, setup)
-        assert calls[-1] == ("recorded case of kda.chunked",)
-        assert (note or "").startswith(kept or ""), note
-    assert setup.store.recorded == [("kda.chunked", "fail", "test_framework_plugin:Only", "cpu", "float32")]
+        assert calls[-1] == (RECORDED,)                     # replayed on every run, before the pinned examples
+        assert note == kept or note.startswith(kept), note
+    assert setup.store.recorded == [("kda.chunked", "fail", "test_framework_plugin:Only", "cpu", "float32")] * 2
 
 
 def test_a_stored_case_that_cannot_be_replayed_stops_the_run_before_any_example(store_module):
