@@ -3,7 +3,10 @@
 * impl/ takes from oracle/ only the containers, geometry, states, checkpoint formats and the decoder's
   composition (oracle.decoder), never a mechanism's math (oracle.kda, mla, dsa, moe, mhc, nvfp4, model):
   an impl kernel agreeing with the oracle because it calls the oracle would prove nothing;
-* oracle/ runs on NumPy alone: no torch, triton, impl, invariants or gate.
+* oracle/ runs on NumPy alone: no torch, triton, impl, invariants, gate or glmgate;
+* glmgate/ (the public API and the pytest plugin) sits on top: it may import anything, nothing imports it;
+  the modules pytest loads in every run (glmgate/__init__.py, glmgate/pytest_plugin.py) import only the
+  standard library and pytest at module level, so the plugin costs nothing unless it is asked for.
 """
 from __future__ import annotations
 
@@ -17,7 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 IMPL_MAY_IMPORT = {"oracle.config", "oracle.types", "oracle.state", "oracle.decoder", "oracle.fields",
                    "oracle.checkpoint", "oracle.checkpoint_names", "oracle.checkpoint_read",
                    "oracle.checkpoint_write"}
-ORACLE_MAY_NOT_IMPORT = {"torch", "triton", "impl", "invariants", "gate"}
+ORACLE_MAY_NOT_IMPORT = {"torch", "triton", "impl", "invariants", "gate", "glmgate"}
+BELOW_GLMGATE = ("oracle", "impl", "strategies", "invariants", "gate")
+# what pytest imports in every run once glmgate is installed (the pytest11 entry point and its package)
+ALWAYS_LOADED = ("glmgate/__init__.py", "glmgate/pytest_plugin.py")
+ALWAYS_LOADED_MAY_IMPORT = {"__future__", "os", "sys", "importlib", "pytest"}
 
 
 def imports(path: pathlib.Path) -> list[tuple[int, str]]:
@@ -68,7 +75,28 @@ def test_oracle_imports_no_torch_impl_or_harness(path):
                      "):\n  " + "\n  ".join(bad))
 
 
+@pytest.mark.parametrize("path", [f for p in BELOW_GLMGATE for f in _files(p)], ids=_name)
+def test_nothing_below_the_public_api_imports_it(path):
+    bad = [f"{_name(path)}:{line}: imports {m}" for line, m in imports(path) if m.split(".")[0] == "glmgate"]
+    assert not bad, "glmgate/ is the public API over the packages; none of them may import it:\n  " + "\n  ".join(bad)
+
+
+@pytest.mark.parametrize("rel", ALWAYS_LOADED)
+def test_what_pytest_always_loads_imports_only_the_standard_library_and_pytest(rel):
+    path = ROOT / rel
+    tree = ast.parse(path.read_text(), str(path))
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = [(n.lineno, a.name) for n in top if isinstance(n, ast.Import) for a in n.names]
+    names += [(n.lineno, n.module or "") for n in top if isinstance(n, ast.ImportFrom)]
+    bad = [f"{rel}:{line}: imports {m} at module level" for line, m in names
+           if m.split(".")[0] not in ALWAYS_LOADED_MAY_IMPORT]
+    assert not bad, ("loaded in every pytest run, so it may import at module level only "
+                     f"{sorted(ALWAYS_LOADED_MAY_IMPORT)} (import the rest inside the function that needs it):\n  "
+                     + "\n  ".join(bad))
+
+
 def test_the_rules_see_every_package():
     """A move that empties a folder must not turn these tests into no-ops."""
     assert len(_files("impl")) >= 10 and len(_files("oracle")) >= 10
     assert (ROOT / "oracle" / "decoder.py").exists() and (ROOT / "impl" / "model.py").exists()
+    assert all((ROOT / rel).exists() for rel in ALWAYS_LOADED)
