@@ -88,8 +88,20 @@ def verdict(cand, peer, factor: float = REGRESSION_FACTOR) -> GateRow:
         if c is not None and p is not None and c >= REGRESSION_FLOOR and c > factor * p:
             return GateRow(cand.check, "regression", cand, peer,
                            f"{stat} error/limit {c:.3g} is {c / p if p > 0 else float('inf'):.3g}x the peer's "
-                           f"{p:.3g} on the same examples (allowed: {factor:g}x)")
+                           f"{p:.3g} on the same examples (allowed: {factor:g}x); the candidate's worst: "
+                           f"{cand.worst_line}")
     return GateRow(cand.check, "pass", cand, peer, _uncovered(cand))
+
+
+def _with_worst_repro(row: GateRow, cand, device: str, dtype: str) -> GateRow:
+    """A regression's repro line: the candidate's worst example (a regression breaks no contract, so
+    there is no shrunk case to re-run)."""
+    from invariants.report import repro_line
+
+    if row.status != "regression" or row.candidate.worst_case is None:
+        return row
+    repro = repro_line(row.check, row.candidate.worst_case, cand.impl.name, device, dtype)
+    return row._replace(candidate=row.candidate._replace(repro=repro))
 
 
 def _uncovered(cand) -> str:
@@ -225,7 +237,7 @@ def cmd_gate(args) -> int:
     again = [c for c, r in zip(checks, results) if r.status == "pass"]
     peers = {r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
                                              console, "peer", store=store, replays=replays)}
-    rows = [verdict(r, peers.get(r.check), factor) for r in results]
+    rows = [_with_worst_repro(verdict(r, peers.get(r.check), factor), cand, args.device, dtype) for r in results]
     rows += [GateRow(r.check, "not run", r, None, r.message) for r in unprovided]
     meta = {"candidate": cand.impl.name, "baseline": peer.impl.name, "device": args.device, "dtype": dtype,
             "profile": profile, "examples": args.examples, "seed": args.seed, "regression_factor": factor,
@@ -235,7 +247,9 @@ def cmd_gate(args) -> int:
     for r in rows:
         if r.status != "pass" or r.note:
             console.print(f"  {r.check} {r.status.upper()}: {r.note}", markup=False)
-            if r.candidate.repro and r.status in ("fail", "error"):
+            if r.candidate.shrunk_case and r.status == "fail":
+                console.print(f"    shrunk scenario: {json.dumps(r.candidate.shrunk_case)}", markup=False)
+            if r.candidate.repro and r.status in ("fail", "error", "regression"):
                 console.print(f"    {r.candidate.repro}", soft_wrap=True, markup=False)
     for where, render in ((args.json, as_json), (args.junit, junit), (args.markdown, markdown)):
         if where == "-":

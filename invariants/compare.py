@@ -85,6 +85,24 @@ def bitwise_equal(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
+def first_difference(candidate, reference) -> str:
+    """Where two arrays held to bit-exactness differ: how many elements, the first index and both values
+    (hexadecimal for integer data: packed NVFP4 codes read as bytes)."""
+    c, r = to_numpy(candidate), to_numpy(reference)
+    if c.shape != r.shape:
+        return f"shape {c.shape} vs reference {r.shape}"
+    differ = ~((c == r) | (np.isnan(c) & np.isnan(r)))
+    if not differ.any():
+        return "equal"
+    idx = tuple(int(i) for i in np.argwhere(differ)[0])
+    dtype = getattr(candidate, "dtype", None)
+    ints = (not dtype.is_floating_point) if hasattr(dtype, "is_floating_point") else \
+        np.issubdtype(np.asarray(candidate).dtype, np.integer)            # a torch dtype, else NumPy's
+    fmt = (lambda x: f"0x{int(x):02x}") if ints else (lambda x: f"{x:.9g}")
+    return (f"{int(differ.sum())} of {differ.size} elements differ; first at {idx}: candidate {fmt(c[idx])} "
+            f"vs reference {fmt(r[idx])}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """One comparison a check asks for, judged by invariants.matrix.evaluate under the contract

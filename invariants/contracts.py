@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional
 
 import tomllib
 
-from invariants.compare import METRICS, Metrics, bitwise_equal, metrics
+from invariants.compare import METRICS, Metrics, bitwise_equal, first_difference, metrics
 from invariants.labels import label
 
 # a directory, not `contracts/`: that would sit beside this module under the same name
@@ -346,7 +346,9 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
     """
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
-        return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None)
+        where = " on rerun" if contract.quantity == "rerun" else ""
+        detail = "" if same else f"NOT bitwise equal{where}: {first_difference(candidate, reference)}"
+        return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None, detail)
     if contract.kind == "quantization_gate":
         return judge_gate(contract, dtype, candidate, reference)
     cs, rs = tuple(getattr(candidate, "shape", ())), tuple(getattr(reference, "shape", ()))

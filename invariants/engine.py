@@ -258,7 +258,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             test = hseed(seed)(test)
         _run_test(test)
     except (ContractBroken, CheckCrashed) as e:
-        message = str(e).split("\n")[0]
+        # a crash says where it was raised: in the candidate's code, or in ours fed the candidate's output
+        message = f"{e.check}: raised {describe_exception(e.exc)}" if isinstance(e, CheckCrashed) else ""
         if isinstance(e, ContractBroken):
             message = "; ".join(describe(v) for v in e.verdicts if not v.ok)
         return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,

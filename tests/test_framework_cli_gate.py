@@ -104,7 +104,11 @@ def test_a_kernel_inside_its_contract_but_far_worse_than_the_peer_is_a_regressio
     assert row["candidate"]["status"] == "pass", row          # inside the contract ...
     assert row["status"] == "regression" and rc == cli.EXIT_BROKEN, row   # ... but a regression
     assert row["candidate"]["margin"]["p50"] > merge_gate.REGRESSION_FACTOR * row["peer"]["margin"]["p50"]
-    assert next(xml.iter("testcase")).find("failure").get("type") == "regression"
+    failure = next(xml.iter("testcase")).find("failure")
+    assert failure.get("type") == "regression"
+    # what regressed, and a line that re-runs the candidate's worst example
+    assert "the candidate's worst: kda.chunked." in row["note"], row["note"]
+    assert "glmgate repro '" in failure.text and '"impl":"test_framework_cli_gate:Noisy"' in failure.text
 
 
 def test_a_declared_missing_output_is_said_before_the_examples_and_not_covered_in_every_output(tmp_path, capsys):

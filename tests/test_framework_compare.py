@@ -49,3 +49,19 @@ def test_wrong_selections_are_refused_with_the_reason(cand, reason):
 def test_a_width_mismatch_is_refused():
     r = compare_selection(_row([4], 9), _row([4]), np.zeros((1, 1, 3)), CANDS, 1, TPOOL, 1e-6)
     assert not r.ok and "width" in r.reason
+
+
+def test_a_broken_exact_contract_names_how_many_elements_differ_and_the_first_one():
+    import torch
+
+    from invariants.compare import first_difference
+    from invariants.contracts import judge, lookup
+    from invariants.report import describe
+
+    codes = torch.tensor([[0x21, 0x08], [0x43, 0x65]], dtype=torch.uint8)
+    want = np.array([[0x21, 0x00], [0x43, 0x65]], dtype=np.uint8)
+    assert first_difference(codes, want) == "1 of 4 elements differ; first at (0, 1): candidate 0x08 vs reference 0x00"
+    assert first_difference(np.array([1.0, np.nan]), np.array([1.0, np.nan])) == "equal"
+    v = judge(lookup("nvfp4", "quantize", "codes", "exact"), "float32", codes, want)
+    assert not v.ok and describe(v).endswith("NOT bitwise equal: 1 of 4 elements differ; first at (0, 1): "
+                                             "candidate 0x08 vs reference 0x00"), describe(v)
