@@ -1,0 +1,71 @@
+"""Candidates written outside the team from docs/candidates.md alone (tests/outside/: their own KDA,
+mHC, NVFP4, MoE, MLA and DSA functions, copies with one planted bug each, partial ones), judged by
+`glmgate gate` as their authors predicted before running them: every correct one passes, every buggy
+one fails (or, for a bug inside its contract, is a REGRESSION against our kernels), a partial one is
+NOT COVERED where none of its functions ran.
+
+Each row: candidate, the checks it is gated on, the status expected per check, and what must hold of
+the result (the function it called, the quantity that broke).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from gate import cli
+
+OUTSIDE = pathlib.Path(__file__).resolve().parent / "outside"
+
+ROWS = [
+    # (candidate, {check: status}, {check: text the message or note must hold})
+    ("kda_mine:Candidate", {"kda.recurrent": "pass", "kda.chunked": "pass"}, {}),
+    ("kda_mine:BugOutBefore", {"kda.recurrent": "fail"}, {"kda.recurrent": "recurrent.output"}),
+    ("kda_mine:BugDecayAfter", {"kda.recurrent": "fail"}, {"kda.recurrent": "recurrent.final_state"}),
+    ("kda_mine:BugTailDropped", {"kda.chunked": "fail"}, {"kda.chunked": "chunked.output"}),
+    ("kda_mine:NoBounds", {"kda.chunked": "pass"}, {"kda.chunked": "not covered (not provided)"}),
+    ("kda_mine:NoBoundsUndeclared", {"kda.chunked": "fail"}, {"kda.chunked": "NOT_PROVIDED"}),
+    ("mhc_mine:Candidate", {"mhc.write_back": "pass"}, {}),
+    ("mhc_mine:BugComb", {"mhc.write_back": "fail"}, {"mhc.write_back": "write_back.output"}),
+    ("mhc_mine:BugReduceSum", {"model.paths": "regression"}, {"model.paths": "the candidate's worst"}),
+    ("nvfp4_mine:Candidate", {"nvfp4.quantize": "pass", "nvfp4.dequantize": "pass"}, {}),
+    ("nvfp4_mine:BugHalfUp", {"nvfp4.quantize": "fail"}, {"nvfp4.quantize": "NOT bitwise equal"}),
+    ("nvfp4_mine:BugHighFirst", {"nvfp4.quantize": "fail"}, {"nvfp4.quantize": "elements differ; first at"}),
+    ("nvfp4_mine:PartialQuant", {"nvfp4.quantize": "pass", "nvfp4.dequantize": "not covered"}, {}),
+    ("moe_mine:RouteOnly", {"moe.route": "pass"}, {}),
+    ("moe_mine:ExpertsOnly", {"moe.route": "not covered", "moe.forward": "pass"}, {}),
+    ("moe_mine:BF16Only", {"moe.forward": "pass"}, {}),
+    ("moe_mine:BiasInWeights", {"moe.route": "fail"}, {"moe.route": "route.weights"}),
+    ("moe_mine:Top1Group", {"moe.route": "fail"}, {"moe.route": "expert_ids"}),
+    ("moe_mine:ScaleBeforeNorm", {"moe.route": "fail"}, {"moe.route": "route.weights"}),
+    ("moe_mine:TwoSidedClamp", {"moe.forward": "fail"}, {"moe.forward": "forward.output"}),
+    ("mla_mine:Correct", {"mla.absorbed": "pass"}, {}),
+    ("mla_mine:WrongScale", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),
+    ("mla_mine:DropsLast", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),
+    ("dsa_mine:Rows", {"dsa.index": "pass"}, {}),
+    # rows flagged valid under a padding mask: our index refuses them, the file:line says where
+    ("dsa_mine:RowsIgnoreMask", {"dsa.index": "fail"}, {"dsa.index": "disagrees with the valid flags"}),
+]
+
+
+@pytest.mark.parametrize("candidate, expected, holds", ROWS, ids=[r[0] for r in ROWS])
+def test_a_candidate_written_from_the_protocol_alone_is_judged_as_its_author_predicted(
+        candidate, expected, holds, tmp_path, monkeypatch):
+    monkeypatch.chdir(OUTSIDE)
+    out = tmp_path / "r.json"
+    argv = ["gate", "--candidate", candidate, "--examples", "1", "--no-failures", "--json", str(out)]
+    for check in expected:
+        argv += ["--check", check]
+    rc = cli.main(argv)
+    data = json.loads(out.read_text())
+    rows = {r["check"]: r for r in data["checks"]}
+    assert {c: rows[c]["status"] for c in expected} == expected, data["summary"]
+    for check, text in holds.items():
+        r = rows[check]
+        assert text in r["note"] + (r["candidate"]["repro"] or ""), r["note"]
+    for check, status in expected.items():
+        called = rows[check]["candidate"]["covered"]
+        assert bool(called) == (status != "not covered"), (check, called)
+    broken = any(s in ("fail", "regression") for s in expected.values())
+    assert rc in ((cli.EXIT_BROKEN, cli.EXIT_CRASH) if broken else (cli.EXIT_PASS,)), rc
