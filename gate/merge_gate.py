@@ -58,11 +58,14 @@ def composition_lines(impl) -> list[str]:
     from impl.registry import FUNCTIONS, MECHANISMS
 
     out = []
-    for m in MECHANISMS:
+    for m in (*MECHANISMS, "model"):
         ns = getattr(impl, m, None)
         if isinstance(ns, Composed) and ns.provided:
             rest = "; ".join(f"{m}.{f} from {ns.origin(f)}" for f in FUNCTIONS[m] if f not in ns.provided)
             out.append(f"{m}: the candidate provides {', '.join(sorted(ns.provided))}; {rest}")
+    if getattr(impl, "serving", None) is not None:
+        out.append(f"serving: the candidate's engine {impl.serving.__name__} over our model (composing the "
+                   f"candidate's mechanisms)")
     if getattr(impl, "not_provided", None):
         out.append(f"not provided (declared NOT_PROVIDED): {', '.join(sorted(impl.not_provided))}: their "
                    f"comparisons are NOT COVERED, never judged")

@@ -134,6 +134,11 @@ def forward(weights: Weights, input_ids, state: Optional[HybridState] = None, at
     return TorchDecoder.of(weights, backend).forward(weights, input_ids, state, attention_mask)
 
 
+def deserialize(data: bytes, device="cpu") -> HybridState:
+    """A state back from `HybridState.serialize()` bytes, on `device` (the model namespace's restore)."""
+    return HybridState.deserialize(data, device=device)
+
+
 def forward_packed(weights: Weights, input_ids, cu_seqlens, states, backend: Union[str, Implementation, None] = None):
     """SERVING.md P4 (Decoder.forward_packed) on torch: (logits float32 [T, V], one new impl
     HybridState per document). No state given is mutated."""

@@ -28,6 +28,10 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
+# a serving engine class (Implementation.serving): constructed over a model, it must hold the state
+# machine's operations (impl/serving.py Engine; invariants/serving_checks.py drives them)
+SERVING_OPERATIONS = ("admit", "admit_padded", "pending", "prefill_chunk", "decode", "speculate", "accept",
+                      "fork", "step", "cancel", "logits", "state", "history", "live")
 # per mechanism, fused fast paths the decoder calls where a namespace has one, in place of the functions
 # they fuse (oracle.decoder.Decoder.hc_entry). Optional: a candidate may bring its own. The fallback's is
 # hidden from a candidate that provides any of the fused functions, or the decoder would run our kernel
@@ -78,7 +82,8 @@ def get(name: str) -> Implementation:
         mod, _, attr = name.partition(":")
         obj = _load_candidate(name, mod, attr)
         found = {m: getattr(obj, m, None) for m in MECHANISMS}
-        if not any(found.values()):
+        model, serving = getattr(obj, "model", None), getattr(obj, "serving", None)
+        if not any(found.values()) and model is None and serving is None:
             found["kda"] = obj
         # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
         # run, the decoder and serving compositions run over it
@@ -86,9 +91,28 @@ def get(name: str) -> Implementation:
         from impl.compose import link
         namespaces = {m: _composed(name, ns, m) for m, ns in found.items()}
         link(namespaces)
-        return Implementation(name, **namespaces, not_provided=omitted)
+        # the levels above the mechanisms: a model port (forward, deserialize; the rest from impl.model)
+        # and a serving engine class; None keeps ours
+        model = None if model is None else _composed(name, model, "model")
+        return Implementation(name, **namespaces, model=model, serving=_engine_class(name, serving),
+                              not_provided=omitted)
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
+
+
+def _engine_class(name: str, engine: Any) -> Any:
+    """A candidate's serving engine class, refused with what it lacks (None: ours)."""
+    if engine is None:
+        return None
+    if not isinstance(engine, type):
+        raise ValueError(f"implementation {name!r}: serving must be an engine CLASS (constructed over a model, "
+                         f"as impl.serving.Engine is), got {type(engine).__name__}")
+    missing = [op for op in SERVING_OPERATIONS if not callable(getattr(engine, op, None))]
+    if missing:
+        raise ValueError(f"implementation {name!r}: serving engine {engine.__name__} lacks {missing} (the "
+                         f"state machine's operations, as impl.serving.Engine has them; subclass it to "
+                         f"replace only some)")
+    return engine
 
 
 def not_provided(name: str, ns: Any, mechanism: str) -> tuple[str, ...]:

@@ -60,6 +60,11 @@ class Engine:
         """An independent copy of `state` for a new branch (must deep-copy)."""
         return state.fork()
 
+    def _slot(self, rid):
+        """The state a newly admitted request starts from: an empty one (a reused id or slot must not
+        inherit anything of what it held before)."""
+        return self.model.new_state()
+
     def _prefix_state(self, state):
         """The state a prefix-cache hit starts from, given the (copied) donor state."""
         return state
@@ -107,7 +112,7 @@ class Engine:
             raise ValueError(f"request {rid!r} already live")
         if len(prompt) == 0:
             raise ValueError("empty prompt")
-        self.requests[rid] = Request(rid, [int(t) for t in prompt], self.model.new_state(), [])
+        self.requests[rid] = Request(rid, [int(t) for t in prompt], self._slot(rid), [])
 
     def pending(self, rid) -> int:
         """Prompt tokens not yet prefilled."""

@@ -30,10 +30,14 @@ class Check(NamedTuple):
     needs: Optional[tuple] = None
 
     def namespaces(self, mechanisms: tuple) -> tuple:
-        """The namespaces of `mechanisms` (impl.registry.MECHANISMS) this check needs a candidate to have."""
+        """The namespaces this check runs a candidate's code through (any one provided is enough to run
+        it): its mechanism's (of `mechanisms`, impl.registry.MECHANISMS); for the whole decoder every
+        mechanism's and the model port's; for serving those and the engine's."""
         if self.needs is not None:
             return self.needs
-        return (self.mechanism,) if self.mechanism in mechanisms else tuple(mechanisms)
+        if self.mechanism in mechanisms:
+            return (self.mechanism,)
+        return tuple(mechanisms) + {"model": ("model",), "serving": ("model", "serving")}.get(self.mechanism, ())
 
 
 TARGETS = ("triton", "torch", "oracle")

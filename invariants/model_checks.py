@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import json
 import tempfile
-import types
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -181,12 +180,11 @@ def decode_steps(case: ModelCase) -> int:
 # ----------------------------------------------------------------------------- sides
 
 
-# impl.model's forward and impl.state's deserialize: what a candidate runs unless its registry entry
-# brings its own `model` namespace (the model mutants of impl/mutants/model.py do)
+# impl.model's forward and deserialize: what a candidate runs unless it brings its own `model`
+# namespace (a model port; the model mutants of impl/mutants/model.py do too)
 def _default_model_ops():
     from impl import model as im
-    from impl.state import HybridState
-    return types.SimpleNamespace(forward=im.forward, deserialize=HybridState.deserialize)
+    return im
 
 
 class Side(NamedTuple):

@@ -370,7 +370,9 @@ PACKED = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["admit", [2, 7, 1]], ["adm
                       ["step", [[0, 3, []], [1, 0, [5]], [2, 0, []], [3, 2, []]]],
                       ["reorder", [[0, 3, []], [1, 0, []], [2, 0, [4]], [3, 1, []]], 0.9],
                       ["cancel", 1, None]))
-EXAMPLES = (ROLLBACK, REJECT_ALL, FORK, PADDED, PACKED)
+SLOT_REUSE = ServingCase((["admit", [3, 1, 4, 1, 5, 9]], ["prefill", 0, 12], ["cancel", 0, [2, 7, 1]],
+                          ["prefill", 0, 12], ["decode", 0, 7]))
+EXAMPLES = (ROLLBACK, REJECT_ALL, FORK, PADDED, PACKED, SLOT_REUSE)
 
 CHECKS = (
     Check("serving.state_machine", "serving", ServingCase, serving_cases, run_state_machine,

@@ -52,3 +52,17 @@ class ServingPaddedStepsUpdateKdaState(Engine):
     def _pad(self, prompt, S):
         n = len(prompt)
         return list(prompt) + [self.model.geometry.pad_token_id] * (S - n), [1] * n + [0] * (S - n)
+
+
+@mutant("serving.state_machine", "state", factory=_engine_class, base="triton")
+class ServingSlotReuseKeepsState(Engine):
+    """A cancelled request's slot goes uncleared to the next request admitted under its id: it continues the old KDA state, conv window and caches."""
+
+    # the engine keeps freed slots for reuse (as paged engines keep blocks); overriding cancel is how it
+    # learns one is free, _slot is where the clearing is forgotten
+    def cancel(self, rid) -> None:
+        self.__dict__.setdefault("_freed", {})[rid] = self._req(rid).state
+        super().cancel(rid)
+
+    def _slot(self, rid):
+        return self.__dict__.get("_freed", {}).pop(rid, None) or super()._slot(rid)
