@@ -15,6 +15,8 @@ import torch
 
 import impl.kda as ik
 from gate import cli, merge_gate
+# a chunked without boundary states that declares it (NOT_PROVIDED): gated by name from this module
+from test_compose import NoBoundaries  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -47,17 +49,6 @@ class Noisy:
         o, s, b = ik.chunked(*args, **kwargs)
         gen = torch.Generator().manual_seed(0)
         return o + 2e-6 * o.abs().mean() * torch.randn(o.shape, generator=gen), s, b
-
-
-class NoBoundaries:
-    """Declares that its chunked computes no boundary states (and returns None there)."""
-
-    NOT_PROVIDED = ("chunked.boundary_states",)
-
-    @staticmethod
-    def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        o, s, _ = ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, False)
-        return o, s, None
 
 
 class Raises:
