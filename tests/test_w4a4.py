@@ -127,3 +127,13 @@ def test_w4a4_forward_and_refusals():
     bad = inv.with_input_scales(nvt, torch.zeros(8), None)
     with pytest.raises(ValueError, match=r"nvfp4\.gate_up\.input_global_scale"):
         imoe.experts(w.map(t32), t32(x), rt, nvfp4=bad, w4a4=True)
+
+
+def test_quant_dequant_of_zero_rows_is_zero_rows():
+    # an expert that no token was routed to hands the W4A4 prologue an empty activation block
+    from impl import nvfp4 as inv
+    from impl.baseline.nvfp4 import nvfp4 as base
+
+    for qdq in (base.qdq_activation, inv.qdq_activation):
+        out = qdq(torch.zeros(0, 32), torch.tensor(1.0))
+        assert tuple(out.shape) == (0, 32) and out.dtype == torch.float32

@@ -128,7 +128,8 @@ class TorchNVFP4:
 
     def _quantize_blocks(self, x32, G):
         """float32 [..., K] with ENCODE scale G -> (codes uint8 [..., K], scales fp8 [..., K/16])."""
-        blocks = x32.reshape(*x32.shape[:-1], -1, BLOCK)                            # [..., K/16, 16]
+        # K/16 spelled out: -1 cannot be inferred for zero rows (an expert no token was routed to)
+        blocks = x32.reshape(*x32.shape[:-1], x32.shape[-1] // BLOCK, BLOCK)         # [..., K/16, 16]
         amax_b = blocks.abs().amax(dim=-1)                                          # [..., K/16]
         raw = torch.clamp_max(G * (amax_b / E2M1_MAX), FP8_MAX)
         scales = raw.to(FP8)
