@@ -134,10 +134,17 @@ def _m(x) -> str:
 def _cells(r: GateRow) -> list[str]:
     c, p = r.candidate.margin, (r.peer.margin if r.peer is not None else {"p50": None, "max": None})
     return [r.check, r.status.upper() if r.status != "pass" else "pass", _m(c["p50"]), _m(c["max"]),
-            _m(p["p50"]), _m(p["max"]), ", ".join(r.candidate.covered) or "-"]
+            _m(p["p50"]), _m(p["max"]), _per_example(r.candidate), ", ".join(r.candidate.covered) or "-"]
 
 
-HEADERS = ["check", "status", "candidate p50", "candidate max", "peer p50", "peer max", "candidate functions run"]
+def _per_example(r) -> str:
+    """Seconds inside the candidate's functions per example: a slow candidate (autotuning or compiling
+    per new shape) shows here, not as a slow glmgate."""
+    return f"{r.candidate_seconds / r.examples:.3g}" if r.examples and r.covered else "-"
+
+
+HEADERS = ["check", "status", "candidate p50", "candidate max", "peer p50", "peer max", "candidate s/example",
+           "candidate functions run"]
 
 
 def table(rows, title: str):

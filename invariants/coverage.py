@@ -10,6 +10,7 @@ proxies for the duration of one check and reports the functions that ran.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 # the bundle's fields that hold a namespace of functions (serving holds an engine class: its
@@ -18,10 +19,14 @@ NAMESPACES = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4", "model")
 
 
 class Recorder:
-    """The set of "mechanism.function" names called through the proxies handed out by `recording`."""
+    """The set of "mechanism.function" names called through the proxies handed out by `recording`, and
+    the wall time spent inside them (outermost calls only: a model port calling the candidate's own
+    kernels is counted once), so a report can show a slow candidate."""
 
     def __init__(self):
         self.called: set[str] = set()
+        self.seconds = 0.0
+        self.depth = 0
 
     def record(self, name: str) -> None:
         self.called.add(name)
@@ -61,7 +66,16 @@ def _recorded(fn, name: str, recorder: Recorder):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         recorder.record(name)
-        return fn(*args, **kwargs)
+        recorder.depth += 1
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            recorder.depth -= 1
+            if recorder.depth == 0:
+                # wall time: on CUDA it includes the launches, and what the comparisons then wait for
+                # is the next call's; autotuning and compilation, what a slow candidate spends, show
+                recorder.seconds += time.perf_counter() - t0
     return call
 
 

@@ -61,6 +61,7 @@ class CheckResult(NamedTuple):
     covered: tuple = ()          # the candidate's functions the check called ("kda.chunked", ...)
     crashed: bool = False        # a "fail" where the candidate raised (CheckCrashed), not a broken contract
     not_provided: tuple = ()     # quantities not judged: outputs the candidate declares it does not provide
+    candidate_seconds: float = 0.0   # wall time inside the candidate's functions, over all examples
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -101,10 +102,10 @@ class Tally:
 
     def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
                message: str = "", repro=None, events=None, covered=(), crashed=False,
-               not_provided=()) -> CheckResult:
+               not_provided=(), candidate_seconds=0.0) -> CheckResult:
         return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
                            repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill,
-                           tuple(sorted(covered)), crashed, tuple(sorted(not_provided)))
+                           tuple(sorted(covered)), crashed, tuple(sorted(not_provided)), candidate_seconds)
 
 
 def _where(frame: traceback.FrameSummary) -> str:
@@ -241,7 +242,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
 
     def done(status, **kw):
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
-                            covered=recorder.called, not_provided=skipped, **kw)
+                            covered=recorder.called, not_provided=skipped, candidate_seconds=recorder.seconds,
+                            **kw)
 
     try:
         n_ex = examples_for(check, profile, str(cand.device), max_examples)

@@ -51,6 +51,16 @@ class Noisy:
         return o + 2e-6 * o.abs().mean() * torch.randn(o.shape, generator=gen), s, b
 
 
+class Slow:
+    """Our chunked, a second late on every call (an autotuner, a compile per shape)."""
+
+    @staticmethod
+    def chunked(*args, **kwargs):
+        import time
+        time.sleep(1.0)
+        return ik.chunked(*args, **kwargs)
+
+
 class Raises:
     @staticmethod
     def chunked(*args, **kwargs):
@@ -113,6 +123,16 @@ def test_a_declared_missing_output_is_said_before_the_examples_and_not_covered_i
     assert "not covered (not provided): kda.chunked.boundary_states" in row["note"]
     assert "kda.chunked.boundary_states" in next(xml.iter("testcase")).find("system-out").text
     assert "not covered (not provided)" in (tmp_path / "pr.md").read_text()
+
+
+def test_the_time_a_candidate_spends_per_example_is_in_the_report(tmp_path, capsys):
+    rc, data, _ = _gate(tmp_path, "Slow", "kda.chunked", examples=1)
+    row = data["checks"][0]
+    assert rc == cli.EXIT_PASS and row["status"] == "pass", row
+    per = {side: row[side]["candidate_seconds"] / row[side]["examples"] for side in ("candidate", "peer")}
+    # a lower bound by construction (one call per example sleeps a second); the peer is timed the same way
+    assert per["candidate"] >= 1.0 and 0 < per["peer"], per
+    assert "candidate s/example" in capsys.readouterr().out
 
 
 def test_a_kernel_that_raises_exits_3(tmp_path):
