@@ -99,17 +99,16 @@ def assert_within_contract(mechanism: str, path: str, quantity: str, candidate, 
     """Judge `candidate` against `reference` under the declared contract; return the Verdict, or raise
     AssertionError saying which quantity broke, by how much, where, and why the bound is what it is."""
     __tracebackhide__ = True
-    from invariants.contracts import DECISION_KINDS, judge, judge_decision
+    from invariants.compare import Comparison
+    from invariants.contracts import judge_comparison
 
     c = contract(mechanism, path, quantity, kind)
     if kind == "kernel_replacement" and baseline is None:
         raise TypeError(f"{c.key}: a kernel_replacement limit is k x the baseline's error + floor: pass "
                         f"baseline= (the same computation in plain torch in {dtype}, e.g. "
                         f"glmgate.implementation('torch').{mechanism}.{path}(...))")
-    if kind in DECISION_KINDS:
-        v = judge_decision(c, dtype, candidate, reference)
-    else:
-        v = judge(c, dtype, candidate, reference, baseline, baseline_reference, held_reference)
+    v = judge_comparison(c, dtype, Comparison(path, quantity, candidate, reference, baseline, kind,
+                                              baseline_reference, held_reference=held_reference))
     if not v.ok:
         raise AssertionError(_broken(v))
     return v

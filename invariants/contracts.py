@@ -458,3 +458,13 @@ def assert_reference(mechanism: str, what: str, oracle_value, reference_value, d
         raise AssertionError(
             f"{mechanism} reference cross-check, {what}: {c.metric} {value:.3g} > {bound:g}; worst at "
             f"{m.worst_index}: reference {m.worst_reference:.9g} vs oracle {m.worst_candidate:.9g}")
+
+
+def judge_comparison(contract: Contract, dtype: str, cmp) -> Verdict:
+    """One invariants.compare.Comparison under its contract: a discrete decision tie-aware
+    (judge_decision), anything else by its metric (judge), its `where` leading the detail."""
+    if cmp.kind in DECISION_KINDS:
+        return judge_decision(contract, dtype, cmp.candidate, cmp.reference, cmp.where)
+    v = judge(contract, dtype, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
+              cmp.held_reference)
+    return v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else (cmp.where or v.detail))

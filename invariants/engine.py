@@ -261,9 +261,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         _run_test(test)
     except (ContractBroken, CheckCrashed) as e:
         # a crash says where it was raised: in the candidate's code, or in ours fed the candidate's output
-        message = f"{e.check}: raised {describe_exception(e.exc)}" if isinstance(e, CheckCrashed) else ""
-        if isinstance(e, ContractBroken):
-            message = "; ".join(describe(v) for v in e.verdicts if not v.ok)
+        message = ("; ".join(describe(v) for v in e.verdicts if not v.ok) if isinstance(e, ContractBroken)
+                   else f"{e.check}: raised {describe_exception(e.exc)}")
         return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,
                     crashed=isinstance(e, CheckCrashed))
     except _Abort as a:

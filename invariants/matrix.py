@@ -13,7 +13,7 @@ from typing import Optional
 from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_checks, moe_checks, nvfp4_checks
 from invariants import serving_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
-from invariants.contracts import DECISION_KINDS, Verdict, judge, judge_decision, lookup
+from invariants.contracts import Verdict, judge_comparison, lookup
 from invariants.target import Target
 
 MODULES = (kda_checks, dsa_checks, mla_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks, serving_checks)
@@ -70,15 +70,8 @@ def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[s
                 skipped.add(key)
             continue
         contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
-        if cmp.candidate is None:
-            out.append(_missing(contract, cand, key))
-        elif cmp.kind in DECISION_KINDS:
-            out.append(judge_decision(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.where))
-        else:
-            v = judge(contract, cand.dtype_name, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
-                      cmp.held_reference)
-            out.append(v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else
-                                  (cmp.where or v.detail)))
+        out.append(_missing(contract, cand, key) if cmp.candidate is None else
+                   judge_comparison(contract, cand.dtype_name, cmp))
     return out
 
 
