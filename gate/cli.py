@@ -475,7 +475,7 @@ def cmd_kernels(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gate import failures_cmd
+    from gate import failures_cmd, warmup
 
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -524,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--junit", default=None, help="write JUnit XML (one testcase per check) to this path")
     gt.add_argument("--markdown", default=None, help="write a markdown summary (a PR comment) to this path")
     failures_cmd.add_store_flags(gt)
+    warmup.add_flags(gt)
     gt.set_defaults(fn=cmd_gate)
     failures_cmd.add_parser(sub)
 

@@ -215,7 +215,15 @@ def as_json(rows, meta: dict) -> str:
 
 def cmd_gate(args) -> int:
     """`glmgate gate --candidate pkg.mod:obj`: see the module docstring."""
+    from gate import warmup
+
+    with warmup.fixed_shapes(args.fixed_shapes):
+        return _gate(args)
+
+
+def _gate(args) -> int:
     from gate.cli import UsageError, _geometry, _profile, _rich, _run_checks, _select, _setup_device, _target
+    from gate import warmup
     from gate.failures_cmd import load_replays, open_store
 
     from invariants.profiles import DERANDOMIZED
@@ -241,6 +249,11 @@ def cmd_gate(args) -> int:
     # read once, before the candidate records anything: the peer replays exactly the candidate's cases
     store = open_store(args)
     replays = load_replays(store, checks, console)
+    try:
+        warm = warmup.run(cand.impl, checks, geometry, args.device, dtype, console) if args.warmup else {}
+    except warmup.WarmupFailed as e:
+        raise UsageError(f"--candidate: {e} (the candidate's set-up is broken before any example ran; "
+                         f"--no-warmup runs the examples without it)") from e
     results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate",
                           store=store, replays=replays)
     # the peer only where the candidate passed: a regression is a question about a passing candidate
@@ -251,7 +264,7 @@ def cmd_gate(args) -> int:
     rows += [GateRow(r.check, "not run", r, None, r.message) for r in unprovided]
     meta = {"candidate": cand.impl.name, "baseline": peer.impl.name, "device": args.device, "dtype": dtype,
             "profile": profile, "examples": args.examples, "seed": args.seed, "regression_factor": factor,
-            "failures": store and str(store.directory)}
+            "failures": store and str(store.directory), "warmup_seconds": warm, "fixed_shapes": args.fixed_shapes}
     console.print(table(rows, "glmgate gate"))
     console.print(summary(rows), markup=False)
     for r in rows:

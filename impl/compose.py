@@ -29,10 +29,12 @@ class Composed:
         # other mechanisms' namespaces the compositions call (impl.mla.sublayer -> ops.dsa): the bundle's,
         # set by link(); until then the fallback's own
         self.siblings = {m: getattr(fallback, m) for m in getattr(fallback, "SIBLINGS", ())}
+        # the candidate's own hooks (impl.registry.HOOKS: warmup), never the fallback's
+        self.hooks = {}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
-                                             "compositions", "fast_paths", "siblings"):
+                                             "compositions", "fast_paths", "siblings", "hooks"):
             raise AttributeError(name)
         return self.resolve(name, self)
 
@@ -40,6 +42,8 @@ class Composed:
         """`name` as seen through `ops` (this namespace, or a recording proxy over it)."""
         if name in self.provided:
             return self.provided[name]
+        if name in self.hooks:
+            return self.hooks[name]
         if name in self.siblings:
             return self.siblings[name]
         if name in self.compositions:
@@ -106,4 +110,7 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
                          f"impl.baseline's classes to extend the torch baseline)")
     if not provided:
         raise ValueError(f"its {mechanism} namespace provides none of {list(functions)}")
-    return Composed(mechanism, provided, importlib.import_module(f"impl.{mechanism}"), fallback_name)
+    composed = Composed(mechanism, provided, importlib.import_module(f"impl.{mechanism}"), fallback_name)
+    from impl.registry import HOOKS
+    composed.hooks = {h: getattr(ns, h) for h in HOOKS if callable(getattr(ns, h, None))}
+    return composed

@@ -40,6 +40,10 @@ FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse"
 # per mechanism, the outputs a candidate may leave out ("function.output": what comparing it checks). A
 # namespace declares the ones it does not compute as NOT_PROVIDED = ("chunked.boundary_states",) and
 # returns None in their place; their comparisons are then "not covered", said before any example runs
+# optional hooks a candidate namespace may define beside its functions: `warmup(shapes)` is called once
+# before the first example of a `glmgate gate` run (gate/warmup.py), outside the judged and timed examples,
+# with every shape the checks will draw (a kernel library that autotunes per shape compiles there)
+HOOKS = ("warmup",)
 OPTIONAL = {"kda": {"chunked.boundary_states": "the state at the end of every full chunk (kda.chunked)"}}
 
 

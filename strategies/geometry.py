@@ -21,14 +21,32 @@ class KDAGeometry(NamedTuple):
                    g.linear_conv_kernel_dim, g.linear_lower_bound)
 
 
-def kda_geometries(base, *, vary: bool = True) -> st.SearchStrategy[KDAGeometry]:
-    """The base geometry's KDA dims, or (when `vary`) small variations around them.
+# False pins every drawn dimension to the base geometry's (`glmgate gate --fixed-shapes`: one shape per
+# mechanism, for a candidate that compiles or autotunes per shape); read when a check's strategy is built
+VARY_SHAPES = True
+
+
+def _vary(vary: Optional[bool]) -> bool:
+    return VARY_SHAPES if vary is None else vary
+
+
+def kda_variations(base, *, vary: Optional[bool] = None) -> list[KDAGeometry]:
+    """Every KDA geometry `kda_geometries` draws: the base one first, then small variations around it.
 
     Variations keep CPU cost low (heads <= 4, head dim <= 32) but cover a single head, an odd
     head count and head dims that are and are not a tensor-core tile (8, 16, 32).
     """
     g0 = KDAGeometry.from_geometry(base)
-    if not vary:
+    if not _vary(vary):
+        return [g0]
+    heads, dims = sorted({g0.heads, 1, 3}), sorted({g0.head_dim, 16, 32})
+    return [g0._replace(heads=h, head_dim=d) for h in heads for d in dims]
+
+
+def kda_geometries(base, *, vary: Optional[bool] = None) -> st.SearchStrategy[KDAGeometry]:
+    """The base geometry's KDA dims, or (when `vary`, default VARY_SHAPES) one of `kda_variations`."""
+    g0 = KDAGeometry.from_geometry(base)
+    if not _vary(vary):
         return st.just(g0)
     return st.builds(
         KDAGeometry,
@@ -65,11 +83,11 @@ class DSAGeometry(NamedTuple):
         return self.topk + self.kpool - 1
 
 
-def dsa_geometries(base, *, vary: bool = True) -> st.SearchStrategy[DSAGeometry]:
-    """The base geometry's DSA dims, or pool sizes around it (every divisor of topk up to 8: kpool 1
-    has no tail, kpool = topk picks one pool)."""
+def dsa_geometries(base, *, vary: Optional[bool] = None) -> st.SearchStrategy[DSAGeometry]:
+    """The base geometry's DSA dims, or (when `vary`, default VARY_SHAPES) pool sizes around it (every
+    divisor of topk up to 8: kpool 1 has no tail, kpool = topk picks one pool)."""
     g0 = DSAGeometry.from_geometry(base)
-    if not vary:
+    if not _vary(vary):
         return st.just(g0)
     # the base pool size first: shrinking moves towards the checkpoint's kpool, not towards kpool 1
     kpools = [g0.kpool] + [p for p in (2, 8, 1) if p != g0.kpool and g0.topk % p == 0]
