@@ -164,8 +164,12 @@ def markdown(rows, meta: dict) -> str:
     head = {0: "passed", 1: "BLOCKED: a broken contract or a regression", 3: "BLOCKED: a crash"}[code]
     out = [f"### glmgate gate: {head}", "",
            f"candidate `{meta['candidate']}` vs peer `{meta['baseline']}` on {meta['device']} "
-           f"({meta['dtype']}), profile {meta['profile']}: {summary(rows)}", "",
-           "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+           f"({meta['dtype']}), profile {meta['profile']}: {summary(rows)}", ""]
+    warm = meta.get("warmup_seconds") or {}
+    if warm or meta.get("fixed_shapes"):
+        out += [f"warm-up outside the examples: {', '.join(f'{m} {s:.1f} s' for m, s in warm.items()) or 'none'}"
+                + ("; fixed shapes (the base geometry's dimensions only)" if meta.get("fixed_shapes") else ""), ""]
+    out += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in rows]
     bad = [r for r in rows if r.status != "pass" or r.note]
     if bad:

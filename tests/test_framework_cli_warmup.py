@@ -45,7 +45,7 @@ class BrokenWarmup(Noting):
 
 def _gate(tmp_path, candidate, *extra):
     argv = ["gate", "--candidate", f"test_framework_cli_warmup:{candidate}", "--check", "kda.chunked",
-            "--examples", "3", "--json", str(tmp_path / "r.json"), *extra]
+            "--examples", "3", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "pr.md"), *extra]
     return cli.main(argv)
 
 
@@ -62,6 +62,7 @@ def test_the_warmup_gets_every_drawn_shape_once_before_any_example(tmp_path):
     assert SEEN["calls"] and {(h, k) for _, h, k in SEEN["calls"]} <= want
     meta = json.loads((tmp_path / "r.json").read_text())["meta"]
     assert set(meta["warmup_seconds"]) == {"kda"}
+    assert "warm-up outside the examples: kda " in (tmp_path / "pr.md").read_text()
 
 
 def test_no_warmup_does_not_call_it(tmp_path):
@@ -76,6 +77,7 @@ def test_fixed_shapes_draw_only_the_base_geometry_and_are_restored_after(tmp_pat
     assert {(h, k) for _, h, k in SEEN["calls"]} == {base}
     assert {(s["heads"], s["head_dim"]) for s in SEEN["warmup"][0][1]} == {base}
     assert sg.VARY_SHAPES is True
+    assert "fixed shapes (the base geometry's dimensions only)" in (tmp_path / "pr.md").read_text()
 
 
 def test_a_warmup_that_raises_is_a_usage_error_naming_it(tmp_path, capsys):
