@@ -61,6 +61,15 @@ class CoreCase(NamedTuple):
     seed: int
 
 
+class CausalCase(NamedTuple):
+    """The KDA core run twice, the second time with `changed` ("g", "k", "v", "beta", "q" or "all")
+    redrawn at every token position >= `cut` of the (packed) time axis."""
+
+    core: CoreCase
+    cut: int
+    changed: str
+
+
 class SublayerCase(NamedTuple):
     """One token stream through the KDA sublayer, cut into calls by `splits`."""
 
@@ -105,6 +114,17 @@ def core_cases(draw, base, *, max_len: int = 160, packed: Optional[bool] = None)
         docs, batch, length = None, draw(st.integers(1, 2)), draw(sequence_lengths(max_len=max_len))
     return CoreCase(g.heads, g.head_dim, batch, length, docs, draw(st.booleans()),
                     draw(families()), draw(SEEDS))
+
+
+@st.composite
+def causal_cases(draw, base, *, max_len: int = 160) -> CausalCase:
+    core = draw(core_cases(base, max_len=max_len))
+    # half the time at rows 1-7 of a 16-token sub-chunk: where an anchor row below the sub-chunk's
+    # first makes the rows above it depend on gates after the cut
+    inside = st.integers(0, (core.length - 2) // 16).flatmap(
+        lambda m: st.integers(16 * m + 1, min(16 * m + 7, core.length - 1)))
+    cut = draw(st.one_of(st.integers(0, core.length - 1), inside)) if core.length > 1 else 0
+    return CausalCase(core, cut, draw(st.sampled_from(CAUSAL_INPUTS)))
 
 
 @st.composite
@@ -185,6 +205,57 @@ def run_chunked(case: CoreCase, cand: Target, base: Target):
     return [Comparison("chunked", "output", oc, o, ob, held_reference=oh),
             Comparison("chunked", "final_state", scand, s, sb, held_reference=shh),
             Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh)]
+
+
+CAUSAL_INPUTS = ("g", "k", "v", "beta", "q", "all")
+
+
+def _spliced(case: CausalCase):
+    """The case's inputs, and the same with `changed` redrawn (seed + 1) at time positions >= cut."""
+    x, state, cu = core_inputs(case.core)
+    c = case.core
+    other = tz.core_tensors(np.random.default_rng(c.seed + 1), c.heads, c.head_dim, c.batch, c.length, c.family)
+    y = {n: a.copy() for n, a in x.items()}
+    for n in (CAUSAL_INPUTS[:-1] if case.changed == "all" else (case.changed,)):
+        y[n][:, case.cut:] = other[n][:, case.cut:]
+    return x, y, state, cu
+
+
+def _settled(case: CausalCase):
+    """(boundary-state rows, final-state rows) that end at or before the cut: they must not move."""
+    c = case.core
+    docs = c.docs if c.docs is not None else (c.length,) * c.batch
+    starts = np.cumsum((0,) + docs)[:-1] if c.docs is not None else np.zeros(c.batch, dtype=int)
+    bounds, finals, row = [], [], 0
+    for n, (s0, length) in enumerate(zip(starts, docs)):
+        for j in range(length // 64):
+            if s0 + 64 * (j + 1) <= case.cut:
+                bounds.append(row)
+            row += 1
+        if s0 + length <= case.cut:
+            finals.append(n)
+    return bounds, finals
+
+
+def run_causal(case: CausalCase, cand: Target, base: Target):
+    """Bitwise causality of the same implementation: outputs before the cut, and the states of every
+    chunk and document that ends at or before it, must not change AT ALL when only later inputs do."""
+    c = case.core
+    _label(c.length, c.docs)
+    label(f"cut at rows 1-7 of a sub-chunk: {1 <= case.cut % 16 <= 7}")
+    x, y, state, cu = _spliced(case)
+    bounds, finals = _settled(case)
+    res = []
+    for fn in ("chunked", "recurrent"):
+        kw = {"chunk": 64} if fn == "chunked" else {}
+        a = _core_call(cand, fn, x, state, cu, **kw)
+        b = _core_call(cand, fn, y, state, cu, **kw)
+        res += [Comparison(fn, "causal", b[0][:, :case.cut], a[0][:, :case.cut], kind="exact"),
+                Comparison(fn, "causal", b[1][finals], a[1][finals], kind="exact")]
+        if fn == "chunked" and b[2] is not None:
+            flat = (lambda s: s.reshape(-1, *s.shape[2:])) if c.docs is None else (lambda s: s)
+            res.append(Comparison(fn, "causal", flat(b[2])[bounds], flat(a[2])[bounds], kind="exact"))
+    return res
 
 
 def decode_inputs(case: DecodeCase):
@@ -410,6 +481,13 @@ CHECKS = (
           examples=(CoreCase(2, 8, 1, 64, None, False, "normal", 0),
                     CoreCase(2, 8, 2, 129, None, True, "gate_high", 2),
                     CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3))),
+    Check("kda.causal", "kda", CausalCase, causal_cases, run_causal,
+          "bitwise causality: outputs before a cut and the states settled by then do not change when "
+          "only later g, k, v, beta or q do (chunked and recurrent)",
+          examples=(CausalCase(CoreCase(2, 8, 1, 64, None, False, "normal", 0), 53, "g"),
+                    CausalCase(CoreCase(2, 8, 2, 129, None, True, "gate_low", 1), 115, "all"),
+                    CausalCase(CoreCase(2, 8, 1, 140, (64, 9, 67), True, "normal", 2), 83, "g"),
+                    CausalCase(CoreCase(2, 8, 1, 70, None, True, "gate_high", 3), 64, "k")), cpu_examples=8),
     Check("kda.decode", "kda", DecodeCase, decode_cases, run_decode,
           "fused decode step: conv window, SiLU, L2, gate, delta step, output",
           examples=(DecodeCase(G0, 2, 5, "tiny_qk", 0),)),

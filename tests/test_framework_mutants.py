@@ -10,6 +10,7 @@ contract); and each check of the matrix is the designated catcher of at least on
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 
 import pytest
@@ -63,8 +64,10 @@ def _contract_dtypes(m) -> set:
     found = [c for (mech, _path, qty, kind), c in load().items()
              if (mech, qty) == (mechanism, m.quantity) and kind != "bench_gate"]
     assert found, f"{m.name}: quantity {m.quantity!r} names no declared contract of {mechanism}"
-    return {d for c in found for d in (*c.floor, *c.bound, *(d for t in c.gate.values() if isinstance(t, dict)
-                                                              for d in t))}
+    # an exact contract holds in every dtype
+    return {d for c in found for d in ((*DTYPES,) if c.kind == "exact" else
+                                       (*c.floor, *c.bound, *(d for t in c.gate.values() if isinstance(t, dict)
+                                                              for d in t)))}
 
 
 def test_a_mutant_pinned_to_a_dtype_names_one_its_contract_declares():
@@ -127,7 +130,9 @@ def test_a_mechanism_mutant_is_its_baseline_class_with_one_method_overridden(nam
     """A planted bug is ONE small change: a fresh instance each time, of a subclass of its mechanism's
     baseline class that defines exactly one method the baseline has."""
     m = mutants.MUTANTS[name]
-    base = type(getattr(registry.get("torch"), m.mechanism))
+    # a kernel mutant (base "triton") subclasses our Triton namespace as a class (impl/mutants/<mech>.py)
+    base = (getattr(importlib.import_module(f"impl.mutants.{m.mechanism}"), f"Triton{m.mechanism.upper()}")
+            if m.base == "triton" else type(getattr(registry.get("torch"), m.mechanism)))
     assert m.name == name and m.description and "\n" not in m.description
     assert m.check.startswith(m.mechanism + ".") and m.quantity
     a, b = m.factory(), m.factory()

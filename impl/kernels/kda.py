@@ -14,16 +14,21 @@ import triton.language as tl
 
 @triton.jit
 def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                        PRECISION: tl.constexpr):
+                        PRECISION: tl.constexpr, ANCHOR: tl.constexpr):
     """Adds columns [i_s BC, i_s BC + BC) of the kk and qk products over one K-block to b_A, b_Aqk [BT, BT].
 
     The exp(Γ) factorisation overflows over 64 tokens (e^320 for g = -5), so every column block takes a
-    reference at its middle row: the row factor e^(Γ_i - ref) (rows >= the block) and the column factor
-    e^(ref - Γ_j) (rows of the block) both stay within e^±40. Both come from the same difference, so the
-    diagonal products e^(Γ_i - Γ_i) stay exactly 1.
+    reference at one of its rows: the row factor e^(Γ_i - ref) (rows >= the block) and the column factor
+    e^(ref - Γ_j) (rows of the block). Both come from the same difference, so the diagonal products
+    e^(Γ_i - Γ_i) stay exactly 1. The reference is the block's FIRST row (ANCHOR 0): every row i >= it
+    then depends on gates at rows <= i only, so outputs before a position are bitwise independent of
+    anything after it (kda.causal). A later row (the middle, ANCHOR 7) halves the column factor's range
+    but makes rows above it depend on later gates in their last bits (fla-org/flash-linear-attention
+    #1240 shipped that leak). With the first row, the column factor reaches e^(15 |g|): e^75 at the
+    -5 lower bound, inside float32's e^88.
     """
     o_t = tl.arange(0, BT)
-    b_ref = tl.sum(tl.where((o_t == i_s * BC + BC // 2 - 1)[:, None], b_gc, 0.), 0)
+    b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
     b_d = b_gc - b_ref[None, :]
     b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
     b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, float("-inf")))
@@ -40,7 +45,7 @@ def kda_intra_chunked_fwd_kernel(
     T,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
 ):
     i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     if IS_VARLEN:
@@ -79,10 +84,10 @@ def kda_intra_chunked_fwd_kernel(
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
         b_gc = tl.cumsum(b_g, axis=0)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
 
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
     tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),

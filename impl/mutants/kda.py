@@ -1,9 +1,11 @@
-"""KDA mutants: each a TorchKDA (impl/baseline/kda.py) overriding ONE small method."""
+"""KDA mutants: each a TorchKDA (impl/baseline/kda.py) overriding ONE small method, or a TritonKDA (our
+Triton namespace as a class) overriding one function to change one kernel option."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+import impl.kda as ik
 from impl.baseline.kda import TorchKDA, compute_dtype
 from impl.mutants.catalogue import mutant
 from oracle.types import KDAState
@@ -168,3 +170,24 @@ class NondeterministicOutput(TorchKDA):
         bits, lsb = _LAST_BIT[y.dtype]
         flip = torch.randint(0, 2, y.shape, device=y.device, dtype=bits) * lsb
         return (y.contiguous().view(bits) ^ flip).view(y.dtype), s
+
+
+
+class TritonKDA:
+    """Our Triton kda namespace (impl/kda.py) as a class: the base of mutants that change one kernel
+    option, so the planted bug is in the kernel the product runs, not in a torch re-implementation."""
+
+    recurrent = staticmethod(ik.recurrent)
+    chunked = staticmethod(ik.chunked)
+    decode = staticmethod(ik.decode)
+    sublayer = staticmethod(ik.sublayer)
+
+
+# float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
+# caught in 34 bf16 examples on the CPU)
+@mutant("kda.causal", "causal", base="triton", dtype="float32")
+class IntraAnchorMiddle(TritonKDA):
+    """The intra-chunk kernel anchors each sub-chunk's decay products on its row 7, so rows 0-6 depend on later gates."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, anchor=7)
