@@ -41,8 +41,7 @@ EPILOG = """examples:
   glmgate bench --mechanism layer          a full decoder layer of each kind, stage shares measured
   glmgate kernels                          no GPU needed: every kernel compiled for sm_90 (regs, spills)
   glmgate checkpoint make-tiny /tmp/tiny   a random tiny checkpoint in transformers' on-disk layout
-                                           (--nvfp4 compressed-tensors|modelopt: NVFP4 routed experts,
-                                           gate/up/down each with its own global scale)
+                                           (--nvfp4 compressed-tensors|modelopt: NVFP4 routed experts)
   glmgate checkpoint inspect /tmp/tiny     every layer, its kind, MLP and state shapes (--tensors: all)
 
 reading the table: p50 / p99 / max are the error / limit of the examples (per example the worst of
@@ -546,9 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--seed", type=int, default=0)
     ck.add_argument("--tensors", action="store_true", help="inspect: also list every tensor (name, shape, dtype)")
     ck.add_argument("--nvfp4", default=None, choices=["compressed-tensors", "modelopt"],
-                    help="make-tiny: quantize the routed experts to NVFP4 in this checkpoint layout "
-                         "(each of gate_proj, up_proj, down_proj with its own global scale, as published "
-                         "checkpoints have them)")
+                    help="make-tiny: quantize the routed experts to NVFP4 in this layout (gate_proj, "
+                         "up_proj, down_proj each with its own global scale, as published checkpoints)")
     ck.set_defaults(fn=cmd_checkpoint)
 
     kp = sub.add_parser("kernels", help="compile every Triton kernel for sm_90 without a GPU: registers, "
