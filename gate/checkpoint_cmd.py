@@ -35,6 +35,7 @@ def cmd_checkpoint(args) -> int:
         print(f"  layer {lw.index:3d}  {kind:14s} {mlp:9s} {state}")
     if layout:
         _print_nvfp4(args.dir, g, layout)
+        _print_gate_up_scales(w)
     if args.tensors:
         for name, shape, dtype in ock.tensor_map(args.dir):
             print(f"    {name:90s} {str(list(shape)):20s} {dtype}")
@@ -49,3 +50,16 @@ def _print_nvfp4(directory, g, layout: str) -> None:
     for name, shape, dtype in ock.tensor_map(directory):
         if ".mlp.experts.0." in name:          # every tensor of an expert is quantized in both layouts
             print(f"    {name:72s} {dtype:8s} {list(shape)}")
+
+
+def _print_gate_up_scales(w) -> None:
+    """How far apart each expert's gate_proj and up_proj global scales are: the fused gate_up kernels
+    keep both ([E, 2]); a loader taking the gate's for both halves misscales up by this ratio."""
+    import numpy as np
+
+    pairs = [np.asarray(lw.mlp.nvfp4.gate_up().global_decode, np.float64) for lw in w.layers
+             if getattr(lw.mlp, "nvfp4", None) is not None]
+    g = np.concatenate(pairs)                                                    # [layers·E, 2]
+    ratio = np.maximum(g[:, 0] / g[:, 1], g[:, 1] / g[:, 0])
+    print(f"  gate/up global scales: {int((ratio != 1).sum())} of {len(ratio)} expert pairs differ, "
+          f"largest ratio {ratio.max():.3g} (both kept: global_decode [E, 2])")

@@ -73,38 +73,42 @@ RECORDS = (
                  dict(num_warps=16)),
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, w=BF, sorted_ids="*i64", block_expert="*i64", h=BF), dict(P="i32", limit="fp32"),
-                 dict(D=4096, I=2048, TOP_K=8, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", packed=None,
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, packed=None,
                       scale=None, gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_down_fwd_kernel",
                  dict(h=BF, w=BF, sorted_ids="*i64", block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
-                 dict(D=4096, I=2048, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", packed=None, scale=None,
+                 dict(D=4096, I=2048, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, packed=None, scale=None,
                       gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64", h=BF),
                  dict(P="i32", limit="fp32"),
-                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", w=None,
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
                       gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
     KernelRecord("moe", "moe_down_fwd_kernel",
                  dict(h=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64",
                       weights=F32, out=F32), dict(P="i32"),
-                 dict(D=4096, I=2048, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", w=None, gin=None,
+                 dict(D=4096, I=2048, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None, gin=None,
                       BM=16, BN=64, BK=128), dict(num_warps=4)),
     # W4A4 emulation: the activation tile quantize-dequantized in the prologue (h in float32)
     KernelRecord("moe", "moe_gate_up_fwd_kernel",
                  dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, gin=F32, sorted_ids="*i64",
                       block_expert="*i64", h=F32), dict(P="i32", limit="fp32"),
-                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", w=None,
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
                       BM=64, BN=64, BK=64), dict(num_warps=8)),
     KernelRecord("moe", "moe_down_fwd_kernel",
                  dict(h=F32, packed="*u8", scale="*fp8e4nv", gscale=F32, gin=F32, sorted_ids="*i64",
                       block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
-                 dict(D=4096, I=2048, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", w=None,
+                 dict(D=4096, I=2048, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
                       BM=64, BN=64, BK=64), dict(num_warps=8)),
     KernelRecord("moe", "nvfp4_qdq_fwd_kernel", dict(x=BF, out=F32), dict(M="i32", G="fp32"),
                  dict(K=4096, BM=16, BK=64), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF), {},
                  dict(N=4, D=4096, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
 )
+
+# the NVFP4 GEMMs also read 128x4-swizzled block scales (scale_layout "swizzled": a gathered tile)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SWIZZLED": True}) for r in RECORDS
+                          if r.module == "moe" and r.constexprs.get("NVFP4") and not r.constexprs.get("W4A4"))
 
 # the MoE GEMMs also run with prefill tiles (impl.moe._tiles: > 16 pairs per expert)
 RECORDS = RECORDS + tuple(
@@ -174,6 +178,7 @@ def main(argv=None) -> int:
         if args.kernel and rec.name not in args.kernel:
             continue
         label = rec.name + (" (w4a4)" if rec.constexprs.get("W4A4") else
+                            " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else
                             " (nvfp4)" if rec.constexprs.get("NVFP4") else "")
         if rec.module == "moe" and rec.constexprs.get("BM") == 128:
             label += " prefill"

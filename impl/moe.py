@@ -17,8 +17,9 @@ I expert width, P = N·k (token, slot) pairs, BM pair-rows per block.
 
 Weights: bf16 / f16 / f32 (dots in x's dtype on a GPU; float32 operands under the interpreter, whose
 bf16 tl.dot is wrong, and "ieee" precision for float32 inputs), or NVFP4 W4A16 expert weights
-(impl/nvfp4.py NVFP4Experts: packed codes + LINEAR fp8 block scales + a per-expert decode scale read
-inside the kernel), dequantized in registers; `w4a4=True` adds the W4A4 emulation (NVFP4.md A6): the
+(impl/nvfp4.py NVFP4Experts: packed codes + fp8 block scales, LINEAR or 128x4-swizzled as the
+tensor's scale_layout says, + per-expert decode scales read inside the kernel: gate_up's gate and up
+halves each with its own, [E, 2]; an [E] one is shared), dequantized in registers; `w4a4=True` adds the W4A4 emulation (NVFP4.md A6): the
 A-tile of each GEMM (x, then h, kept in float32) is quantize-dequantized in the kernel's prologue with
 the expert's static input scale or the dynamic one, bit-identical to oracle.nvfp4.qdq_activation.
 float64 inputs run in float32 and return float64.
@@ -198,16 +199,20 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
         gu, dn = (a.to(work).contiguous() for a in dense)
         gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)
     else:
-        gu_args = (None, nv.gate_up.packed.contiguous(), nv.gate_up.block_scale.contiguous(),
-                   nv.gate_up.global_decode.contiguous())
+        # the kernel reads (gate, up) at gscale[2e], gscale[2e + 1]: a shared [E] value is both
+        g_gu = nv.gate_up.global_decode.reshape(E, -1).expand(E, 2).contiguous()
+        gu_args = (None, nv.gate_up.packed.contiguous(), nv.gate_up.block_scale.contiguous(), g_gu)
         dn_args = (None, nv.down.packed.contiguous(), nv.down.block_scale.contiguous(),
                    nv.down.global_decode.contiguous())
+    swz = (False, False) if nv is None else tuple(t.scale_layout == "swizzled" for t in (nv.gate_up, nv.down))
     gin_x = _input_scales(nv.gate_up, xs, E) if w4a4 else None
     moe_gate_up_fwd_kernel[(NB, triton.cdiv(I, BN))](
-        xs, *gu_args, gin_x, sorted_ids, block_expert, h, P, float(limit), D=D, I=I, TOP_K=k, **common)
+        xs, *gu_args, gin_x, sorted_ids, block_expert, h, P, float(limit), D=D, I=I, TOP_K=k,
+        SWIZZLED=swz[0], **common)
     gin_h = _input_scales(nv.down, h, E) if w4a4 else None       # after gate_up: a dynamic scale needs all of h
     moe_down_fwd_kernel[(NB, triton.cdiv(D, BN))](
-        h, *dn_args, gin_h, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I, **common)
+        h, *dn_args, gin_h, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I,
+        SWIZZLED=swz[1], **common)
     out = out.view(N, k, D)
     y = out[:, 0]
     for s in range(1, k):                                   # slot order: a fixed, deterministic sum
@@ -220,8 +225,9 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
 
     Args:
         x: [..., D];  routing: from `route` (or the oracle's, as tensors) on the same x
-        nvfp4: NVFP4 W4A16 expert weights (impl/nvfp4.py); None runs w.gate_up_proj / w.down_proj,
-            which may then be None
+        nvfp4: NVFP4 W4A16 expert weights (impl/nvfp4.py: gate_up global_decode [E, 2] per half or
+            [E] shared, block scales linear or swizzled per scale_layout); None runs w.gate_up_proj /
+            w.down_proj, which may then be None
         w4a4: W4A4 emulation: x and h quantize-dequantized to NVFP4 in the GEMM prologues with the
             experts' input_global_scale (or the dynamic scale when None; see oracle.nvfp4)
     """

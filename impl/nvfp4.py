@@ -11,12 +11,15 @@ float64 result cast to float32 (the contract). The GEMMs never materialise the d
 impl/kernels/moe.py dequantizes tiles in registers.
 
 Expert layout (`NVFP4Experts`): per projection an NVFP4Tensor of stacked tensors, packed uint8
-[E, N, K/2] (element 2j in the low nibble), block_scale float8_e4m3fn [E, N, K/16] LINEAR row-major
-(a loader that swizzled them for CUTLASS must hand the kernels the unswizzled copy), global_decode
-float32 [E] (DECODE direction, one per expert; the fused gate_up shares one value per expert, as
-SGLang/vLLM's w13 does). The kernels read global_decode[e] from device memory: no host sync per expert.
-W4A4 adds input_global_scale float32 [E] (ENCODE) per projection, or None for the dynamic scale of
-`dynamic_input_scale` (computed on the device at call time). `qdq_activation` runs the W4A4 GEMMs'
+[E, N, K/2] (element 2j in the low nibble), block_scale float8_e4m3fn [E, N, K/16] LINEAR row-major,
+or [E, Mp, Kp] in the 128x4 swizzled layout of CUTLASS/FlashInfer (each expert's matrix swizzled on
+its own, N and K/16 padded to 128 and 4) when the tensor's scale_layout is "swizzled" (a marker, not
+a guess from shapes: at GLM-5.3 shapes both layouts have the same shape). global_decode float32:
+gate_up [E, 2] (DECODE, the gate's then the up's value, as a checkpoint's separate gate_proj and
+up_proj modules carry them) or [E] (one value shared by both halves); down [E]. The kernels read
+them from device memory: no host sync per expert. W4A4 adds input_global_scale float32 [E] (ENCODE)
+per projection, or None for the dynamic scale of `dynamic_input_scale` (computed on the device at
+call time); gate_up has ONE input scale per expert because the fused GEMM quantizes x once. `qdq_activation` runs the W4A4 GEMMs'
 activation prologue on its own (impl/kernels/moe.py nvfp4_qdq_fwd_kernel).
 """
 from __future__ import annotations
@@ -42,6 +45,8 @@ check_tensor = _base.check_tensor
 swizzle_scales = _base.swizzle_scales
 unswizzle_scales = _base.unswizzle_scales
 dequantize_swizzled = _base.dequantize_swizzled
+swizzle_experts = _base.swizzle_experts
+SCALE_LAYOUTS = ("linear", "swizzled")
 
 
 def tensor(a, device=None) -> torch.Tensor:
@@ -95,7 +100,8 @@ def qdq_activation(x, input_global_scale):
 
 
 def stack(tensors) -> NVFP4Tensor:
-    """Per-expert NVFP4Tensors (torch or NumPy fields) -> one stacked NVFP4Tensor (global_decode [E])."""
+    """Per-expert NVFP4Tensors (torch or NumPy fields, one scale layout) -> one stacked NVFP4Tensor
+    (global_decode [E], or [E, 2] for per-expert (gate, up) pairs)."""
     def t(a, dtype=None):
         if isinstance(a, torch.Tensor):
             return a
@@ -105,15 +111,27 @@ def stack(tensors) -> NVFP4Tensor:
             return torch.from_numpy(a.view(np.uint8).copy()).view(FP8)
         return torch.from_numpy(np.array(a, dtype=dtype))
     tensors = list(tensors)
+    layouts = {x.scale_layout for x in tensors}
+    if len(layouts) > 1:
+        raise ValueError(f"stack: experts in different scale layouts {sorted(layouts)}")
+    g = torch.stack([t(x.global_decode, "float32").reshape(-1) for x in tensors]).float()
     return NVFP4Tensor(torch.stack([t(x.packed) for x in tensors]),
                        torch.stack([t(x.block_scale) for x in tensors]),
-                       torch.stack([t(x.global_decode, "float32").reshape(()) for x in tensors]).float())
+                       g[:, 0] if g.shape[1] == 1 else g, None, layouts.pop() if layouts else "linear")
+
+
+def _halves_of(w) -> NVFP4Tensor:
+    """One expert's gate_up [2I, D] quantized as a checkpoint holds it: each half from its own amax."""
+    I = w.shape[0] // 2
+    g, u = quantize(w[:I]), quantize(w[I:])
+    return NVFP4Tensor(torch.cat([g.packed, u.packed]), torch.cat([g.block_scale, u.block_scale]),
+                       torch.stack([g.global_decode.reshape(()), u.global_decode.reshape(())]))
 
 
 def quantize_experts(gate_up, down) -> NVFP4Experts:
-    """Quantize stacked expert weights gate_up [E, 2I, D], down [E, D, I] with one global scale per
-    expert and projection (the fused gate_up's covers both halves)."""
-    return NVFP4Experts(stack(quantize(gate_up[e]) for e in range(gate_up.shape[0])),
+    """oracle.nvfp4.quantize_experts: gate_up [E, 2I, D] with each half's own global scale
+    (global_decode [E, 2]), down [E, D, I] with one per expert ([E])."""
+    return NVFP4Experts(stack(_halves_of(gate_up[e]) for e in range(gate_up.shape[0])),
                         stack(quantize(down[e]) for e in range(down.shape[0])))
 
 
@@ -125,6 +143,9 @@ def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None
     for proj, t, (N, K) in (("gate_up", nv.gate_up, (2 * I, D)), ("down", nv.down, (D, I))):
         name = f"nvfp4.{proj}"
         p, s, g = t.packed, t.block_scale, t.global_decode
+        layout = getattr(t, "scale_layout", "linear")
+        if layout not in SCALE_LAYOUTS:
+            raise ValueError(f"{name}.scale_layout: {layout!r}, expected one of {SCALE_LAYOUTS}")
         if not isinstance(p, torch.Tensor) or p.dtype != torch.uint8 or p.ndim != 3:
             raise ValueError(f"{name}.packed: expected a uint8 tensor [E, N, K/2], got "
                              f"{getattr(p, 'dtype', type(p))} {tuple(getattr(p, 'shape', ()))}")
@@ -136,9 +157,12 @@ def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None
             raise ValueError(f"{name}.packed: shape {tuple(p.shape)}, expected [E, N, K/2] = {(E, N, K // 2)}")
         if not isinstance(s, torch.Tensor) or s.dtype != FP8:
             raise ValueError(f"{name}.block_scale: expected a float8_e4m3fn tensor, got {getattr(s, 'dtype', type(s))}")
-        if tuple(s.shape) != (E, N, K // BLOCK):
-            raise ValueError(f"{name}.block_scale: shape {tuple(s.shape)}, expected [E, N, K/16] = "
-                             f"{(E, N, K // BLOCK)} (linear layout)")
+        want = (E, *_base._padded(N, K // BLOCK)) if layout == "swizzled" else (E, N, K // BLOCK)
+        if tuple(s.shape) != want:
+            what = "[E, Mp, Kp] (swizzled: N, K/16 padded to 128, 4)" if layout == "swizzled" else \
+                "[E, N, K/16] (linear layout)"
+            raise ValueError(f"{name}.block_scale: shape {tuple(s.shape)}, expected {what} = {want} "
+                             f"(scale_layout {layout!r})")
         if _scanned(s, g, t.input_global_scale):
             _check_device(name, device, p, s, g)
             continue
@@ -147,17 +171,22 @@ def check_experts(nv: NVFP4Experts, E: int, D: int, I: int, device=None) -> None
             raise ValueError(f"{name}.block_scale: contains NaN (an E4M3 scale cast without the 448 clamp?)")
         if ((bits & 0x80) != 0).any() and (s.float() < 0).any():
             raise ValueError(f"{name}.block_scale: contains negative scales, expected >= 0 (UE4M3)")
-        if not isinstance(g, torch.Tensor) or g.dtype != torch.float32 or tuple(g.shape) != (E,):
-            raise ValueError(f"{name}.global_decode: expected a float32 tensor [E] = [{E}], got "
+        shapes = ((E,), (E, 2)) if proj == "gate_up" else ((E,),)
+        if not isinstance(g, torch.Tensor) or g.dtype != torch.float32 or tuple(g.shape) not in shapes:
+            want = f"[E] = [{E}] or [E, 2] = [{E}, 2] (gate, up)" if proj == "gate_up" else f"[E] = [{E}]"
+            raise ValueError(f"{name}.global_decode: expected a float32 tensor {want}, got "
                              f"{getattr(g, 'dtype', type(g))} {tuple(getattr(g, 'shape', ()))}")
         if not torch.isfinite(g).all() or (g <= 0).any():
-            raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
+            bad = (~torch.isfinite(g) | (g <= 0)).nonzero()[0].tolist()
+            where = f" at expert {bad[0]}" + (f" ({('gate', 'up')[bad[1]]} half)" if len(bad) == 2 else "")
+            raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0; bad{where} (0 makes "
                              f"1/0 = inf and inf · 0 = NaN; a BF16 module put in an NVFP4 slot has 0 there)")
         gi = t.input_global_scale
         if gi is not None and (not isinstance(gi, torch.Tensor) or gi.dtype != torch.float32
                                or tuple(gi.shape) != (E,)):
             raise ValueError(f"{name}.input_global_scale: expected None or a float32 tensor [E] = [{E}] "
-                             f"(ENCODE), got {getattr(gi, 'dtype', type(gi))} {tuple(getattr(gi, 'shape', ()))}")
+                             f"(ENCODE; gate_up has one for both halves: the fused GEMM quantizes x once), "
+                             f"got {getattr(gi, 'dtype', type(gi))} {tuple(getattr(gi, 'shape', ()))}")
         if gi is not None and (not torch.isfinite(gi).all() or (gi <= 0).any()):
             raise ValueError(f"{name}.input_global_scale: {gi.tolist()}, expected finite values > 0")
         _check_device(name, device, p, s, g)

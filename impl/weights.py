@@ -18,7 +18,8 @@ __all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts"]
 
 def nvfp4_experts(nv: NVFP4ExpertWeights, device="cpu"):
     """The oracle's NVFP4 experts (NumPy, gate and up apart) -> impl.nvfp4.NVFP4Experts on `device`
-    (gate_up fused: one global scale per expert, NVFP4.md A5); codes and fp8 scales bit for bit."""
+    (gate_up fused, global_decode [E, 2]: the gate's and the up's scale per expert, NVFP4.md A5); codes
+    and fp8 scales bit for bit."""
     from impl.nvfp4 import experts_to   # the Triton kernels behind impl.nvfp4 load only when needed
 
     return experts_to(nv, device)

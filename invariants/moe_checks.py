@@ -289,4 +289,29 @@ BAD_CALLS = (
     BadCall("experts(nvfp4 down global_decode of E - 1)",
             lambda ns, t: _experts(ns, t, nvfp4=_edit("down", global_decode=lambda g: g[:-1])),
             r"nvfp4\.down\.global_decode", targets=NVFP4),
+    # gate_up's global_decode is [E, 2] (gate, up): a bad UP half alone must be refused too
+    BadCall("experts(nvfp4 gate_up global_decode up half of expert 2 NaN)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", global_decode=_set((2, 1), np.nan))),
+            r"nvfp4\.gate_up\.global_decode.*expert 2 \(up half\)", targets=NVFP4),
+    BadCall("experts(nvfp4 gate_up global_decode up half of expert 6 0)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", global_decode=_set((6, 1), 0.0))),
+            r"nvfp4\.gate_up\.global_decode.*expert 6 \(up half\)", targets=NVFP4),
+    BadCall("experts(nvfp4 gate_up global_decode [E, 3])",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", global_decode=lambda g: g[:, [0, 1, 1]])),
+            r"nvfp4\.gate_up\.global_decode: expected a float32 tensor \[E\]", targets=NVFP4),
+    # down has one matrix per expert: a pair of scales there is no layout
+    BadCall("experts(nvfp4 down global_decode [E, 2])",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("down", global_decode=lambda g: np.stack([g, g], -1))),
+            r"nvfp4\.down\.global_decode", targets=NVFP4),
+    # the layout marker, not the shape, says how to read the scales; a mismatch is refused by shape
+    BadCall("experts(nvfp4 gate_up scale_layout swizzled on linear scales)",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", scale_layout=lambda _: "swizzled")),
+            r"nvfp4\.gate_up\.block_scale: shape .* \[E, Mp, Kp\]", targets=NVFP4),
+    BadCall("experts(nvfp4 down swizzled scales marked linear)",
+            lambda ns, t: _experts(ns, t, nvfp4=lambda nv: onv.swizzle_experts(nv)._replace(
+                down=onv.swizzle_experts(nv).down._replace(scale_layout="linear"))),
+            r"nvfp4\.down\.block_scale: shape .* \[E, N, K/16\]", targets=NVFP4),
+    BadCall("experts(nvfp4 gate_up scale_layout 'tiled')",
+            lambda ns, t: _experts(ns, t, nvfp4=_edit("gate_up", scale_layout=lambda _: "tiled")),
+            r"nvfp4\.gate_up\.scale_layout", targets=NVFP4),
 )

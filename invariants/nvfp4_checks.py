@@ -48,7 +48,7 @@ def nvfp4_cases(draw, base) -> NVFP4Case:
 
 # MoECase's fields but its seed, then the gate's own: one declaration of the MoE layer's shape
 _GATE_FIELDS = [(f, MoECase.__annotations__[f]) for f in MoECase._fields[:-1]] + \
-    [("input_scales", str), ("vocab", int), ("seed", int)]
+    [("input_scales", str), ("scale_layout", str), ("vocab", int), ("seed", int)]
 
 
 class QuantGateCase(NamedTuple("QuantGateFields", _GATE_FIELDS)):
@@ -56,7 +56,9 @@ class QuantGateCase(NamedTuple("QuantGateFields", _GATE_FIELDS)):
 
     The MoE fields are MoECase's (`moe_case` gives it back); input_scales "static" calibrates one W4A4
     input scale per expert on another batch, "dynamic" takes them from the activations at call time;
-    family "outliers" scales some tokens x8 past the static calibration (448 clamp, ±6 saturation).
+    family "outliers" scales some tokens x8 past the static calibration (448 clamp, ±6 saturation);
+    scale_layout "linear" or "swizzled" (the experts' block scales as a CUTLASS loader leaves them).
+    Every case gives gate and up their own global scales, ratios up to 10x (`gate_inputs`).
     """
 
     __slots__ = ()
@@ -74,7 +76,7 @@ def quant_gate_cases(draw, base) -> QuantGateCase:
     # bound there). moe.forward holds that family's kernels.
     m = draw(moe_cases(base))
     return QuantGateCase(*m[:7], draw(st.sampled_from(("normal", "clamps", "outliers"))),
-                         draw(st.sampled_from(("dynamic", "static"))),
+                         draw(st.sampled_from(("dynamic", "static"))), draw(st.sampled_from(onv.SCALE_LAYOUTS)),
                          draw(st.sampled_from(sorted({base.vocab_size, 256}))), m.seed)
 
 
@@ -167,14 +169,43 @@ def _calibrated_scales(w, nv, x_cal):
     return onv.global_scale_encode(np.array(ax)), onv.global_scale_encode(np.array(ah))
 
 
+UP_RATIO_MAX = 10.0      # the widest gate/up global-scale ratio seen on a published checkpoint (NVFP4.md)
+EQUAL_SHARE = 0.3        # ~31% of that checkpoint's pairs had equal scales
+
+
+def up_ratios(rng, E: int) -> np.ndarray:
+    """[E] factors for each expert's up half: 1 for ~30% of the experts, else log-uniform in [1/10, 10]."""
+    r = np.exp(rng.uniform(-np.log(UP_RATIO_MAX), np.log(UP_RATIO_MAX), E))
+    return np.where(rng.uniform(size=E) < EQUAL_SHARE, 1.0, r)
+
+
+def unequal_halves(w, rng):
+    """w with each expert's up rows scaled by up_ratios and its down matrix by the inverse: the exact
+    layer is unchanged (up enters linearly; only the +-L clamp of up sees the factor), while gate and
+    up get global scales up to 10x apart, as in real checkpoints (NVFP4.md, "MoE gate/up fusion")."""
+    I = w.expert_dim
+    r = up_ratios(rng, w.num_experts)
+    gate_up = w.gate_up_proj.copy()
+    gate_up[:, I:] *= r[:, None, None]
+    return dataclasses.replace(w, gate_up_proj=gate_up, down_proj=w.down_proj / r[:, None, None])
+
+
 def gate_inputs(case: QuantGateCase):
-    """(MoE weights float64, x [N, D], oracle NVFP4Experts with or without static input scales)."""
+    """(MoE weights float64, x [N, D], oracle NVFP4Experts with or without static input scales): gate
+    and up quantized each with its own global scale (ratios up to 10x), block scales in case.scale_layout."""
     w, x = moe_inputs(case.moe_case())
     rng = np.random.default_rng([case.seed, 1])
+    w = unequal_halves(w, np.random.default_rng([case.seed, 3]))
     nv = onv.quantize_experts(w.gate_up_proj, w.down_proj)
+    g = np.asarray(nv.gate_up.global_decode)
+    ratio = float(np.max(np.maximum(g[:, 0] / g[:, 1], g[:, 1] / g[:, 0])))
+    label("gate/up global scales over 3x apart" if ratio > 3 else "gate/up global scales within 3x")
     if case.input_scales == "static":
         nv = onv.with_input_scales(nv, *_calibrated_scales(w, nv, rng.standard_normal((64, case.hidden))))
         label("static W4A4 input scales")
+    if case.scale_layout == onv.SWIZZLED:
+        nv = onv.swizzle_experts(nv)
+        label("128x4-swizzled expert block scales")
     if case.family == "outliers":
         x[::3] *= 8.0                         # past the calibration: the 448 clamp and ±6 saturation fire
         label("activation outliers")
@@ -282,9 +313,11 @@ CHECKS = (
           "dequantization bit-exact, from linear and from 128x4-swizzled scales",
           examples=(NVFP4Case(130, 144, "zero_blocks", 2),)),
     Check("nvfp4.gate", "nvfp4", QuantGateCase, quant_gate_cases, run_gate,
-          "MoE layer + fixed vocab projection, W4A16 and W4A4: KL / top-1 vs oracle NVFP4 and vs unquantized",
-          examples=(QuantGateCase(32, 8, 2, 2, 1, 16, 24, "normal", "dynamic", 64, 1),
-                    QuantGateCase(48, 8, 3, 4, 2, 16, 17, "clamps", "static", 256, 2),
-                    QuantGateCase(32, 8, 2, 2, 1, 16, 13, "outliers", "static", 64, 3)),
+          "MoE layer + fixed vocab projection, W4A16 and W4A4, gate/up global scales up to 10x apart, linear "
+          "and swizzled block scales: KL / top-1 vs oracle NVFP4 and vs unquantized",
+          examples=(QuantGateCase(32, 8, 2, 2, 1, 16, 24, "normal", "dynamic", "linear", 64, 1),
+                    QuantGateCase(48, 8, 3, 4, 2, 16, 17, "clamps", "static", "swizzled", 256, 2),
+                    QuantGateCase(32, 8, 2, 2, 1, 16, 13, "outliers", "static", "linear", 64, 3),
+                    QuantGateCase(32, 8, 2, 2, 1, 16, 11, "normal", "dynamic", "swizzled", 64, 4)),
           needs=("nvfp4", "moe")),
 )

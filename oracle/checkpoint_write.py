@@ -56,9 +56,10 @@ def _quantize_layer(gate_up: np.ndarray, down: np.ndarray, modules: list[str], s
                     input_amax: Optional[float], listing: Path) -> dict[str, NVFP4Tensor]:
     """{module key: NVFP4Tensor} for one layer's experts gate_up [E, 2I, D], down [E, D, I] (NVFP4.md A3).
 
-    modules[e] is `<prefix>layers.{i}.mlp.experts.{e}.`. Global scale from the float32 amax; gate and
-    up share max(amax_gate, amax_up) when share_gate_up_scale, as llm-compressor and ModelOpt export a
-    fused w13 pair (the fused kernel takes one scale per expert). input_amax: the static activation
+    modules[e] is `<prefix>layers.{i}.mlp.experts.{e}.`. Global scale from each tensor's float32 amax,
+    so gate and up differ as in published checkpoints (the fused kernels take both: global_decode
+    [E, 2]); share_gate_up_scale gives the pair max(amax_gate, amax_up) instead, as llm-compressor's
+    fused-w13 export option does. input_amax: the static activation
     amax of every projection (W4A4), as a float32 reciprocal so both directions round-trip exactly.
     """
     I = gate_up.shape[1] // 2
@@ -79,7 +80,7 @@ def _quantize_layer(gate_up: np.ndarray, down: np.ndarray, modules: list[str], s
     return out
 
 
-def quantize_checkpoint(src_dir, dst_dir, layout: str, *, share_gate_up_scale: bool = True,
+def quantize_checkpoint(src_dir, dst_dir, layout: str, *, share_gate_up_scale: bool = False,
                         input_amax: Optional[float] = None) -> Path:
     """Quantize a bf16/f32 checkpoint's routed experts to NVFP4 in `layout` (NVFP4.md A3, A5).
 
@@ -89,8 +90,9 @@ def quantize_checkpoint(src_dir, dst_dir, layout: str, *, share_gate_up_scale: b
     the index kept). config.json gets `quantization_config`, ModelOpt also hf_quant_config.json; other
     files are copied. Loading the result gives experts equal to oracle.nvfp4.dequantize(quantize(w, G)).
 
-    layout: "compressed-tensors" or "modelopt";  share_gate_up_scale: one global scale per (gate, up)
-    pair (default; what a fused w13 kernel needs) or one per tensor;  input_amax: write static activation
+    layout: "compressed-tensors" or "modelopt";  share_gate_up_scale: one global scale per tensor
+    (default: gate and up differ, as on a published GLM-5.3-Flash checkpoint, NVFP4.md) or one per
+    (gate, up) pair;  input_amax: write static activation
     global scales (input_global_scale / input_scale) from this amax, for W4A4; None = weight-only.
     """
     from safetensors.numpy import save_file
@@ -157,8 +159,8 @@ def write_random(directory, geometry: Geometry, seed: int = 0, nvfp4: Optional[s
     config.json, float64.
 
     nvfp4: None, "compressed-tensors" or "modelopt": the same random weights (same seed = same masters),
-    routed experts quantized by `quantize_checkpoint` (gate/up sharing a global scale; input_amax as
-    there). So write_random(a, g, s) and write_random(b, g, s, nvfp4=...) differ only by the NVFP4 error.
+    routed experts quantized by `quantize_checkpoint` (each of gate, up, down with its own global
+    scale; input_amax as there). So write_random(a, g, s) and write_random(b, g, s, nvfp4=...) differ only by the NVFP4 error.
     """
     if nvfp4 is not None:
         import tempfile

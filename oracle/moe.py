@@ -170,7 +170,8 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4=None, w4a4: bool = False):
         x: [..., D];  routing: from `route` on the same x (N = the product of x's leading axes)
         nvfp4: None (w.gate_up_proj / w.down_proj as they are), or NVFP4 routed experts
             (oracle.nvfp4.NVFP4Experts or a checkpoint's NVFP4ExpertWeights): the weights are then
-            their exact float64 dequantization (W4A16)
+            their exact float64 dequantization (W4A16), gate and up halves each by its own global
+            scale (global_decode [E, 2]), block scales in either layout (scale_layout)
         w4a4: also quantize-dequantize each GEMM input to NVFP4 (`nvfp4` required): see `_w4a4_experts`
     Returns:
         y: [..., D]
@@ -218,7 +219,8 @@ def _input_scales(t, acts) -> np.ndarray:
 def _w4a4_experts(w: MoEWeights, xs, ids, wts, nv):
     """W4A4 emulation (NVFP4.md A6): y = Σ w_e · qdq(h_e, G_h[e]) down_e^T with
     h_e = act(qdq(x, G_x[e]) gate_up_e^T), qdq per token row and 16-element block along K, weights
-    the exact dequantization. G from the checkpoint's input_global_scale or `dynamic_input_scale`
+    the exact dequantization (so each half carries its own weight scale: a kernel's alpha per half is
+    g_half / G_x; x is quantized once, with the one G_x[e] of the fused gate_up). G from the checkpoint's input_global_scale or `dynamic_input_scale`
     (x: all N tokens; h: every routed row of every expert, so all h first, then one amax)."""
     I = w.expert_dim
     gx = _input_scales(nv.gate_up, xs)

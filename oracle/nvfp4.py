@@ -44,6 +44,9 @@ _BOUNDS = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
 _TIE_UP = np.array([False, True, False, True, False, True, False])
 # the 128x4 swizzle tile (A5): 128 rows as 4 x 32, 4 scale columns
 TILE_ROWS, TILE_COLS = 128, 4
+# NVFP4Tensor.scale_layout: row-major [N, K/16], or the 128x4 tiles [Mp, Kp] (swizzle_scales)
+LINEAR, SWIZZLED = "linear", "swizzled"
+SCALE_LAYOUTS = (LINEAR, SWIZZLED)
 
 
 # ----------------------------------------------------------------------------- elements (E2M1)
@@ -184,12 +187,22 @@ def dequantize(t: NVFP4Tensor) -> np.ndarray:
     Exact: the three significands (2 + 4 + 24 bits) fit in float64's 53, so no rounding happens in
     any order. Casting the result to float32 rounds once, which equals (e2m1 · scale) · global_decode
     computed in float32 (e2m1 · scale is exact there), the order a kernel's epilogue uses.
+    Block scales in either layout (t.scale_layout); a fused gate_up's global_decode [2] scales rows
+    0..N/2-1 by the gate's value and the rest by the up's.
     """
     check_tensor(t)
     N, K = t.shape
-    scale = np.asarray(t.block_scale).astype(np.float64)                        # [N, K/16]
-    return (dequantize_e2m1(unpack(t.packed)) * np.repeat(scale, BLOCK, axis=-1)
-            * np.float64(np.float32(t.global_decode)))
+    scale = linear_scales(t).astype(np.float64)                                 # [N, K/16]
+    g = np.asarray(t.global_decode, np.float32).astype(np.float64).reshape(-1)   # [1] or [2]
+    rows = np.repeat(g, N // g.size)[:, None]                                    # [N, 1]
+    return dequantize_e2m1(unpack(t.packed)) * np.repeat(scale, BLOCK, axis=-1) * rows
+
+
+def linear_scales(t: NVFP4Tensor) -> np.ndarray:
+    """t's block scales [N, K/16] in the linear layout, unswizzled where t.scale_layout is "swizzled"."""
+    N, K = t.shape
+    s = np.asarray(t.block_scale)
+    return unswizzle_scales(s, (N, K // BLOCK)) if t.scale_layout == SWIZZLED else s
 
 
 def qdq_activation(x, input_global_scale):
@@ -222,17 +235,28 @@ def check_tensor(t: NVFP4Tensor) -> None:
         raise ValueError(f"NVFP4Tensor.packed: expected uint8 [N, K/2], got {packed.dtype} {packed.shape}")
     N, K = t.shape
     _check_k(K, "NVFP4Tensor.packed")
-    _check_scales("NVFP4Tensor.block_scale", scale, (N, K // BLOCK))
-    _check_global("NVFP4Tensor.global_decode", t.global_decode)
+    if t.scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"NVFP4Tensor.scale_layout: {t.scale_layout!r}, expected one of {SCALE_LAYOUTS}")
+    want = swizzled_shape(N, K // BLOCK) if t.scale_layout == SWIZZLED else (N, K // BLOCK)
+    _check_scales("NVFP4Tensor.block_scale", scale, want, t.scale_layout)
+    g = np.asarray(t.global_decode)
+    if g.size == 2 and g.ndim == 1:                  # a fused gate_up's (gate, up) pair: N splits in halves
+        if N % 2:
+            raise ValueError(f"NVFP4Tensor.global_decode: two values (gate, up) for an odd N={N}")
+        for half, v in zip(("gate", "up"), g):
+            _check_global(f"NVFP4Tensor.global_decode ({half} half)", v)
+    else:
+        _check_global("NVFP4Tensor.global_decode", t.global_decode)
     if t.input_global_scale is not None:
         _check_global("NVFP4Tensor.input_global_scale", t.input_global_scale)
 
 
-def _check_scales(name: str, s: np.ndarray, want: tuple) -> None:
+def _check_scales(name: str, s: np.ndarray, want: tuple, layout: str = LINEAR) -> None:
     if s.dtype != FP8:
         raise ValueError(f"{name}: expected float8_e4m3fn, got dtype {s.dtype}")
     if s.shape != want:
-        raise ValueError(f"{name}: expected shape [N, K/16] = {want}, got {s.shape}")
+        what = "[Mp, Kp] (N, K/16 padded to 128, 4; swizzled)" if layout == SWIZZLED else "[N, K/16]"
+        raise ValueError(f"{name}: expected shape {what} = {want}, got {s.shape}")
     f = s.astype(np.float32)
     if np.isnan(f).any():
         raise ValueError(f"{name}: contains NaN (an E4M3 scale cast without the 448 clamp?)")
@@ -287,6 +311,11 @@ def unswizzle_scales(sw, shape: tuple[int, int]) -> np.ndarray:
     return np.ascontiguousarray(tiles.transpose(0, 3, 2, 1, 4)).reshape(Mp, Kp)[:M, :Kb]
 
 
+def swizzled_shape(M: int, Kb: int) -> tuple[int, int]:
+    """(Mp, Kp): the swizzled buffer of an [M, Kb] scale matrix, padded to whole 128x4 tiles."""
+    return -(-M // TILE_ROWS) * TILE_ROWS, -(-Kb // TILE_COLS) * TILE_COLS
+
+
 def swizzled_offset(m, k, scale_cols: int):
     """Byte offset of scale (m, k) in the swizzled layout of a matrix with `scale_cols` = Kb columns (A5)."""
     Kt = -(-scale_cols // TILE_COLS)
@@ -319,7 +348,7 @@ def to_compressed_tensors(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
         .weight_global_scale float32 [1] ENCODE = 1 / global_decode;
         .input_global_scale float32 [1] ENCODE, only when t.input_global_scale is set (W4A4)
     """
-    check_tensor(t)
+    _check_writable(t)
     key = _keys(prefix, CT)
     out = {key["packed"]: np.asarray(t.packed).copy(),
            key["block_scale"]: np.asarray(t.block_scale).copy(),
@@ -336,7 +365,7 @@ def to_modelopt(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
         {prefix}.weight uint8 [N, K/2];  .weight_scale fp8 [N, K/16];  .weight_scale_2 float32 scalar
         DECODE = global_decode;  .input_scale float32 scalar DECODE = 1 / input_global_scale (W4A4 only)
     """
-    check_tensor(t)
+    _check_writable(t)
     key = _keys(prefix, MODELOPT)
     out = {key["packed"]: np.asarray(t.packed).copy(),
            key["block_scale"]: np.asarray(t.block_scale).copy(),
@@ -345,6 +374,17 @@ def to_modelopt(prefix: str, t: NVFP4Tensor) -> dict[str, np.ndarray]:
         out[key["input_global_scale"]] = np.array(
             _exact_flip("input_global_scale", t.input_global_scale), dtype=np.float32).reshape(())
     return out
+
+
+def _check_writable(t: NVFP4Tensor) -> None:
+    """check_tensor, and what one checkpoint module holds: linear scales, one global scale."""
+    check_tensor(t)
+    if t.scale_layout != LINEAR:
+        raise ValueError(f"NVFP4Tensor.scale_layout: {t.scale_layout!r}; checkpoints store LINEAR block scales "
+                         f"(swizzling is a loader's step): unswizzle_scales first")
+    if np.asarray(t.global_decode).size != 1:
+        raise ValueError("NVFP4Tensor.global_decode: two values (a fused gate_up); a checkpoint stores gate_proj "
+                         "and up_proj as separate modules, each with its own global scale: write the halves apart")
 
 
 def from_compressed_tensors(tensors: Mapping[str, np.ndarray], prefix: str) -> NVFP4Tensor:
@@ -404,28 +444,53 @@ def _optional_global(tensors, name: str) -> Optional[np.float32]:
 
 
 def expert_tensor(t: NVFP4Tensor, e: int) -> NVFP4Tensor:
-    """Expert e of a stacked NVFP4Tensor, as the 2-D tensor `dequantize` takes."""
+    """Expert e of a stacked NVFP4Tensor, as the 2-D tensor `dequantize` takes (global_decode [E] or,
+    for a fused gate_up, [E, 2] = (gate, up); the scale layout kept)."""
     g_in = None if t.input_global_scale is None else np.float32(np.asarray(t.input_global_scale)[e])
+    g = np.asarray(t.global_decode, np.float32)[e]
     return NVFP4Tensor(np.asarray(t.packed)[e], np.asarray(t.block_scale)[e],
-                       np.float32(np.asarray(t.global_decode, np.float32)[e]), g_in)
+                       np.float32(g) if g.ndim == 0 else g.copy(), g_in, t.scale_layout)
 
 
 def dequantize_experts(nv) -> tuple[np.ndarray, np.ndarray]:
-    """(gate_up [E, 2I, D], down [E, D, I]) float64: the exact dequantization of every expert."""
+    """(gate_up [E, 2I, D], down [E, D, I]) float64: the exact dequantization of every expert, each half
+    of gate_up with its own global scale where global_decode is [E, 2], either scale layout."""
     nv = fused_experts(nv)
     E = int(np.asarray(nv.gate_up.packed).shape[0])
+    for name, t, per in (("gate_up", nv.gate_up, ((E,), (E, 2))), ("down", nv.down, ((E,),))):
+        shape = np.shape(t.global_decode)
+        if shape not in per:
+            raise ValueError(f"nvfp4.{name}.global_decode: shape {shape}, expected one of {list(per)} "
+                             f"([E, 2] = gate's and up's DECODE scales)")
     return (np.stack([dequantize(expert_tensor(nv.gate_up, e)) for e in range(E)]),
             np.stack([dequantize(expert_tensor(nv.down, e)) for e in range(E)]))
 
 
 def quantize_experts(gate_up, down) -> NVFP4Experts:
-    """Quantize gate_up [E, 2I, D] and down [E, D, I] with one global scale per expert and projection
-    (the fused gate_up's covers both halves); no input scales (set them with `with_input_scales`)."""
-    def stacked(ws):
-        qs = [quantize(w) for w in ws]
-        return NVFP4Tensor(np.stack([q.packed for q in qs]), np.stack([q.block_scale for q in qs]),
-                           np.array([q.global_decode for q in qs], dtype=np.float32))
-    return NVFP4Experts(stacked(np.asarray(gate_up)), stacked(np.asarray(down)))
+    """Quantize gate_up [E, 2I, D] and down [E, D, I] with one global scale per expert and projection,
+    gate and up halves EACH from its own amax (global_decode [E, 2], what a checkpoint holds: gate_proj
+    and up_proj are separate modules); no input scales (set them with `with_input_scales`)."""
+    gate_up = np.asarray(gate_up)
+    I = gate_up.shape[1] // 2
+
+    def stacked(ws, halves: bool):
+        qs = [[quantize(w[:I]), quantize(w[I:])] if halves else [quantize(w)] for w in ws]
+        g = np.array([[q.global_decode for q in pair] for pair in qs], dtype=np.float32)
+        return NVFP4Tensor(np.stack([np.concatenate([q.packed for q in pair]) for pair in qs]),
+                           np.stack([np.concatenate([q.block_scale for q in pair]) for pair in qs]),
+                           g if halves else g[:, 0])
+    return NVFP4Experts(stacked(gate_up, True), stacked(np.asarray(down), False))
+
+
+def swizzle_experts(nv: NVFP4Experts) -> NVFP4Experts:
+    """nv with every expert's block scales [N, K/16] in the 128x4 swizzled layout ([E, Mp, Kp], each
+    expert swizzled on its own, scale_layout "swizzled"), as a CUTLASS/FlashInfer loader leaves them."""
+    def sw(t: NVFP4Tensor) -> NVFP4Tensor:
+        if t.scale_layout == SWIZZLED:
+            return t
+        return t._replace(block_scale=np.stack([swizzle_scales(s) for s in np.asarray(t.block_scale)]),
+                          scale_layout=SWIZZLED)
+    return NVFP4Experts(sw(nv.gate_up), sw(nv.down))
 
 
 def with_input_scales(nv: NVFP4Experts, gate_up_input, down_input) -> NVFP4Experts:

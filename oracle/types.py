@@ -431,8 +431,7 @@ class NVFP4Leaf(NamedTuple):
     what: str
 
 
-# one declaration per NVFP4Tensor field; compressed-tensors stores both global scales in the ENCODE
-# direction, ModelOpt both in the DECODE one (oracle.nvfp4 converts)
+# one per stored NVFP4Tensor field; compressed-tensors: both global scales ENCODE, ModelOpt: DECODE
 NVFP4_LEAVES = {
     "packed": NVFP4Leaf("[N, K/2]", "U8", {CT: "weight_packed", MODELOPT: "weight"}, "packed codes"),
     "block_scale": NVFP4Leaf("[N, K/16]", "F8_E4M3", {CT: "weight_scale", MODELOPT: "weight_scale"}, "block scales"),
@@ -447,16 +446,21 @@ class NVFP4Tensor(NamedTuple):
     """One NVFP4 weight [N, K] as a kernel receives it (NVFP4.md A1, A4).
 
     packed:             uint8 [N, K/2], element 2j in the low nibble, 2j+1 in the high nibble
-    block_scale:        float8_e4m3fn [N, K/16] LINEAR row-major (never the 128x4 swizzled layout)
-    global_decode:      float32 scalar, DECODE direction (ModelOpt weight_scale_2 = 1 / weight_global_scale)
+    block_scale:        float8_e4m3fn [N, K/16] LINEAR row-major, or the 128x4 swizzled [Mp, Kp]
+                        (oracle.nvfp4.swizzle_scales) where scale_layout is "swizzled"
+    global_decode:      float32 scalar, DECODE direction (ModelOpt weight_scale_2 = 1 / weight_global_scale);
+                        a fused gate_up may carry two, [2] = (gate rows, up rows) (NVFP4Experts)
     input_global_scale: float32 scalar, ENCODE direction (compressed-tensors input_global_scale), W4A4 only;
                         None for weight-only (W4A16)
+    scale_layout:       "linear" or "swizzled", a marker: shapes cannot tell them apart when N % 128 == 0
+                        and K/16 % 4 == 0 (GLM-5.3's); only the MoE experts path takes "swizzled"
     """
 
     packed: Any
     block_scale: Any
     global_decode: Any
     input_global_scale: Any = None
+    scale_layout: str = "linear"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -466,7 +470,7 @@ class NVFP4Tensor(NamedTuple):
     def map(self, fn: Callable[[Any], Any]) -> "NVFP4Tensor":
         """Apply `fn` to every array field (input_global_scale only where present)."""
         g_in = None if self.input_global_scale is None else fn(self.input_global_scale)
-        return NVFP4Tensor(fn(self.packed), fn(self.block_scale), fn(self.global_decode), g_in)
+        return NVFP4Tensor(fn(self.packed), fn(self.block_scale), fn(self.global_decode), g_in, self.scale_layout)
 
 
 class NVFP4ExpertWeights(NamedTuple):
@@ -486,28 +490,33 @@ class NVFP4ExpertWeights(NamedTuple):
     layout: str
 
     def gate_up(self) -> NVFP4Tensor:
-        """gate rows then up rows ([E, 2I, D/2], [E, 2I, D/16]) with one global scale per expert, as
-        fused w13 kernels take it; ValueError when gate's and up's global or input scales differ."""
+        """gate rows then up rows ([E, 2I, D/2], [E, 2I, D/16]) as fused w13 kernels take them, BOTH
+        global scales kept: global_decode [E, 2] = (gate, up). Real checkpoints differ there (69% of
+        pairs, up to 10x, on a published GLM-5.3-Flash ModelOpt checkpoint; one value for both was
+        vLLM #54974). The input scale stays one per expert [E]: the fused GEMM quantizes x once."""
         import numpy as np  # the containers stay math-free; this is a concatenation only
-
-        for field in ("global_decode", "input_global_scale"):
-            a, b = getattr(self.gate, field), getattr(self.up, field)
-            if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
-                raise ValueError(f"NVFP4ExpertWeights.{field}: gate and up differ (each half has its "
-                                 f"own scale on disk), and one fused gate_up value per expert would misscale "
-                                 f"a half: run gate and up with their own scales, or requantize one half first")
+        a, b = self.gate.input_global_scale, self.up.input_global_scale
+        if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+            raise ValueError("NVFP4ExpertWeights.input_global_scale: gate and up differ; a fused gate_up GEMM "
+                             "quantizes x ONCE (both halves read the same x, so a calibrated checkpoint has "
+                             "equal values) and one half would see a scale it was not calibrated for: run "
+                             "gate and up as separate GEMMs, or recalibrate both with one input scale")
+        g = np.stack([np.asarray(t.global_decode, np.float32).reshape(-1) for t in (self.gate, self.up)], -1)
         return NVFP4Tensor(np.concatenate([self.gate.packed, self.up.packed], axis=1),
                            np.concatenate([self.gate.block_scale, self.up.block_scale], axis=1),
-                           self.gate.global_decode, self.gate.input_global_scale)
+                           g, self.gate.input_global_scale)
 
 
 class NVFP4Experts(NamedTuple):
     """Stacked NVFP4 routed experts as fused-w13 kernels take them (NVFP4.md A5, A7).
 
-    gate_up: NVFP4Tensor of [E, 2I, D] (rows 0..I-1 gate): packed [E, 2I, D/2], block_scale [E, 2I, D/16]
-             LINEAR, global_decode float32 [E] (DECODE, one per expert for both halves),
-             input_global_scale float32 [E] (ENCODE, W4A4's static scale of x) or None
-    down:    the same for down_proj [E, D, I]; input_global_scale is the static scale of h
+    gate_up: NVFP4Tensor of [E, 2I, D] (rows 0..I-1 gate): packed [E, 2I, D/2], block_scale
+             [E, 2I, D/16] LINEAR, or [E, Mp, Kp] with scale_layout "swizzled" (each expert swizzled
+             on its own); global_decode float32 [E, 2] (DECODE, gate's then up's, as checkpoints
+             have them) or [E] (shared); input_global_scale float32 [E] (ENCODE, W4A4's static
+             scale of x, one for both halves: x is quantized once) or None
+    down:    the same for down_proj [E, D, I] with global_decode [E]; input_global_scale is the static
+             scale of h
     NumPy fields on the oracle side, torch on the impl side (oracle.nvfp4 and impl.nvfp4 re-export it).
     """
 

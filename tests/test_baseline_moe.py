@@ -296,7 +296,25 @@ def _qdq_probe(impl):
     return {"kernel_w4a4": impl.qdq_activation(x, G)}
 
 
+def _experts_probe(swizzled: bool):
+    """Stacked experts as the gate's NVFP4 mixture dequantizes them: gate_up with gate and up amax 6x
+    apart (global_decode [E, 2]), 2I = 160 rows (two 128-row swizzle tiles), optionally swizzled;
+    observed as the quantity the gate's kernel_w4a16 comparison sees."""
+    def probe(impl):
+        rng = np.random.default_rng(9)
+        gu = rng.standard_normal((2, 160, 64)) * np.repeat([1.0, 6.0], 80)[None, :, None]
+        nv = onv.quantize_experts(gu, rng.standard_normal((2, 64, 80)))
+        nv = onv.swizzle_experts(nv) if swizzled else nv
+        if isinstance(impl, TorchNVFP4):
+            from impl.nvfp4 import experts_to
+            return {"kernel_w4a16": impl.dequantize(experts_to(nv).gate_up, torch.float64).numpy()}
+        return {"kernel_w4a16": impl.dequantize_experts(nv)[0]}
+    return probe
+
+
 PROBES = {
+    "nvfp4_fused_gate_scale_both_halves": _experts_probe(False),
+    "nvfp4_expert_swizzled_scales_read_linear": _experts_probe(True),
     "moe_bias_in_weights": _route_probe,
     "moe_scaling_before_norm": _route_probe,
     "moe_two_sided_gate_clamp": _forward_probe,

@@ -86,15 +86,20 @@ def _assert_round_trip(loaded, master, share: bool):
 
 
 @pytest.mark.parametrize("layout", ock.NVFP4_LAYOUTS)
-def test_round_trip_shared_gate_up_scale(ckpts, layout):
-    """write_random(nvfp4=layout): gate and up share max(amax) (a fused w13's one scale per expert)."""
+def test_round_trip_per_tensor_scales(ckpts, layout):
+    """write_random(nvfp4=layout): gate, up and down each with its own global scale (as published
+    checkpoints have them); the fused gate_up keeps both, [E, 2] = (gate's, up's)."""
     assert ock.nvfp4_layout(ckpts[layout]) == layout and ock.nvfp4_layout(ckpts["plain"]) is None
     loaded, master = ock.load(ckpts[layout]), ock.load(ckpts["plain"])
-    _assert_round_trip(loaded, master, share=True)
+    _assert_round_trip(loaded, master, share=False)
     for lw in _sparse(loaded):
-        assert lw.mlp.nvfp4.layout == layout and lw.mlp.nvfp4.gate.input_global_scale is None
-        gu = lw.mlp.nvfp4.gate_up()
-        assert gu.packed.shape == (8, 32, 16) and gu.global_decode.shape == (8,)
+        nv = lw.mlp.nvfp4
+        assert nv.layout == layout and nv.gate.input_global_scale is None
+        gu = nv.gate_up()
+        assert gu.packed.shape == (8, 32, 16) and gu.global_decode.shape == (8, 2)
+        assert np.array_equal(gu.global_decode[:, 0], nv.gate.global_decode)
+        assert np.array_equal(gu.global_decode[:, 1], nv.up.global_decode)
+        assert (nv.gate.global_decode != nv.up.global_decode).any()          # the writer's default: unequal
     config = json.loads((ckpts[layout] / "config.json").read_text())["quantization_config"]
     assert config["quant_method"] == layout
     # the global scale's direction on disk, independently of the reader (NVFP4.md A2)
@@ -120,8 +125,23 @@ def test_round_trip_per_tensor_scale_and_input_scales(ckpts, tmp_path, layout):
         for proj in ("gate", "up", "down"):
             g_in = getattr(lw.mlp.nvfp4, proj).input_global_scale
             assert g_in.dtype == np.float32 and g_in.shape == (8,) and (g_in == want).all()
-        with pytest.raises(ValueError, match="gate and up differ"):
-            lw.mlp.nvfp4.gate_up()
+        gu = lw.mlp.nvfp4.gate_up()
+        assert (gu.input_global_scale == want).all() and gu.global_decode.shape == (8, 2)
+        # one input scale per expert for the fused GEMM (it quantizes x once): unequal ones are refused
+        up = lw.mlp.nvfp4.up._replace(input_global_scale=lw.mlp.nvfp4.up.input_global_scale * np.float32(2))
+        with pytest.raises(ValueError, match="input_global_scale: gate and up differ; a fused gate_up GEMM"):
+            lw.mlp.nvfp4._replace(up=up).gate_up()
+
+
+@pytest.mark.parametrize("layout", ock.NVFP4_LAYOUTS)
+def test_round_trip_shared_gate_up_scale(ckpts, tmp_path, layout):
+    """quantize_checkpoint(share_gate_up_scale=True): gate and up share max(amax) per expert."""
+    d = ock.quantize_checkpoint(ckpts["plain"], tmp_path / "q", layout, share_gate_up_scale=True)
+    loaded, master = ock.load(d), ock.load(ckpts["plain"])
+    _assert_round_trip(loaded, master, share=True)
+    for lw in _sparse(loaded):
+        g = lw.mlp.nvfp4.gate_up().global_decode
+        assert g.shape == (8, 2) and np.array_equal(g[:, 0], g[:, 1])
 
 
 def test_layouts_hold_the_same_data(ckpts):
@@ -168,6 +188,7 @@ def test_impl_runs_the_nvfp4_kernels(ckpts):
         assert np.array_equal(nv.gate_up.packed.numpy(), gu.packed)
         assert np.array_equal(nv.gate_up.block_scale.view(torch.uint8).numpy(), gu.block_scale.view(np.uint8))
         assert np.array_equal(nv.down.global_decode.numpy(), lq.mlp.nvfp4.down.global_decode)
+        assert np.array_equal(nv.gate_up.global_decode.numpy(), gu.global_decode)      # [E, 2]: both halves
     assert all(lw.mlp.nvfp4 is None for lw in _sparse(t.weights))
     ids = np.random.default_rng(13).integers(0, o.geometry.vocab_size, (1, 13))
     ref, _ = o.forward(ids)

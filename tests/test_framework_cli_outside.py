@@ -1,5 +1,5 @@
 """Candidates written outside the team from docs/candidates.md alone (tests/outside/: their own KDA,
-mHC, NVFP4, MoE, MLA and DSA functions, copies with one planted bug each, partial ones), judged by
+mHC, NVFP4, MoE (also fused NVFP4 experts), MLA and DSA functions, copies with one planted bug each, partial ones), judged by
 `glmgate gate` as their authors predicted before running them: every correct one passes, every buggy
 one fails (or, for a bug inside its contract, is a REGRESSION against our kernels), a partial one is
 NOT COVERED where none of its functions ran.
@@ -40,6 +40,10 @@ ROWS = [
     ("moe_mine:Top1Group", {"moe.route": "fail"}, {"moe.route": "expert_ids"}),
     ("moe_mine:ScaleBeforeNorm", {"moe.route": "fail"}, {"moe.route": "route.weights"}),
     ("moe_mine:TwoSidedClamp", {"moe.forward": "fail"}, {"moe.forward": "forward.output"}),
+    # fused NVFP4 experts: per-half gate_up scales pass; the gate's scale for both halves (vLLM #54974)
+    # breaks the kernel comparison of the quantization gate, not its quantization_* bands
+    ("moe_nvfp4_mine:Candidate", {"nvfp4.gate": "pass"}, {}),
+    ("moe_nvfp4_mine:BugGateScaleBoth", {"nvfp4.gate": "fail"}, {"nvfp4.gate": "nvfp4.gate.kernel_w4a16"}),
     ("mla_mine:Correct", {"mla.absorbed": "pass"}, {}),
     ("mla_mine:WrongScale", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),
     ("mla_mine:DropsLast", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),

@@ -82,13 +82,20 @@ class NVFP4:
 
     @staticmethod
     def dequantize(t: NVFP4Tensor, dtype=torch.float32):
-        """impl.nvfp4.dequantize: NVFP4Tensor with LINEAR scales [..., N, K/16] (leading axes: stacked
-        experts, global_decode [E]) -> [..., N, K] in dtype."""
+        """impl.nvfp4.dequantize: NVFP4Tensor [N, K/2] with LINEAR scales [N, K/16], or stacked experts
+        [E, N, K/2] with scales in t.scale_layout and global_decode [E] or [E, 2] (a fused gate_up's gate
+        and up halves) -> [..., N, K] in dtype."""
         _baseline.check_tensor(t)
         if t.packed.ndim > 2:
-            g = torch.as_tensor(t.global_decode).reshape(-1).expand(t.packed.shape[0])
-            return torch.stack([NVFP4.dequantize(NVFP4Tensor(p, s, d), dtype)
-                                for p, s, d in zip(t.packed, t.block_scale, g)])
+            E, N = t.packed.shape[:2]
+            g = torch.as_tensor(t.global_decode).float().reshape(E, -1)                  # [E, 1] or [E, 2]
+            rows = g.repeat_interleave(N // g.shape[1], dim=1).to(dtype)                 # [E, N]: per half
+            one = torch.ones((), dtype=torch.float32, device=t.packed.device)
+            # the vendor dequantizer reads swizzled scales itself; x 1 is exact, so the order stays
+            # (e2m1 · scale) · global_decode with one rounding
+            return torch.stack([vendor_dequantize(p, s if t.scale_layout == "swizzled" else _baseline.swizzle_scales(s),
+                                                  one, dtype) * r[:, None]
+                                for p, s, r in zip(t.packed, t.block_scale, rows)])
         swizzled = _baseline.swizzle_scales(t.block_scale)
         return vendor_dequantize(t.packed, swizzled, torch.as_tensor(t.global_decode).float().reshape(()), dtype)
 

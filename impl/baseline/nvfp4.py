@@ -12,7 +12,12 @@ is the oracle's float64 result cast to float32, so it is bit-exact against `orac
 cast to float32 (and exact in float64 with dtype=torch.float64).
 
 `TorchNVFP4` is split into small overridable pieces (`_magnitude_code`, `unpack`, `_decode_scale`,
-`_linear_scales`) because the planted bugs of impl/mutants/ override exactly one of them.
+`_half_scales`, `_linear_scales`, `_expert_linear_scales`) because the planted bugs of impl/mutants/
+override exactly one of them.
+
+Stacked experts (`dequantize` with leading axes): a fused gate_up's global_decode [..., 2] is (gate,
+up), the gate's value scaling rows 0..N/2-1 and the up's the rest; block scales in either
+NVFP4Tensor.scale_layout ("swizzled": [..., Mp, Kp], each expert's matrix swizzled on its own).
 `nvfp4 = TorchNVFP4()` and the module-level aliases let this module be used like `oracle.nvfp4`.
 """
 from __future__ import annotations
@@ -61,6 +66,11 @@ def _codes(codes, name: str) -> torch.Tensor:
 
 def _padded(M: int, Kb: int) -> tuple[int, int]:
     return -(-M // TILE_ROWS) * TILE_ROWS, -(-Kb // TILE_COLS) * TILE_COLS
+
+
+def _halves(g: torch.Tensor, lead: tuple) -> bool:
+    """Is global_decode `g` a fused gate_up's (gate, up) pair per expert ([..., 2] over leading axes `lead`)?"""
+    return tuple(g.shape) == (*lead, 2) and tuple(g.shape) != (1,)
 
 
 class TorchNVFP4:
@@ -124,6 +134,10 @@ class TorchNVFP4:
         """The float32 factor that multiplies e2m1 · block scale: the tensor's DECODE global scale."""
         return _f32(t.global_decode)
 
+    def _half_scales(self, g):
+        """A fused gate_up's [..., 2] DECODE scales -> the (gate, up) factors of its two row halves."""
+        return g
+
     # ------------------------------------------------------------------------- quantizer (A3)
 
     def _quantize_blocks(self, x32, G):
@@ -158,9 +172,15 @@ class TorchNVFP4:
         Leading axes are allowed (stacked experts [E, N, K/2] with global_decode [E]).
         """
         self.check_tensor(t)
-        scale = t.block_scale.to(dtype)
-        vals = self.dequantize_e2m1(self.unpack(t.packed), dtype) * scale.repeat_interleave(BLOCK, dim=-1)
+        lead, N = tuple(t.packed.shape[:-2]), int(t.packed.shape[-2])
+        scale = t.block_scale
+        if t.scale_layout == "swizzled":
+            scale = self._expert_linear_scales(scale, (N, int(t.packed.shape[-1]) * 2 // BLOCK))
+        vals = self.dequantize_e2m1(self.unpack(t.packed), dtype) * scale.to(dtype).repeat_interleave(BLOCK, dim=-1)
         g = self._decode_scale(t).to(dtype)
+        if _halves(g, lead):                            # (gate, up): one factor per row half
+            g = self._half_scales(g).repeat_interleave(N // 2, dim=-1)            # [..., N]
+            return vals * g[..., None]
         return vals * g.reshape(*g.shape, *([1] * (vals.ndim - g.ndim)))
 
     def qdq_activation(self, x, input_global_scale):
@@ -186,20 +206,27 @@ class TorchNVFP4:
             raise ValueError(f"{name}.packed: expected uint8 [..., N, K/2], got {p.dtype} {tuple(p.shape)}")
         K = 2 * int(p.shape[-1])
         _check_k(K, f"{name}.packed")
-        want = (*p.shape[:-1], K // BLOCK)
+        if t.scale_layout not in ("linear", "swizzled"):
+            raise ValueError(f"{name}.scale_layout: {t.scale_layout!r}, expected 'linear' or 'swizzled'")
+        swz = t.scale_layout == "swizzled"
+        want = (*p.shape[:-2], *_padded(int(p.shape[-2]), K // BLOCK)) if swz else (*p.shape[:-1], K // BLOCK)
         if s.dtype != FP8:
             raise ValueError(f"{name}.block_scale: expected float8_e4m3fn, got dtype {s.dtype}")
         if tuple(s.shape) != want:
-            raise ValueError(f"{name}.block_scale: expected shape [..., N, K/16] = {want}, got {tuple(s.shape)}")
+            what = "[..., Mp, Kp] (swizzled: N, K/16 padded to 128, 4)" if swz else "[..., N, K/16]"
+            raise ValueError(f"{name}.block_scale: expected shape {what} = {want}, got {tuple(s.shape)}")
         f = s.float()
         if torch.isnan(f).any():
             raise ValueError(f"{name}.block_scale: contains NaN (an E4M3 scale cast without the 448 clamp?)")
         if (f < 0).any():
             raise ValueError(f"{name}.block_scale: contains negative scales, expected >= 0 (UE4M3)")
         g = torch.as_tensor(t.global_decode)
-        if g.dtype != torch.float32 or tuple(g.shape) not in ((), (1,), tuple(p.shape[:-2])):
-            raise ValueError(f"{name}.global_decode: expected float32 of shape () or {tuple(p.shape[:-2])}, "
-                             f"got {g.dtype} {tuple(g.shape)}")
+        lead = tuple(p.shape[:-2])
+        if g.dtype != torch.float32 or tuple(g.shape) not in ((), (1,), lead, (*lead, 2)):
+            raise ValueError(f"{name}.global_decode: expected float32 of shape (), {lead} or {(*lead, 2)} "
+                             f"(gate, up), got {g.dtype} {tuple(g.shape)}")
+        if _halves(g, lead) and int(p.shape[-2]) % 2:
+            raise ValueError(f"{name}.global_decode: two values (gate, up) for an odd N={int(p.shape[-2])}")
         if not torch.isfinite(g).all() or (g <= 0).any():
             raise ValueError(f"{name}.global_decode: {g.tolist()}, expected finite values > 0 (0 makes "
                              f"1/0 = inf and inf · 0 = NaN; a BF16 module put in an NVFP4 slot has 0 there)")
@@ -230,6 +257,21 @@ class TorchNVFP4:
     def _linear_scales(self, sw, shape):
         """The linear [M, Kb] scales a loader reads from a swizzled buffer: unswizzle it."""
         return self.unswizzle_scales(sw, shape)
+
+    def _expert_linear_scales(self, sw, shape):
+        """Stacked experts' swizzled scales [..., Mp, Kp] -> linear [..., M, Kb]: each expert unswizzled."""
+        flat = sw.reshape(-1, *sw.shape[-2:])
+        lin = [self.unswizzle_scales(a, shape) for a in flat]
+        return torch.stack(lin).reshape(*sw.shape[:-2], *shape) if lin else sw.new_zeros(*sw.shape[:-2], *shape)
+
+    def swizzle_experts(self, nv):
+        """oracle.nvfp4.swizzle_experts: every expert's block scales in the 128x4 swizzled layout."""
+        def sw(t):
+            if t.scale_layout == "swizzled":
+                return t
+            s = torch.stack([self.swizzle_scales(a) for a in t.block_scale])
+            return t._replace(block_scale=s, scale_layout="swizzled")
+        return type(nv)(sw(nv.gate_up), sw(nv.down))
 
     def dequantize_swizzled(self, packed, swizzled_scale, global_decode, dtype=torch.float32):
         """dequantize a weight whose block scales are stored in the 128x4 swizzled layout (loader path)."""

@@ -13,8 +13,10 @@ per block), BN output columns, BK reduction tile.
            the host sums out.view(N, k, D) over slots in slot order (deterministic, no atomics)
 
 NVFP4 (W4A16): packed uint8 [E, Nw, Kw/2] (element 2j in the low nibble), fp8-e4m3 block scales
-[E, Nw, Kw/16] in the LINEAR row-major layout (not the 128x4 swizzle), one float32 decode scale per
-expert loaded from a device tensor. The tile is dequantized in registers: E2M1 by arithmetic
+[E, Nw, Kw/16] in the LINEAR row-major layout, or (SWIZZLED) [E, Mp, Kp] with each expert's matrix in
+the 128x4 swizzle (NVFP4.md A5: expert base e·Mp·Kp, then ((m//128·Kp/4 + k//4)·32 + m%32)·16 +
+(m//32)%4·4 + k%4); float32 decode scales loaded from a device tensor: gate_up's [E, 2] (the gate and
+up halves each its own, as checkpoints have them), down's [E]. The tile is dequantized in registers: E2M1 by arithmetic
 (2^(e-1)·(1 + m/2), 0.5·m for e = 0), times the fp8 scale (exact in float32 and in bf16), cast to the
 dot dtype; the per-expert global decode multiplies the float32 accumulator in the epilogue.
 
@@ -102,17 +104,40 @@ def moe_router_fwd_kernel(
 
 
 @triton.jit
-def _nvfp4_tile(packed, scale, row0, o_n, mask_n, k0, KW: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr):
-    """Dequantize rows o_n, columns k0..k0+BK of one expert's NVFP4 weight [Nw, KW] to e2m1 · fp8 scale in DOT.
+def _scale_offsets(i_e, o_m, o_s, NW: tl.constexpr, KB: tl.constexpr, SWIZZLED: tl.constexpr):
+    """[BN, BK/16] element offsets of scales (row o_m of expert i_e's [NW, KB] matrix, scale column o_s).
 
-    row0: the expert's first row (e · Nw, int64); the global decode scale is left to the epilogue.
+    Linear: (e·NW + m)·KB + k. Swizzled (A5): each expert's [Mp, Kp] buffer starts at e·Mp·Kp and
+    holds 128x4 tiles of 512 contiguous bytes, tile (m//128, k//4) at (m//128·Kp/4 + k//4)·512, and in
+    it row m%32 of 16 bytes, (m//32)%4 picking 4 of them, k%4 the byte.
+    """
+    # one return after a constexpr if / else: no early return inside a branch (older Triton refuses it)
+    KT: tl.constexpr = (KB + 3) // 4
+    MP: tl.constexpr = (NW + 127) // 128 * 128
+    m, k = o_m[:, None], o_s[None, :]
+    if SWIZZLED:
+        o = i_e * (MP * KT * 4) + ((m // 128 * KT + k // 4) * 32 + m % 32) * 16 + (m // 32) % 4 * 4 + k % 4
+    else:
+        o = (i_e * NW + m) * KB + k
+    return o
+
+
+@triton.jit
+def _nvfp4_tile(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: tl.constexpr, BK: tl.constexpr,
+                DOT: tl.constexpr, SWIZZLED: tl.constexpr):
+    """Dequantize rows r0 + o_n, columns k0..k0+BK of expert i_e's NVFP4 weight [NW, KW] to e2m1 · fp8
+    scale in DOT.
+
+    r0: the first row within the expert (gate_up's up half starts at I); the global decode scale is
+    left to the epilogue.
     Whole bytes and whole scale rows are loaded as tiles (one byte per 2 codes, one scale per 16), the
     nibbles split and re-interleaved with join: per-element gathers of bytes and scales made the tile
     ~16x slower than a bf16 one. E2M1 by bits: sign << 15 | (e, m) << 9 is an fp16 equal to the
     value · 2^-14 for every code (e = 0 lands on the fp16 subnormals with the same factor), so
     value = fp16 · 2^14, folded into the scale. All products are exact in float32 and in bf16.
     """
-    o_r = (row0 + o_n).to(tl.int64)
+    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
+    o_r = i_e * NW + o_m
     o_b = k0 // 2 + tl.arange(0, BK // 2)
     b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
                   mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0).to(tl.int32)   # [BN, BK/2]
@@ -120,7 +145,7 @@ def _nvfp4_tile(packed, scale, row0, o_n, mask_n, k0, KW: tl.constexpr, BK: tl.c
     b_bits = ((b_c & 8) << 12) | ((b_c & 7) << 9)
     b_v = b_bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)             # value · 2^-14
     o_s = k0 // 16 + tl.arange(0, BK // 16)
-    b_s = tl.load(scale + o_r[:, None] * (KW // 16) + o_s[None, :],
+    b_s = tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
                   mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.).to(tl.float32) * 16384.0
     b_w = tl.reshape(b_v, (o_n.shape[0], BK // 16, 16)) * b_s[:, :, None]
     return tl.reshape(b_w, (o_n.shape[0], BK)).to(DOT)
@@ -182,9 +207,10 @@ def moe_gate_up_fwd_kernel(
     P, limit,
     D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr,
 ):
-    """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block."""
+    """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block;
+    NVFP4: gscale [E, 2] = (gate, up) DECODE scales, each scaling its own accumulator."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_e = tl.load(block_expert + i_b).to(tl.int64)
     if i_e >= 0:
@@ -207,8 +233,8 @@ def moe_gate_up_fwd_kernel(
                 b_x = _nvfp4_qdq_tile(b_x.to(tl.float32), b_gin, BM, BK)
             b_x = b_x.to(DOT)
             if NVFP4:
-                b_wg = _nvfp4_tile(packed, scale, i_e * (2 * I), o_n, mask_n, i_k * BK, D, BK, DOT)
-                b_wu = _nvfp4_tile(packed, scale, i_e * (2 * I) + I, o_n, mask_n, i_k * BK, D, BK, DOT)
+                b_wg = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                b_wu = _nvfp4_tile(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
             else:
                 m = mask_n[:, None] & mask_k[None, :]
                 p_w = w + (i_e * (2 * I) + o_n)[:, None] * D + o_k[None, :]
@@ -217,11 +243,14 @@ def moe_gate_up_fwd_kernel(
             b_g = tl.dot(b_x, tl.trans(b_wg), b_g, input_precision=PRECISION)
             b_u = tl.dot(b_x, tl.trans(b_wu), b_u, input_precision=PRECISION)
         if NVFP4:
-            b_gd = tl.load(gscale + i_e).to(tl.float32)
+            # the halves' own scales: real checkpoints differ up to 10x (one value for both: vLLM #54974)
+            b_gd_g = tl.load(gscale + 2 * i_e).to(tl.float32)
+            b_gd_u = tl.load(gscale + 2 * i_e + 1).to(tl.float32)
             if W4A4:
-                b_gd = tl.math.div_rn(b_gd, b_gin)                               # alpha = g_w / G_a (A6)
-            b_g = b_g * b_gd
-            b_u = b_u * b_gd
+                b_gd_g = tl.math.div_rn(b_gd_g, b_gin)                           # alpha = g_w / G_a (A6), per half
+                b_gd_u = tl.math.div_rn(b_gd_u, b_gin)
+            b_g = b_g * b_gd_g
+            b_u = b_u * b_gd_u
         b_g = tl.minimum(b_g, limit)                                             # gate: from above only
         b_u = tl.minimum(tl.maximum(b_u, -limit), limit)                        # up: both sides
         b_h = b_g * tl.sigmoid(b_g) * b_u
@@ -235,7 +264,7 @@ def moe_down_fwd_kernel(
     P,
     D: tl.constexpr, I: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr,
 ):
     """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32)."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -259,7 +288,7 @@ def moe_down_fwd_kernel(
                 b_h = _nvfp4_qdq_tile(b_h.to(tl.float32), b_gin, BM, BK)
             b_h = b_h.to(DOT)
             if NVFP4:
-                b_w = _nvfp4_tile(packed, scale, i_e * D, o_n, mask_n, i_k * BK, I, BK, DOT)
+                b_w = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
             else:
                 b_w = tl.load(w + (i_e * D + o_n)[:, None] * I + o_k[None, :],
                               mask=mask_n[:, None] & mask_k[None, :], other=0.).to(DOT)

@@ -66,3 +66,23 @@ class Nvfp4W4A4InputScaleDecodeDirection(TorchNVFP4):
 
     def qdq_activation(self, x, input_global_scale):
         return super().qdq_activation(x, 1.0 / torch.as_tensor(input_global_scale, dtype=torch.float32))
+
+
+# the fused-MoE scale bugs: caught by the quantization gate, whose NVFP4 mixture dequantizes the stacked
+# experts (gate/up global scales up to 10x apart; linear and swizzled block scales both drawn)
+
+@mutant("nvfp4.gate", "kernel_w4a16")
+class Nvfp4FusedGateScaleBothHalves(TorchNVFP4):
+    """A fused gate_up applies the gate's global scale to both halves (vLLM #54974: the up half misscaled)."""
+
+    def _half_scales(self, g):
+        return g[..., :1].expand(g.shape)
+
+
+@mutant("nvfp4.gate", "kernel_w4a16")
+class Nvfp4ExpertSwizzledScalesReadLinear(TorchNVFP4):
+    """Stacked experts' 128x4-swizzled block scales are read as if linear row-major (the marker ignored)."""
+
+    def _expert_linear_scales(self, sw, shape):
+        M, Kb = (int(d) for d in shape)
+        return sw.reshape(*sw.shape[:-2], -1, sw.shape[-1])[..., :M, :Kb]
