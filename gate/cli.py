@@ -546,8 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--seed", type=int, default=0)
     ck.add_argument("--tensors", action="store_true", help="inspect: also list every tensor (name, shape, dtype)")
     ck.add_argument("--nvfp4", default=None, choices=["compressed-tensors", "modelopt"],
-                    help="make-tiny: quantize the routed experts to NVFP4 in this layout (gate_proj, "
-                         "up_proj, down_proj each with its own global scale, as published checkpoints)")
+                    help="make-tiny: NVFP4 routed experts in this layout (gate, up, down: a global scale each)")
     ck.set_defaults(fn=cmd_checkpoint)
 
     kp = sub.add_parser("kernels", help="compile every Triton kernel for sm_90 without a GPU: registers, "
