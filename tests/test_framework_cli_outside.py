@@ -44,6 +44,8 @@ ROWS = [
     ("mla_mine:WrongScale", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),
     ("mla_mine:DropsLast", {"mla.absorbed": "fail"}, {"mla.absorbed": "absorbed.output"}),
     # no index_paged (an optional function): its check is not run, and ours never stands in for it
+    ("mla_paged_mine:Paged", {"mla.absorbed_paged": "pass"}, {}),
+    ("mla_paged_mine:TableStride", {"mla.absorbed_paged": "fail"}, {"mla.absorbed_paged": "absorbed_paged.output"}),
     ("dsa_mine:Rows", {"dsa.index": "pass", "dsa.index_paged": "not run"},
      {"dsa.index_paged": "not covered (not provided)"}),
     # a paged indexer (docs/candidates.md section 13) and the same one reading a page past its row
