@@ -58,8 +58,15 @@ RECORDS = (
                  dict(H=32, K=128, BT=64, BP=64, BK=128, PRECISION="tf32"), dict(num_warps=4)),
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True), dict(num_warps=8, num_stages=2)),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
+                      PAGED=False, PAGE=1), dict(num_warps=8, num_stages=2)),
+    # the paged cache (64-token pages, vLLM's FlashMLA block size) read through the block table
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64),
+                 dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_coeff_fwd_kernel",
@@ -179,7 +186,8 @@ def main(argv=None) -> int:
             continue
         label = rec.name + (" (w4a4)" if rec.constexprs.get("W4A4") else
                             " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else
-                            " (nvfp4)" if rec.constexprs.get("NVFP4") else "")
+                            " (nvfp4)" if rec.constexprs.get("NVFP4") else
+                            " (paged)" if rec.constexprs.get("PAGED") else "")
         if rec.module == "moe" and rec.constexprs.get("BM") == 128:
             label += " prefill"
         try:

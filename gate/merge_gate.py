@@ -30,7 +30,9 @@ REGRESSION_FLOOR = 0.05
 def provided_checks(checks, impl, console):
     """(the checks `impl` can run, a "not run" row for each other one): a check calls its namespaces
     (Check.namespaces); a candidate that provides none of them is not run there, said once before any
-    example runs (one that provides some is run, and coverage says whether its functions ran)."""
+    example runs (one that provides some is run, and coverage says whether its functions ran). A check
+    calling an optional function (Check.optional) the candidate does not provide is not run either:
+    "not covered (not provided)", the fallback's never standing in for it."""
     from impl.compose import provides
     from impl.registry import MECHANISMS
     from invariants.engine import CheckResult
@@ -38,15 +40,25 @@ def provided_checks(checks, impl, console):
     runnable, rows = [], []
     for c in checks:
         needed = c.namespaces(MECHANISMS)
+        lacking = [f for f in c.optional if not callable(getattr(getattr(impl, f.split(".")[0], None),
+                                                                 f.split(".", 1)[1], None))]
         if not any(provides(getattr(impl, m, None)) for m in needed):
             rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
                                     f"{impl.name!r} provides no {', '.join(needed)} namespace (the ones this "
                                     f"check calls)", None, {}, 0.0))
+        elif lacking:
+            # an optional calling convention (impl.registry.OPTIONAL_FUNCTIONS): ours never stands in
+            rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
+                                    f"not covered (not provided): {impl.name!r} does not provide the optional "
+                                    f"{', '.join(lacking)}; nothing ran in its place", None, {}, 0.0))
         else:
             runnable.append(c)
-    if rows:
-        console.print(f"not run: {len(rows)} checks need namespaces {impl.name!r} does not provide: "
-                      f"{', '.join(r.check for r in rows)}", markup=False)
+    absent = [r.check for r in rows if not r.message.startswith("not covered")]
+    if absent:
+        console.print(f"not run: {len(absent)} checks need namespaces {impl.name!r} does not provide: "
+                      f"{', '.join(absent)}", markup=False)
+    for r in (r for r in rows if r.message.startswith("not covered")):
+        console.print(f"not run: {r.check}: {r.message}", markup=False)
     for line in composition_lines(impl):
         console.print(line, markup=False)
     return runnable, rows

@@ -24,8 +24,9 @@ class Composed:
         self.mechanism, self.provided = mechanism, dict(provided)
         self.fallback, self.fallback_name = fallback, fallback_name
         self.compositions = dict(getattr(fallback, "COMPOSITIONS", {}))
-        from impl.registry import FAST_PATHS
+        from impl.registry import FAST_PATHS, OPTIONAL_FUNCTIONS
         self.fast_paths = FAST_PATHS.get(mechanism, {})
+        self.optional = OPTIONAL_FUNCTIONS.get(mechanism, ())
         # other mechanisms' namespaces the compositions call (impl.mla.sublayer -> ops.dsa): the bundle's,
         # set by link(); until then the fallback's own
         self.siblings = {m: getattr(fallback, m) for m in getattr(fallback, "SIBLINGS", ())}
@@ -34,7 +35,7 @@ class Composed:
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
-                                             "compositions", "fast_paths", "siblings", "hooks"):
+                                             "compositions", "fast_paths", "siblings", "hooks", "optional"):
             raise AttributeError(name)
         return self.resolve(name, self)
 
@@ -46,6 +47,10 @@ class Composed:
             return self.hooks[name]
         if name in self.siblings:
             return self.siblings[name]
+        if name in self.optional:
+            # an optional function the candidate lacks is not provided: the fallback's would run our
+            # code under the candidate's name (impl.registry.OPTIONAL_FUNCTIONS)
+            raise AttributeError(f"{name}: an optional function the candidate does not provide")
         if name in self.compositions:
             return functools.partial(getattr(self.fallback, name), ops=ops)
         if any(f in self.provided for f in self.fast_paths.get(name, ())):
@@ -103,8 +108,9 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
     provided = {f: getattr(ns, f) for f in functions if callable(getattr(ns, f, None))}
     if len(provided) == len(functions):
         return ns
-    from impl.registry import FAST_PATHS
-    provided.update({f: getattr(ns, f) for f in FAST_PATHS.get(mechanism, {}) if callable(getattr(ns, f, None))})
+    from impl.registry import FAST_PATHS, OPTIONAL_FUNCTIONS
+    provided.update({f: getattr(ns, f) for f in (*FAST_PATHS.get(mechanism, {}), *OPTIONAL_FUNCTIONS.get(mechanism, ()))
+                     if callable(getattr(ns, f, None))})
     if fallback_name != "triton":
         raise ValueError(f"fallback {fallback_name!r}: only 'triton' composes a partial namespace (subclass "
                          f"impl.baseline's classes to extend the torch baseline)")

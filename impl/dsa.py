@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import interpreted, kernel_operand
+from impl import interpreted, kernel_operand, paged
 from impl.kernels.dsa import dsa_score_fwd_kernel
 from oracle.types import IndexerWeights, Selection
 
@@ -215,3 +215,35 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     indices[..., :sel.shape[-1]] = sel
     # the container's convention is -inf; the kernel writes float32 min so that topk stays finite
     return Selection(indices, I.masked_fill(~candidate, float("-inf")), candidate, k_sel, first, kept)
+
+
+# ----------------------------------------------------------------------------- paged cache
+
+
+def index_paged(w: IndexerWeights, a, q_lat, row_pages, block_table, page_size: int, lengths,
+                mask=None) -> Selection:
+    """`index` over a paged indexer cache; oracle.dsa.index_paged (docs/candidates.md section 13).
+
+    The pages are read through the block table by a Triton gather (impl.paged.gather: the first cut;
+    pooling reads the whole cache anyway) into rows left-padded to T = max(lengths) with zero rows
+    (valid flag 0), then the contiguous path runs and positions are moved into each row's own frame.
+
+    Args:
+        a: [B, S, D];  q_lat: [B, S, r_q];  row_pages: [N, page_size, 2K + 1] the page pool of packed
+        rows (index_rows' output, one token a slot);  block_table: [B, M] int page ids;  page_size: G;
+        lengths: [B] int cache lengths, each >= S (this call's queries are every row's last S tokens);
+        mask: as `index`
+    Returns:
+        Selection as `index`: indices in [-1, lengths[b]) of row b, pool_first in row b's frame
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    B, S, _ = a.shape
+    bt, ln = paged.check_paged(row_pages, block_table, page_size, lengths, B, "row_pages")
+    if B and int(ln.min()) < S:
+        raise ValueError(f"lengths: every row must cache at least the S={S} queries of this call, found "
+                         f"{int(ln.min())}")
+    packed, off = paged.gather(row_pages, bt, page_size, ln, left=True)
+    sel = index(w, a, q_lat, packed, mask)
+    shifted = torch.where(sel.indices >= 0, sel.indices - off[:, None, None], -1)
+    return sel._replace(indices=shifted, pool_first=sel.pool_first - off)

@@ -20,7 +20,7 @@ import torch
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import dsa, interpreted, kernel_operand, num_sms
+from impl import dsa, interpreted, kernel_operand, num_sms, paged
 from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
@@ -129,7 +129,7 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
 
 
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
-                    config: Optional[dict] = None):
+                    config: Optional[dict] = None, block_table=None, page_size: int = 1):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
 
     Args:
@@ -137,12 +137,16 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         lengths: [B] int64;  scale: the softmax scale (d_n^-1/2);  splits: selection splits
             (flash-decoding: few query rows, e.g. decode at small batch, fill the SMs by splitting the
             selection and merging the partial softmaxes); None picks from the SM count;
-        config: launch overrides {bh, bw, num_warps, num_stages} (the benchmark sweeps them)
+        config: launch overrides {bh, bw, num_warps, num_stages} (the benchmark sweeps them);
+        block_table: [B, M] int64 (validated), or None: latent is then the page pool [N, page_size, R]
+            and the kernel reads row b's position t from page block_table[b, t // page_size]
     Returns:
         out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection)
     """
     B, S, H, R = q_abs.shape
     T, W = latent.shape[1], indices.shape[-1]
+    paged = block_table is not None
+    M = block_table.shape[1] if paged else 1
     if R > 1024:
         raise ValueError(f"latent: rank {R}, expected <= 1024 (the kernel holds a [BH, R] tile)")
     out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
@@ -168,16 +172,18 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     W_SPLIT = triton.cdiv(max(W, 1), NS)
     NS = triton.cdiv(max(W, 1), W_SPLIT)
     meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
-                num_warps=warps, **({} if stages is None else {"num_stages": stages}))
+                PAGED=paged, PAGE=int(page_size) if paged else 1, num_warps=warps,
+                **({} if stages is None else {"num_stages": stages}))
+    bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()
     if NS == 1:
         mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
-            q_abs, latent, idx, lengths, out, out, S, T, W, W_SPLIT, scale, SPLIT=False, **meta)
+            q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
         return out
     part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
     lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
     mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
-        q_abs, latent, idx, lengths, part, lse, S, T, W, W_SPLIT, scale, SPLIT=True, **meta)
+        q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
     mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
     return out
 
@@ -215,6 +221,44 @@ def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: boo
     scale = w.nope_dim ** -0.5
     scores = _dense_scores(q_abs, latent, _allowed(idx, latent.shape[1]), scale) if return_scores else None
     return o, scores
+
+
+def absorbed_paged(w: MLAWeights, q, latent_pages, block_table, page_size: int, lengths, indices,
+                   return_scores: bool = False, splits: Optional[int] = None):
+    """`absorbed` over a paged latent cache, the kernel reading through the block table;
+    oracle.mla.absorbed_paged (docs/candidates.md section 13).
+
+    Args:
+        q: [B, S, H, N];  latent_pages: [N_pages, page_size, R] the page pool;  block_table: [B, M] int
+        page ids (row b's position t on page block_table[b, t // page_size], slot t % page_size; entries
+        past its ceil(lengths[b] / page_size) pages are never read);  page_size: tokens per page;
+        lengths: [B] int cache lengths;  indices: [B, S, W] positions in each row, [-1, lengths[b]);
+        return_scores, splits: as `absorbed`
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, max(lengths)] float32 when return_scores
+        (a dense torch pass over the gathered rows, for tests), else None
+    """
+    if q.ndim != 4:
+        raise ValueError(f"q: expected [B, S, H={w.num_heads}, d_n={w.nope_dim}], got shape {tuple(q.shape)}")
+    bt, lengths = paged.check_paged(latent_pages, block_table, page_size, lengths, q.shape[0], "latent_pages")
+    if latent_pages.ndim != 3 or latent_pages.shape[2] != w.kv_rank:
+        raise ValueError(f"latent_pages: expected [N, page_size, r_kv={w.kv_rank}], got shape "
+                         f"{tuple(latent_pages.shape)}")
+    if tuple(q.shape[2:]) != (w.num_heads, w.nope_dim):
+        raise ValueError(f"q: expected [B, S, H={w.num_heads}, d_n={w.nope_dim}], got shape {tuple(q.shape)}")
+    if latent_pages.device != q.device:
+        raise ValueError(f"latent_pages: expected device {q.device} (that of q), got {latent_pages.device}")
+    T = int(lengths.max()) if lengths.numel() else 0
+    idx, lengths = check_selection(indices, lengths, q.shape[0], q.shape[1], T)
+    W_UK, W_UV = _split_kv_b(w)
+    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
+    lat = sparse_absorbed(q_abs, latent_pages, idx, lengths, w.nope_dim ** -0.5, splits,
+                          block_table=bt, page_size=page_size)                             # [B, S, H, R] f32
+    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    if not return_scores:
+        return o, None
+    latent = paged.gather(latent_pages, bt, page_size, lengths, left=False)[0]
+    return o, _dense_scores(q_abs, latent, _allowed(idx, T), w.nope_dim ** -0.5)
 
 
 def attend(w: MLAWeights, q, latent, idx, lengths, splits: Optional[int] = None):

@@ -28,6 +28,11 @@ FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
              # None (the default) means those two; model mutants (impl/mutants/model.py) bring their own
              "model": ("forward", "deserialize")}
 KDA_FUNCTIONS = FUNCTIONS["kda"]
+# per mechanism, optional calling conventions (docs/candidates.md section 13: paged caches): a candidate
+# may bring them; one it lacks is NEVER filled in from the fallback (compose hides ours), and the checks
+# calling it (Check.optional) are NOT RUN for it, "not covered (not provided)", said before any example
+OPTIONAL_FUNCTIONS = {"dsa": ("index_paged",), "mla": ("absorbed_paged",)}
+
 # a serving engine class (Implementation.serving): constructed over a model, it must hold the state
 # machine's operations (impl/serving.py Engine; invariants/serving_checks.py drives them)
 SERVING_OPERATIONS = ("admit", "admit_padded", "pending", "prefill_chunk", "decode", "speculate", "accept",

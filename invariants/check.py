@@ -28,6 +28,10 @@ class Check(NamedTuple):
     # the candidate namespaces its run function calls (None: its own mechanism's; the whole decoder and
     # serving: every mechanism's). A candidate lacking one is not run on this check, and told so
     needs: Optional[tuple] = None
+    # optional functions it calls ("dsa.index_paged": impl.registry.OPTIONAL_FUNCTIONS): a candidate that
+    # does not provide every one of them itself is not run on it (not covered: not provided), never
+    # given ours in their place
+    optional: tuple = ()
 
     def namespaces(self, mechanisms: tuple) -> tuple:
         """The namespaces this check runs a candidate's code through (any one provided is enough to run

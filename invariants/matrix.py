@@ -11,16 +11,18 @@ from __future__ import annotations
 from typing import Optional
 
 from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_checks, moe_checks, nvfp4_checks
-from invariants import serving_checks
+from invariants import paged_checks, serving_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import Verdict, judge_comparison, lookup
 from invariants.target import Target
 
-MODULES = (kda_checks, dsa_checks, mla_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks, serving_checks)
+MODULES = (kda_checks, dsa_checks, mla_checks, paged_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks,
+           serving_checks)
 CHECKS: tuple[Check, ...] = tuple(c for m in MODULES for c in m.CHECKS)
 # (mechanism, row): every call a mechanism namespace must refuse, the mechanism named by its module
 BAD_CALLS: tuple[tuple[str, BadCall], ...] = tuple(
-    (m.__name__.rsplit(".", 1)[1].removesuffix("_checks"), row) for m in MODULES for row in getattr(m, "BAD_CALLS", ()))
+    (m.__name__.rsplit(".", 1)[1].removesuffix("_checks"), row) for m in MODULES for row in getattr(m, "BAD_CALLS", ())) + \
+    tuple((mech, row) for m in MODULES for mech, rows in getattr(m, "BAD_CALLS_BY_MECHANISM", {}).items() for row in rows)
 BY_NAME = {c.name: c for c in CHECKS}
 CASE_TYPES = {c.case.__name__: c.case for c in CHECKS}
 

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from oracle import paged
 from oracle.types import IndexerWeights, Selection
 
 LN_EPS = 1e-6
@@ -211,6 +212,35 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     indices = _compact(np.concatenate([picked, tail], axis=-1), slots(w.topk, w.kpool))
     indices[~real] = -1
     return Selection(indices, I, cand, k_sel, first, kept, scale)
+
+
+def index_paged(w: IndexerWeights, a, q_lat, row_pages, block_table, page_size: int, lengths,
+                mask=None) -> Selection:
+    """`index` over a paged indexer cache (oracle/paged.py; docs/candidates.md section 13).
+
+    Row b's cache is its L_b = lengths[b] packed rows read through the block table, this call's S
+    queries its last S (L_b >= S). Equal to `index` on the contiguous cache that left-pads every row to
+    T = max L_b with zero rows (valid flag 0: pools anchor at the first real token, so padding moves
+    nothing), with positions then given in each row's own frame.
+
+    Args:
+        a: [B, S, D];  q_lat: [B, S, r_q];  row_pages: [N, page_size, 2·d_i + 1] the page pool;
+        block_table: [B, M] page ids;  page_size: G;  lengths: [B] cache lengths;  mask: as `index`
+    Returns:
+        Selection as `index`, indices in [-1, L_b) of row b, pool_first in row b's frame (L_b when it
+        has no real token); scores, candidate and kept as over the left-padded rows
+    """
+    B = np.asarray(a).shape[0]
+    if np.asarray(block_table).ndim != 2 or np.asarray(block_table).shape[0] != B:
+        raise ValueError(f"block_table: expected [B={B}, M], got shape {tuple(np.asarray(block_table).shape)}")
+    packed, off = paged.gather(row_pages, block_table, page_size, lengths, left=True, name="row_pages")
+    S = np.asarray(a).shape[1] if np.asarray(a).ndim == 3 else 0
+    if packed.shape[1] and int(np.min(lengths)) < S:
+        raise ValueError(f"lengths: every row must cache at least the S={S} queries of this call, found "
+                         f"{int(np.min(lengths))}")
+    sel = index(w, a, q_lat, packed, mask)
+    shifted = np.where(sel.indices >= 0, sel.indices - off[:, None, None], -1)
+    return sel._replace(indices=shifted, pool_first=sel.pool_first - off)
 
 
 def candidates(member_idx, pool_valid, val, pos):

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from oracle import dsa
+from oracle import dsa, paged
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -117,6 +117,34 @@ def absorbed(w: MLAWeights, q, latent, indices):
     s, p = _masked_softmax(s, allowed)
     lat = np.einsum("bsht,btr->bshr", p, latent)                                         # [B, S, H, r_kv]
     return np.einsum("bshr,hvr->bshv", lat, W_UV), s
+
+
+def absorbed_paged(w: MLAWeights, q, latent_pages, block_table, page_size: int, lengths, indices):
+    """`absorbed` over a paged latent cache (oracle/paged.py; docs/candidates.md section 13).
+
+    Row b's cache is its L_b = lengths[b] latents read through the block table; indices are positions
+    in that row, [-1, L_b). Equal to `absorbed` on the contiguous cache holding row b at [0, L_b) (the
+    selection never reaches past it).
+
+    Args:
+        q: [B, S, H, d_n];  latent_pages: [N, page_size, r_kv];  block_table: [B, M];  page_size: G;
+        lengths: [B];  indices: [B, S, W] (-1 = none)
+    Returns:
+        o: [B, S, H, d_v];  scores: [B, S, H, T = max L_b] (-inf outside the selection)
+    """
+    q = _f64(q)
+    B = q.shape[0] if q.ndim == 4 else 0
+    if np.asarray(block_table).ndim != 2 or np.asarray(block_table).shape[0] != B:
+        raise ValueError(f"block_table: expected [B={B}, M], got shape {tuple(np.asarray(block_table).shape)}")
+    latent, _ = paged.gather(latent_pages, block_table, page_size, lengths, left=False, name="latent_pages")
+    idx = np.asarray(indices)
+    if idx.ndim == 3 and idx.shape[0] == B and np.issubdtype(idx.dtype, np.integer) and idx.size:
+        over = idx >= np.asarray(lengths)[:, None, None]
+        if over.any():
+            b, s, j = np.argwhere(over)[0]
+            raise ValueError(f"indices: entry [{b}, {s}, {j}] = {idx[b, s, j]} outside [-1, lengths[{b}] = "
+                             f"{np.asarray(lengths)[b]})")
+    return absorbed(w, q, latent, indices)
 
 
 def _append(old, new, name: str):

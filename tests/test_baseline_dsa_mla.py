@@ -379,7 +379,39 @@ def _shared_probe(m):
     return dict(shared_output=y, selection=sel.indices)
 
 
+def _paged_dsa_probe(lengths, G):
+    """index_paged over float64 rows paged by G (invariants.paged_checks.page_out: poison elsewhere),
+    the last token of every row querying: selection and scores."""
+    def probe(m):
+        from invariants.paged_checks import page_out
+        rng = np.random.default_rng(15)
+        iw = indexer_weights(rng)
+        T = max(lengths)
+        a, q_lat, _ = dsa_inputs(rng, len(lengths), T)
+        rows = [odsa.index_rows(iw, a[b:b + 1, T - n:])[0] for b, n in enumerate(lengths)]
+        pages, table = page_out(rows, G, 1, "large", rng, flag=True)
+        sel = m.index_paged(iw, a[:, -1:], q_lat[:, -1:], pages, table, G, np.array(lengths))
+        return dict(selection=sel.indices, scores=sel.scores)
+    return probe
+
+
+def _paged_attention_probe(m):
+    """absorbed_paged over two rows of latents paged by 4, every position of each row selected."""
+    from invariants.paged_checks import page_out
+    rng = np.random.default_rng(16)
+    w = mla_weights(rng)
+    lengths = (9, 6)
+    q, _, c = omla.project(w, rng.normal(size=(2, 9, D)))
+    pages, table = page_out([c[b, :n] for b, n in enumerate(lengths)], 4, 1, "large", rng)
+    idx = np.array([[np.arange(9)], [np.r_[np.arange(6), -1, -1, -1]]])
+    o, s = m.absorbed_paged(w, q[:, -1:], pages, table, 4, np.array(lengths), idx)
+    return dict(output=o, scores=s)
+
+
 PROBES = {
+    "dsa_paged_page_past_row": _paged_dsa_probe((12, 8), 4),     # exact multiples
+    "dsa_paged_whole_last_page": _paged_dsa_probe((13, 9), 4),   # last pages partly filled
+    "mla_paged_first_row_table": _paged_attention_probe,
     "dsa_tail_off_by_one": _dsa_probe(6),
     "dsa_tail_omitted": _dsa_probe(6),
     "dsa_mean_pooling": _dsa_probe(13),

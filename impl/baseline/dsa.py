@@ -174,6 +174,28 @@ class TorchDSA:
         indices = indices.masked_fill(~real[..., None], -1)
         return Selection(indices, I, cand, k_sel, first, kept)
 
+    # ------------------------------------------------------------------------- paged cache
+
+    def index_paged(self, w: IndexerWeights, a, q_lat, row_pages, block_table, page_size: int, lengths,
+                    mask=None) -> Selection:
+        """oracle.dsa.index_paged: `index` over the rows read through the block table, left-padded to
+        the longest with zero rows (valid flag 0), positions in each row's own frame."""
+        if a.ndim != 3:
+            raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+        bt, ln = check_paged(row_pages, block_table, page_size, lengths, a.shape[0], "row_pages")
+        if ln.numel() and int(ln.min()) < a.shape[1]:
+            raise ValueError(f"lengths: every row must cache at least the S={a.shape[1]} queries of this "
+                             f"call, found {int(ln.min())}")
+        extents = [self._row_extent(int(n), page_size) for n in ln.tolist()]
+        packed, off = gather_rows(row_pages, bt, page_size, [k for _, k in extents], left=True)
+        sel = self.index(w, a, q_lat, packed, mask)
+        shifted = torch.where(sel.indices >= 0, sel.indices - off[:, None, None], -1)
+        return sel._replace(indices=shifted, pool_first=sel.pool_first - off)
+
+    def _row_extent(self, length: int, page_size: int) -> tuple[int, int]:
+        """(block-table entries, tokens) a row of `length` cached tokens reads: ceil(length / G), length."""
+        return -(-length // page_size), length
+
     def candidates(self, member_idx, pool_valid, val, pos):
         """[B, S, P] bool: pool valid and its deciding member visible, i.e. <= pos(s) and real (§8.5)."""
         T = val.shape[1]
@@ -219,6 +241,44 @@ class TorchDSA:
             raise ValueError(f"prev: expected the Selection of the full DSA layer directly before, "
                              f"got {type(prev).__name__}")
         return prev
+
+
+def check_paged(pages, block_table, page_size, lengths, B: int, name: str = "pages"):
+    """oracle.paged.check_paged on tensors: (block_table [B, M] int64, lengths [B] int64) on the pool's
+    device, or a ValueError naming page_size, `name`, block_table or lengths."""
+    if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size: expected an int >= 1, got {page_size!r}")
+    if pages.ndim < 2 or pages.shape[1] != page_size:
+        raise ValueError(f"{name}: expected [N, page_size={page_size}, ...], got shape {tuple(pages.shape)}")
+    bt, ln = torch.as_tensor(block_table), torch.as_tensor(lengths)
+    if bt.ndim != 2 or bt.shape[0] != B or bt.dtype.is_floating_point:
+        raise ValueError(f"block_table: expected an integer [B={B}, M] tensor, got {bt.dtype} {tuple(bt.shape)}")
+    if tuple(ln.shape) != (B,) or ln.dtype.is_floating_point:
+        raise ValueError(f"lengths: expected integers [B={B}], got {ln.dtype} {tuple(ln.shape)}")
+    bt, ln = bt.to(pages.device, torch.int64), ln.to(pages.device, torch.int64)
+    M = bt.shape[1]
+    if B and (int(ln.min()) < 0 or int(ln.max()) > M * page_size):
+        raise ValueError(f"lengths: expected in [0, M·page_size = {M * page_size}] (the block table holds "
+                         f"M={M} pages a row), found [{int(ln.min())}, {int(ln.max())}]")
+    for b in range(B):
+        used = bt[b, :-(-int(ln[b]) // page_size)]
+        if used.numel() and (int(used.min()) < 0 or int(used.max()) >= pages.shape[0]):
+            raise ValueError(f"block_table: row {b} names pages {sorted(set(used.tolist()))} of a pool of "
+                             f"N={pages.shape[0]} (its first ceil(lengths[{b}] / page_size) entries are read)")
+    return bt, ln
+
+
+def gather_rows(pages, block_table, page_size: int, tokens, left: bool, table_rows=None):
+    """The contiguous cache [B, T = max tokens, ...] and offsets [B]: row b's first tokens[b] positions t
+    from pages[table[b, t // G], t % G] (table = table_rows or block_table), after (left) or before zero rows."""
+    B, T = block_table.shape[0], max(tokens, default=0)
+    out = pages.new_zeros((B, T) + tuple(pages.shape[2:]))
+    off = torch.tensor([T - k if left else 0 for k in tokens], dtype=torch.int64, device=pages.device)
+    table = block_table if table_rows is None else table_rows
+    for b, k in enumerate(tokens):
+        t = torch.arange(k, device=pages.device)
+        out[b, int(off[b]):int(off[b]) + k] = pages[table[b][t // page_size], t % page_size]
+    return out, off
 
 
 def check_indices(indices, B: int, S: int, T: int, width=None) -> torch.Tensor:

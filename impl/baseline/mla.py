@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from impl.baseline.dsa import TorchDSA, check_indices, compute_dtype, selection_mask
+from impl.baseline.dsa import TorchDSA, check_indices, check_paged, compute_dtype, gather_rows, selection_mask
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -126,6 +126,26 @@ class TorchMLA:
         s, p = _masked_softmax(s, allowed)
         lat = torch.einsum("bsht,btr->bshr", p.to(dt), latent)                            # [B, S, H, r_kv]
         return torch.einsum("bshr,hvr->bshv", lat, W_UV), s
+
+    def absorbed_paged(self, w: MLAWeights, q, latent_pages, block_table, page_size: int, lengths, indices):
+        """oracle.mla.absorbed_paged: `absorbed` over the rows read through the block table (row b at
+        [0, lengths[b]), zero rows after); indices in [-1, lengths[b]); scores [B, S, H, max(lengths)]."""
+        if q.ndim != 4:
+            raise ValueError(f"q: expected [B, S, H={w.num_heads}, d_n={w.nope_dim}], got shape {tuple(q.shape)}")
+        bt, ln = check_paged(latent_pages, block_table, page_size, lengths, q.shape[0], "latent_pages")
+        latent, _ = gather_rows(latent_pages, bt, page_size, ln.tolist(), left=False,
+                                table_rows=self._table_rows(bt))
+        idx = torch.as_tensor(indices, device=q.device)
+        over = idx >= ln[:, None, None]
+        if idx.ndim == 3 and idx.shape[0] == q.shape[0] and bool(over.any()):
+            b, s, j = (int(v) for v in over.nonzero()[0])
+            raise ValueError(f"indices: entry [{b}, {s}, {j}] = {int(idx[b, s, j])} outside [-1, lengths[{b}] = "
+                             f"{int(ln[b])})")
+        return self.absorbed(w, q, latent, indices)
+
+    def _table_rows(self, block_table):
+        """The block-table row each batch row reads its pages through: its own."""
+        return block_table
 
     # ------------------------------------------------------------------------- sublayer
 

@@ -12,10 +12,11 @@ import triton.language as tl
 
 @triton.jit
 def mla_sparse_absorbed_fwd_kernel(
-    q, c, indices, lengths, out, lse,
-    S, T, W, W_SPLIT, scale,
+    q, c, indices, lengths, out, lse, block_table,
+    S, T, W, W_SPLIT, M, scale,
     H: tl.constexpr, R: tl.constexpr,
     BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
 
@@ -26,6 +27,10 @@ def mla_sparse_absorbed_fwd_kernel(
     SPLIT False: out [B, S, H, R] float32, lse unused. SPLIT True: out [B, S, NS, H, R] holds each
     split's normalized partial output and lse [B, S, NS, H] its log-sum-exp (-inf when empty), for
     mla_combine_kernel.
+    PAGED (a paged cache, docs/candidates.md section 13): c is the page pool [N, PAGE, R] and row b's
+    position t is read from page block_table[b, t // PAGE] (block_table [B, M] int), slot t % PAGE;
+    only entries < lengths[b] are ever looked up, so no block-table entry past the row's pages is read.
+    None and unused otherwise (T is then unused when PAGED).
     """
     i_bs, i_hb, i_sp = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     n_sp = tl.num_programs(2).to(tl.int64)
@@ -49,7 +54,12 @@ def mla_sparse_absorbed_fwd_kernel(
         o_w = w_lo + i_w * BW + tl.arange(0, BW)
         b_idx = tl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(tl.int64)  # [BW]
         mask_w = (b_idx >= 0) & (b_idx < n_len)
-        p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
+        if PAGED:
+            # the page id under the same mask as the row: a -1 or out-of-row entry reads no table entry
+            b_page = tl.load(block_table + i_b * M + b_idx // PAGE, mask=mask_w, other=0).to(tl.int64)
+            p_c = c + (b_page[:, None] * PAGE + b_idx[:, None] % PAGE) * R + o_r[None, :]
+        else:
+            p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
         b_c = tl.load(p_c, mask=mask_w[:, None] & mask_r[None, :], other=0.)               # [BW, BR]
         b_s = tl.dot(b_q, tl.trans(b_c), input_precision=PRECISION) * scale               # [BH, BW]
         b_s = tl.where(mask_w[None, :], b_s, float("-inf"))

@@ -68,3 +68,23 @@ class DsaNewestPoolStaleKey(TorchDSA):
         if kbar.shape[1] >= 2:
             kbar = torch.cat([kbar[:, :-1], kbar[:, -2:-1]], dim=1)
         return kbar, member_idx, pool_valid, first, kept
+
+
+@mutant("dsa.index_paged", "selection")
+class DsaPagedPagePastRow(TorchDSA):
+    """Pages counted as len // page_size + 1, the last one holding len % page_size or a full page: one page past the row at exact multiples."""
+
+    # each idiom is right beside its own partner (ceil with `% or`, `// + 1` with a plain `%`); together
+    # they read a whole stale page of the block table into the pools and the top-k
+    def _row_extent(self, length, page_size):
+        pages = length // page_size + 1
+        return pages, (pages - 1) * page_size + (length % page_size or page_size)
+
+
+@mutant("dsa.index_paged", "selection")
+class DsaPagedWholeLastPage(TorchDSA):
+    """The paged indexer reads every slot of a row's last page, not only its first len % page_size: the page's unwritten tail joins the row."""
+
+    def _row_extent(self, length, page_size):
+        pages = -(-length // page_size)
+        return pages, pages * page_size

@@ -27,3 +27,11 @@ class MlaSharedRerunsIndexer(TorchMLA):
 
     def _select(self, iw, a, q_lat, old_rows, mask, prev, kind, T):
         return super()._select(iw, a, q_lat, old_rows, mask, prev, "full", T)
+
+
+@mutant("mla.absorbed_paged", "output")
+class MlaPagedFirstRowTable(TorchMLA):
+    """Every batch row reads its latents through the FIRST row's block table (the table indexed by the wrong sequence)."""
+
+    def _table_rows(self, block_table):
+        return block_table[:1].expand_as(block_table)
