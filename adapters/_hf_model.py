@@ -90,6 +90,24 @@ def _state(cache, g, seq_len: int, dtype) -> HybridState:
     return HybridState(g.layer_types, layers, seq_len)
 
 
+def _reporting(model, backend) -> list:
+    """Forward hooks that hand the model's own discrete decisions to the checks, in layer order: each full
+    DSA layer's top-k (its indexer's output) and each MoE layer's expert ids (its router's), through the
+    backend's record_selection / record_experts where the caller gives them (invariants/model_checks.py;
+    docs/candidates.md §12). Without them nothing is hooked."""
+    sel = getattr(getattr(backend, "mla", None), "record_selection", None)
+    exp = getattr(getattr(backend, "moe", None), "record_experts", None)
+    hooks = []
+    for layer in model.model.language_model.layers:
+        indexer = getattr(layer.self_attn, "indexer", None)
+        if sel is not None and indexer is not None:
+            hooks.append(indexer.register_forward_hook(lambda m, args, out: sel(out.long())))
+        router = getattr(layer.mlp, "gate", None)
+        if exp is not None and router is not None:
+            hooks.append(router.register_forward_hook(lambda m, args, out: exp(out[2].long())))
+    return hooks
+
+
 class Model:
     """model.forward: (logits float32 [B, S, V], HybridState), as impl.model.forward."""
 
@@ -102,8 +120,13 @@ class Model:
         cache = _seeded(model, state)
         kw = {} if attention_mask is None else {
             "attention_mask": torch.as_tensor(attention_mask, device=ids.device).long()}
-        with torch.no_grad():
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
+        hooks = _reporting(model, backend)
+        try:
+            with torch.no_grad():
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True, **kw)
+        finally:
+            for h in hooks:
+                h.remove()
         before = 0 if state is None else state.seq_len
         return out.logits.float(), _state(out.past_key_values, weights.geometry, before + ids.shape[1],
                                           weights.embed_tokens.dtype)
