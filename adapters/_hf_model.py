@@ -111,6 +111,9 @@ def _reporting(model, backend) -> list:
 class Model:
     """model.forward: (logits float32 [B, S, V], HybridState), as impl.model.forward."""
 
+    # every norm, mHC, the router, the KDA core and the indexer scores run in float32 (SPEC §2)
+    PRECISION = {"forward": "float32"}
+
     @staticmethod
     def forward(weights, input_ids, state=None, attention_mask=None, backend=None):
         model = model_for(weights)

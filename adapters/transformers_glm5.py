@@ -11,8 +11,8 @@ Covered (the module run):
                  conv window in and out); packed documents (cu_seqlens) one call per document
   mla.sublayer   Glm5NextTextAttention with its Glm5NextTextIndexer (full layers) or the previous layer's
                  top-k (shared layers); the latent cache and indexer rows in and out
-  moe.route      Glm5NextTextTopkRouter;  moe.experts  Glm5NextTextExperts (eager);
-  moe.shared_expert / moe.dense_mlp  Glm5NextTextMLP;  moe.forward  Glm5NextTextMoE
+  moe.route      Glm5NextTextTopkRouter;  moe.forward  Glm5NextTextMoE (router, eager experts, shared
+                 expert);  moe.dense_mlp  Glm5NextTextMLP (the decoder's dense layers)
   mhc.reduce     Glm5NextTextHyperHead
   model.forward  Glm5NextForConditionalGeneration (adapters/_hf_model.py), our HybridState as its cache
 Not covered (left out, so the fallback, NOT RUN or not covered report it; never imitated here):
@@ -22,7 +22,10 @@ Not covered (left out, so the fallback, NOT RUN or not covered report it; never 
   dsa.index_rows / index            the indexer returns the top-k only: no scores, candidates or rows;
   mhc.coefficients / collapse       Glm5NextTextHyperConnection returns post, comb and the collapse but
                  consumes pre; write_back and expand are inline code of the decoder layer / text model;
-  moe NVFP4 experts, model.deserialize (ours), serving.
+  moe.experts / shared_expert       Glm5NextTextExperts and the shared Glm5NextTextMLP run inside
+                 moe.forward; alone, only nvfp4.gate would call them, with NVFP4 experts, which
+                 transformers' eager experts do not hold (moe.forward refuses nvfp4 for the same reason);
+  model.deserialize (ours restores the HybridState the port returns), serving (ours, over our decoder).
 Selections returned by mla.sublayer carry the indices only (transformers computes no more).
 
 Precision islands (PRECISION, docs/adapters.md): transformers runs the router, mHC, the KDA core and
@@ -147,7 +150,7 @@ class MLA:
 
 
 class MoE:
-    """The MoE layer's parts over Glm5NextTextMoE (router, eager experts, shared expert) and the dense MLP."""
+    """The MoE layer over Glm5NextTextMoE, its router alone, and the dense layers' Glm5NextTextMLP."""
 
     PRECISION = {"route": "float32", "forward": "float32"}     # the router runs in float32
     SIZES = staticmethod(_hf.moe_sizes)
@@ -163,20 +166,6 @@ class MoE:
             _, weights, ids = cls._module(w, x).gate(x)
         # the router returns its logits, weights and ids; the selection scores it masks are internal
         return Routing(ids.long(), weights.float(), None, None, None)
-
-    @classmethod
-    def experts(cls, w, x, routing):
-        D = x.shape[-1]
-        with torch.no_grad():
-            y = cls._module(w, x).experts(x.reshape(-1, D), routing.expert_ids.long(), routing.weights)
-        return y.reshape(x.shape)
-
-    @classmethod
-    def shared_expert(cls, w, x):
-        if w.shared_gate_proj is None:
-            return torch.zeros_like(x)
-        with torch.no_grad():
-            return cls._module(w, x).shared_experts(x)
 
     @staticmethod
     def dense_mlp(w, x):
