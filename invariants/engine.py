@@ -257,13 +257,13 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             _fallback_only(e)
             tally.closed = True
             raise
+        tally.add(verdicts, case_to_json(case))
+        target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
 
     def _fallback_only(e):
         # nothing of the candidate ran in this example: the failure is our fallback's, never the candidate's
         if isinstance(cand, Target) and not recorder.example:
             raise _Abort(FallbackFailed(e)) from e
-        tally.add(verdicts, case_to_json(case))
-        target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
 
     def done(status, **kw):
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
