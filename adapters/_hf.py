@@ -113,7 +113,7 @@ def loaded(module: torch.nn.Module, tensors: dict, dtype: torch.dtype, device) -
 
 
 def build(cls_name: str, cfg, *args) -> torch.nn.Module:
-    """An instance of transformers' glm5_next class `cls_name` on the meta-free CPU default device."""
+    """A fresh instance of transformers' glm5_next class `cls_name` (its parameters are then replaced)."""
     return getattr(modeling(), cls_name)(cfg, *args)
 
 

@@ -97,7 +97,7 @@ class KDA:
             if cu[n + 1] == cu[n]:
                 # an empty document: nothing runs, its state is what it was (zeros when it had none)
                 ys.append(x[:, :0])
-                states.append(row or cls._zero_state(w, x))
+                states.append(row if row is not None else cls._zero_state(w, x))
                 continue
             y, s = cls._one(layer, cfg, x[:, cu[n]:cu[n + 1]], row, None)
             ys.append(y)
