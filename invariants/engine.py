@@ -25,6 +25,8 @@ from hypothesis.reporting import with_reporter
 from invariants import labels
 from invariants.contracts import UndeclaredContract
 from invariants.coverage import Recorder, recording
+from invariants.precision import baseline_dtype
+from impl.registry import MECHANISMS
 from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
@@ -227,6 +229,11 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     runs once."""
     if check.dtype is not None and cand.dtype_name != check.dtype:
         cand, base = cand.in_dtype(check.dtype), base.in_dtype(check.dtype)
+    if isinstance(cand, Target):
+        # a candidate's declared precision islands: the baseline that scales their limits runs in their dtype
+        island = baseline_dtype(cand.impl, check.namespaces(MECHANISMS), cand.dtype_name)
+        if island != base.dtype_name:
+            base = base.in_dtype(island)
     recorder = Recorder()
     if isinstance(cand, Target):
         cand = cand._replace(impl=recording(cand.impl, recorder))

@@ -6,8 +6,8 @@ parameters (SPEC §2). Judged at --dtype float64 with float64 contracts it would
 with widened float64 bounds every float64 candidate would be held to less. Instead a namespace declares
 what it computes in which dtype, `PRECISION = {"route": "float32"}` (validated when the candidate loads,
 impl/registry.py), the run says so before any example runs, and every comparison of an example in which
-such a function ran is judged with that dtype's contract (its floor, bound and cap); the check's row
-names the islands that applied. A declaration never makes a run stricter: an island finer than the
+such a function ran is judged with that dtype's contract (its floor, bound and cap), against the
+baseline run in that dtype (baseline_dtype); the check's row names the islands that applied. A declaration never makes a run stricter: an island finer than the
 working dtype (float32 in a bfloat16 run) changes nothing.
 
 An example in which none of the candidate's functions ran ran only our fallback, whose Triton kernels
@@ -46,6 +46,19 @@ def judged(impl, working: str, called: Optional[set]) -> tuple[str, tuple]:
     used = tuple(sorted(f"{f} {declared[f]}" for f in called if f in declared
                         and ORDER.index(declared[f]) < ORDER.index(working)))
     return coarsest([working, *(declared[f] for f in called if f in declared)]), used
+
+
+def baseline_dtype(impl, namespaces: Iterable[str], working: str) -> str:
+    """The dtype a check runs its baseline in: the coarsest island declared on the namespaces it runs
+    the candidate through (Check.namespaces), when coarser than the working dtype.
+
+    Why: a contract of dtype d scales its limit by the error of the baseline IN d (k · err + floor). A
+    float32 island judged against a float64 baseline would keep only the floor, stricter than any
+    float32 implementation is held to; the candidate itself still gets the working dtype's inputs."""
+    if working not in ORDER:
+        return working
+    mine = [d for f, d in islands(impl).items() if f.split(".")[0] in set(namespaces)]
+    return coarsest([working, *mine])
 
 
 def composition_line(impl) -> Optional[str]:
