@@ -20,6 +20,8 @@ import json
 import xml.etree.ElementTree as ET
 from typing import NamedTuple, Optional
 
+from invariants import precision
+
 # a passing check is a regression when its p50 or max error/limit exceeds this many times the peer's
 REGRESSION_FACTOR = 4.0
 # a margin below this fraction of the limit is never a regression: at 1% of a bound the ratio of two
@@ -81,7 +83,8 @@ def composition_lines(impl) -> list[str]:
     if getattr(impl, "not_provided", None):
         out.append(f"not provided (declared NOT_PROVIDED): {', '.join(sorted(impl.not_provided))}: their "
                    f"comparisons are NOT COVERED, never judged")
-    return out
+    line = precision.composition_line(impl)
+    return out + ([line] if line else [])
 
 
 class GateRow(NamedTuple):
@@ -120,7 +123,9 @@ def _with_worst_repro(row: GateRow, cand, device: str, dtype: str) -> GateRow:
 
 
 def _uncovered(cand) -> str:
-    return f"not covered (not provided): {', '.join(cand.not_provided)}" if cand.not_provided else ""
+    notes = [f"not covered (not provided): {', '.join(cand.not_provided)}" if cand.not_provided else "",
+             f"judged in the declared precision: {', '.join(cand.judged_in)}" if getattr(cand, "judged_in", ()) else ""]
+    return "; ".join(n for n in notes if n)
 
 
 def exit_code(rows) -> int:

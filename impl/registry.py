@@ -97,6 +97,7 @@ def get(name: str) -> Implementation:
         # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
         # run, the decoder and serving compositions run over it
         omitted = frozenset(o for m, ns in found.items() for o in not_provided(name, ns, m))
+        islands = tuple(sorted(i for m, ns in (*found.items(), ("model", model)) for i in precisions(name, ns, m)))
         from impl.compose import link
         namespaces = {m: _composed(name, ns, m) for m, ns in found.items()}
         link(namespaces)
@@ -104,7 +105,7 @@ def get(name: str) -> Implementation:
         # and a serving engine class; None keeps ours
         model = None if model is None else _composed(name, model, "model")
         return Implementation(name, **namespaces, model=model, serving=_engine_class(name, serving),
-                              not_provided=omitted)
+                              not_provided=omitted, precision=islands)
     raise ValueError(f"unknown implementation {name!r}: expected 'triton', 'torch', "
                      f"'mutant:<name>' (see `glmgate zoo --list`) or 'package.module:attribute'")
 
@@ -138,6 +139,31 @@ def not_provided(name: str, ns: Any, mechanism: str) -> tuple[str, ...]:
         raise ValueError(f"implementation {name!r}: {mechanism}.NOT_PROVIDED names {bad}, which are not "
                          f"optional outputs; optional {mechanism} outputs: {known}")
     return tuple(f"{mechanism}.{d}" for d in declared)
+
+
+def precisions(name: str, ns: Any, mechanism: str) -> tuple[tuple[str, str], ...]:
+    """The precision islands namespace `ns` declares (its PRECISION = {"function": dtype}: the functions
+    that compute part of their result in that coarser dtype whatever the working dtype), as
+    (("mechanism.function", dtype), ...); refused when a function is not one of the mechanism's that the
+    namespace provides, or the dtype is not a coarser one (invariants/precision.py)."""
+    from invariants.precision import ISLAND_DTYPES
+
+    declared = getattr(ns, "PRECISION", None) if ns is not None else None
+    if declared is None:
+        return ()
+    if not isinstance(declared, dict):
+        raise ValueError(f"implementation {name!r}: {mechanism}.PRECISION must be a dict {{function: dtype}}, "
+                         f"got {declared!r}")
+    out = []
+    for fn, dtype in declared.items():
+        if fn not in FUNCTIONS[mechanism] or not callable(getattr(ns, fn, None)):
+            raise ValueError(f"implementation {name!r}: {mechanism}.PRECISION names {fn!r}, which its "
+                             f"{mechanism} namespace does not provide (functions: {list(FUNCTIONS[mechanism])})")
+        if dtype not in ISLAND_DTYPES:
+            raise ValueError(f"implementation {name!r}: {mechanism}.PRECISION[{fn!r}] = {dtype!r}, expected one "
+                             f"of {list(ISLAND_DTYPES)}")
+        out.append((f"{mechanism}.{fn}", dtype))
+    return tuple(out)
 
 
 def _load_candidate(name: str, mod: str, attr: str) -> Any:

@@ -25,11 +25,13 @@ class Recorder:
 
     def __init__(self):
         self.called: set[str] = set()
+        self.example: set[str] = set()     # those called since the engine last cleared it (one example)
         self.seconds = 0.0
         self.depth = 0
 
     def record(self, name: str) -> None:
         self.called.add(name)
+        self.example.add(name)
 
 
 class RecordingNamespace:

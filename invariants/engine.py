@@ -25,6 +25,8 @@ from hypothesis.reporting import with_reporter
 from invariants import labels
 from invariants.contracts import UndeclaredContract
 from invariants.coverage import Recorder, recording
+from invariants.precision import baseline_dtype
+from impl.registry import MECHANISMS
 from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
@@ -62,6 +64,7 @@ class CheckResult(NamedTuple):
     crashed: bool = False        # a "fail" where the candidate raised (CheckCrashed), not a broken contract
     not_provided: tuple = ()     # quantities not judged: outputs the candidate declares it does not provide
     candidate_seconds: float = 0.0   # wall time inside the candidate's functions, over all examples
+    judged_in: tuple = ()        # precision islands that set the judged dtype ("kda.sublayer float32")
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -102,10 +105,11 @@ class Tally:
 
     def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
                message: str = "", repro=None, events=None, covered=(), crashed=False,
-               not_provided=(), candidate_seconds=0.0) -> CheckResult:
+               not_provided=(), candidate_seconds=0.0, judged_in=()) -> CheckResult:
         return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
                            repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill,
-                           tuple(sorted(covered)), crashed, tuple(sorted(not_provided)), candidate_seconds)
+                           tuple(sorted(covered)), crashed, tuple(sorted(not_provided)), candidate_seconds,
+                           tuple(sorted(judged_in)))
 
 
 def _where(frame: traceback.FrameSummary) -> str:
@@ -135,14 +139,18 @@ def _repro(check: Check, case, cand: Target) -> str:
     return repro_line(check.name, case_to_json(case), cand.impl.name, cand.device, cand.dtype_name)
 
 
-def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None):
+def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None,
+            recorder: Optional[Recorder] = None, islands: Optional[set] = None):
     """Evaluate one case; raise ContractBroken / CheckCrashed on failure; return the verdicts (the
     comparisons of outputs the candidate does not provide are added to `skipped`, not judged).
 
     An undeclared contract or a Hypothesis error is the check's own fault, not the candidate's: it
     propagates unwrapped (run_check reports it as an error)."""
     try:
-        verdicts = evaluate(check, case, cand, base, skipped)
+        if recorder is not None:
+            recorder.example.clear()
+        verdicts = evaluate(check, case, cand, base, skipped, None if recorder is None else recorder.example,
+                            islands)
     except (AssertionError, UndeclaredContract, HypothesisException):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
@@ -150,6 +158,17 @@ def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[se
     if not all(v.ok for v in verdicts):
         raise ContractBroken(check.name, case, verdicts, _repro(check, case, cand))
     return verdicts
+
+
+class FallbackFailed(Exception):
+    """An example in which none of the candidate's functions ran failed: our fallback's failure (a
+    composition refusing the working dtype, say), reported as such and never as the candidate's."""
+
+    def __init__(self, exc: BaseException):
+        inner = exc.exc if isinstance(exc, CheckCrashed) else exc
+        what = (describe_exception(inner) if not isinstance(exc, ContractBroken)
+                else "; ".join(describe(v) for v in exc.verdicts if not v.ok))
+        super().__init__(what)
 
 
 class _Abort(BaseException):
@@ -210,10 +229,15 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     runs once."""
     if check.dtype is not None and cand.dtype_name != check.dtype:
         cand, base = cand.in_dtype(check.dtype), base.in_dtype(check.dtype)
+    if isinstance(cand, Target):
+        # a candidate's declared precision islands: the baseline that scales their limits runs in their dtype
+        island = baseline_dtype(cand.impl, check.namespaces(MECHANISMS), cand.dtype_name)
+        if island != base.dtype_name:
+            base = base.in_dtype(island)
     recorder = Recorder()
     if isinstance(cand, Target):
         cand = cand._replace(impl=recording(cand.impl, recorder))
-    tally, n, calls, skipped = Tally(), [0], [0], set()
+    tally, n, calls, skipped, islands = Tally(), [0], [0], set(), set()
     labels.COUNTS.clear()
     t0 = time.time()
     explicit = check.examples
@@ -227,22 +251,31 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         n[0] += 1
         on_example()
         try:
-            verdicts = run_one(check, case, cand, base, skipped)
+            verdicts = run_one(check, case, cand, base, skipped, recorder if isinstance(cand, Target) else None,
+                               islands)
         except ContractBroken as e:
+            _fallback_only(e)
             tally.add(e.verdicts, case_to_json(case))
             tally.closed = True
             raise
         except UndeclaredContract as e:       # a property of the check, the same for every example
             raise _Abort(e) from e
-        except Exception:
+        except Exception as e:
+            _fallback_only(e)
             tally.closed = True
             raise
         tally.add(verdicts, case_to_json(case))
         target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
 
+    def _fallback_only(e):
+        # nothing of the candidate ran in this example: the failure is our fallback's, never the candidate's
+        if isinstance(cand, Target) and not recorder.example:
+            raise _Abort(FallbackFailed(e)) from e
+
     def done(status, **kw):
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
                             covered=recorder.called, not_provided=skipped, candidate_seconds=recorder.seconds,
+                            judged_in=islands,
                             **kw)
 
     try:
@@ -266,6 +299,9 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,
                     crashed=isinstance(e, CheckCrashed))
     except _Abort as a:
+        if isinstance(a.exc, FallbackFailed) and not recorder.called:
+            return done("not covered", message=f"no function of {cand.impl.name} ran: this check tested nothing "
+                                               f"of it (and our fallback alone failed: {a.exc})")
         return done("error", message=describe_exception(a.exc))
     except Exception as e:
         return done("error", message=describe_exception(e))

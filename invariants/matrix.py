@@ -14,6 +14,7 @@ from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_che
 from invariants import paged_checks, serving_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import Verdict, judge_comparison, lookup
+from invariants.precision import judged
 from invariants.target import Target
 
 MODULES = (kda_checks, dsa_checks, mla_checks, paged_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks,
@@ -59,13 +60,22 @@ def case_of(d: dict):
     return case_from_json(d, CASE_TYPES)
 
 
-def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None) -> list[Verdict]:
+def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[set] = None,
+             called: Optional[set] = None, islands: Optional[set] = None) -> list[Verdict]:
     """Run one case and judge every comparison under its declared contract; a comparison of an output
     the candidate declares it does not provide (Implementation.not_provided) is not judged but added
-    to `skipped` ("kda.chunked.boundary_states")."""
+    to `skipped` ("kda.chunked.boundary_states").
+
+    called: the candidate's functions that ran in this case (the engine's recorder fills it while the
+    check runs); with it, the comparisons are judged in the dtype of the precision islands that ran
+    (invariants/precision.py), which are added to `islands`."""
     out = []
     omitted = getattr(cand.impl, "not_provided", frozenset())
-    for cmp in check.run(case, cand, base):
+    comparisons = list(check.run(case, cand, base))      # every call made before the dtype is known
+    dtype, used = judged(cand.impl, cand.dtype_name, called)
+    if islands is not None:
+        islands.update(used)
+    for cmp in comparisons:
         key = f"{check.mechanism}.{cmp.path}.{cmp.quantity}"
         if key in omitted:
             if skipped is not None:
@@ -73,7 +83,7 @@ def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[s
             continue
         contract = lookup(check.mechanism, cmp.path, cmp.quantity, cmp.kind)
         out.append(_missing(contract, cand, key) if cmp.candidate is None else
-                   judge_comparison(contract, cand.dtype_name, cmp))
+                   judge_comparison(contract, dtype, cmp))
     return out
 
 

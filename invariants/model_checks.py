@@ -219,8 +219,13 @@ class _RecordSelections(_Passthrough):
     def sublayer(self, w, iw, a, cache=None, mask=None, prev=None, kind="full"):
         out = self._ns.sublayer(w, iw, a, cache, mask, prev, kind)
         if kind != SHARED:
-            self._log.append(("selection", to_int(out[2].indices)))
+            self.record_selection(out[2].indices)
         return out
+
+    def record_selection(self, indices) -> None:
+        """For a model port that runs its own attention instead of this namespace's sublayer: report the
+        selection [B, S, W] each full DSA layer attended, in layer order (docs/candidates.md §12)."""
+        self._log.append(("selection", to_int(indices)))
 
 
 class _RecordRouting(_Passthrough):
@@ -228,8 +233,13 @@ class _RecordRouting(_Passthrough):
     (deterministic: the same choice its `forward` makes), then runs its `forward` unchanged."""
 
     def forward(self, w, x, *args, **kw):
-        self._log.append(("experts", to_int(self._ns.route(w, x).expert_ids)))
+        self.record_experts(self._ns.route(w, x).expert_ids)
         return self._ns.forward(w, x, *args, **kw)
+
+    def record_experts(self, expert_ids) -> None:
+        """For a model port that runs its own MoE layers: report each one's expert ids [N, k], in layer
+        order (docs/candidates.md §12)."""
+        self._log.append(("experts", to_int(expert_ids)))
 
 
 def target_side(t: Target, case: ModelCase) -> Side:
@@ -317,9 +327,9 @@ def path_decisions(g: Geometry, calls: list, B: int) -> list:
         it = iter(log)
         for i in range(g.num_hidden_layers):
             if g.layer_types[i] != LINEAR and g.indexer_types[i] != SHARED:
-                per_layer[i].append(("selection", next(it)[1]))
+                per_layer[i].append(("selection", _next_decision(it, i)))
             if g.mlp_layer_types[i] != DENSE:
-                per_layer[i].append(("experts", next(it)[1]))
+                per_layer[i].append(("experts", _next_decision(it, i)))
         if next(it, None) is not None:
             raise ValueError("model.paths: a forward call logged more decisions than the geometry has "
                              "decision-making layers (a candidate model namespace running extra sublayers?)")
@@ -331,6 +341,15 @@ def path_decisions(g: Geometry, calls: list, B: int) -> list:
             np.concatenate(sel, axis=1) if sel else None,
             np.concatenate(exp, axis=1).reshape(-1, exp[0].shape[-1]) if exp else None))
     return out
+
+
+def _next_decision(it, layer: int):
+    d = next(it, None)
+    if d is None:
+        raise ValueError(f"model.paths: a forward call logged no decision for layer {layer}: a model port that "
+                         f"does not run the backend's mla / moe namespaces must report its own through "
+                         f"backend.mla.record_selection and backend.moe.record_experts (docs/candidates.md §12)")
+    return d[1]
 
 
 def row_decisions(decisions: list, row: int, pad: int, S: int) -> list:

@@ -39,7 +39,8 @@ class Implementation:
     model: the whole-decoder namespace (forward, deserialize; None: impl.model's composition);
     serving: a serving engine class over a model (None: impl.serving.Engine);
     not_provided: the outputs it declares it does not compute ("kda.chunked.boundary_states": it returns
-    None there; impl.registry.OPTIONAL): their comparisons are not covered, never judged.
+    None there; impl.registry.OPTIONAL): their comparisons are not covered, never judged;
+    precision: the functions it declares it computes partly in a coarser dtype (invariants/precision.py).
     """
 
     name: str
@@ -52,6 +53,7 @@ class Implementation:
     model: Any = None
     serving: Any = None
     not_provided: frozenset = frozenset()
+    precision: tuple = ()        # (("mechanism.function", dtype), ...): declared PRECISION islands
 
     def require(self, mechanism: str) -> Any:
         ns = getattr(self, mechanism, None)
