@@ -50,6 +50,21 @@ def mla_cases(draw, base, *, max_len: int = 70) -> MLACase:
                    draw(SEEDS))
 
 
+class MLACausalCase(NamedTuple):
+    """The full + shared DSA layers run twice over one stream, the second time with the hidden states
+    from position `cut` on redrawn."""
+
+    stream: MLACase
+    cut: int
+
+
+@st.composite
+def mla_causal_cases(draw, base, *, max_len: int = 70) -> MLACausalCase:
+    stream = draw(mla_cases(base, max_len=max_len))
+    # the first token a row keeps after its left padding, and pool boundaries, are where a leak shows
+    return MLACausalCase(stream, draw(st.integers(0, stream.length - 1)))
+
+
 # a selection wider than two kernel blocks of 64 rows: few query rows then split it across programs
 # (flash-decoding) on a GPU; the tiny geometry's topk 8 never does
 WIDE_TOPK, WIDE_KPOOL = 256, 4
@@ -175,6 +190,28 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
             Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows)]
 
 
+def run_mla_causal(case: MLACausalCase, cand: Target, base: Target):
+    """Bitwise causality of the same implementation on the MLA + DSA path: outputs of both layers, the
+    selection and the caches before the cut must not change AT ALL when only later tokens do."""
+    c, cut = case.stream, case.cut
+    g = c.geometry
+    rng = np.random.default_rng(c.seed)
+    iw, mw = tz.indexer_weights(rng, g, c.family), tz.mla_weights(rng, g)
+    iw2 = tz.indexer_weights(rng, g, c.family)
+    a = rng.standard_normal((c.batch, c.length, g.hidden))
+    b = a.copy()
+    b[:, cut:] = np.random.default_rng(c.seed + 1).standard_normal(b[:, cut:].shape)
+    mask = _mask(c.batch, c.length, c.left_pad)
+    label(f"cut on a pool boundary: {cut % g.kpool == 0}")
+    ya1, ya2, ca, sa = mla_layers(cand, mw, iw, iw2, a, mask, c.splits)
+    yb1, yb2, cb, sb = mla_layers(cand, mw, iw, iw2, b, mask, c.splits)
+    return [Comparison("sublayer", "causal", yb1[:, :cut], ya1[:, :cut], kind="exact"),
+            Comparison("sublayer", "causal", yb2[:, :cut], ya2[:, :cut], kind="exact"),
+            Comparison("sublayer", "causal", sb[:, :cut], sa[:, :cut], kind="exact"),
+            Comparison("sublayer", "causal", cb.latent[:, :cut], ca.latent[:, :cut], kind="exact"),
+            Comparison("sublayer", "causal", cb.index_rows[:, :cut], ca.index_rows[:, :cut], kind="exact")]
+
+
 # ----------------------------------------------------------------------------- the records
 
 G0 = DSAGeometry.from_geometry(TINY)
@@ -191,6 +228,12 @@ CHECKS = (
                     MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1)),
           # the MLA sublayer composes the indexer: an indexer-only candidate runs here too
           needs=("mla", "dsa")),
+    Check("mla.causal", "mla", MLACausalCase, mla_causal_cases, run_mla_causal,
+          "bitwise causality: both DSA layers' outputs, the selection and the caches before a cut do not "
+          "change when only later tokens do",
+          examples=(MLACausalCase(MLACase(G0, 1, 13, (0,), (13,), "normal", 0), 9),
+                    MLACausalCase(MLACase(G0, 2, 17, (3, 0), (8, 9), "large", 1), 8)),
+          needs=("mla", "dsa"), cpu_examples=10),
 )
 
 

@@ -1,6 +1,9 @@
 """MLA mutants: each a TorchMLA (impl/baseline/mla.py) overriding ONE small method."""
 from __future__ import annotations
 
+import torch
+
+from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
 from impl.mutants.catalogue import mutant
 
@@ -35,3 +38,19 @@ class MlaPagedFirstRowTable(TorchMLA):
 
     def _table_rows(self, block_table):
         return block_table[:1].expand_as(block_table)
+
+
+@mutant("mla.causal", "causal", dtype="float32")
+class MlaSoftmaxMaxOverMaskedKeys(TorchMLA):
+    """The attention softmax subtracts the row maximum over ALL cached keys, masked later ones included, so earlier outputs depend on later tokens in their last bits."""
+
+    def expanded(self, w, q, latent, indices):
+        latent, allowed = self._check_attention(w, q, latent, indices)
+        dt, acc = q.dtype, compute_dtype(q.dtype)
+        W_UK, W_UV = self._split_kv_b(w, dt)
+        k = torch.einsum("btr,hnr->bthn", latent, W_UK)
+        v = torch.einsum("btr,hvr->bthv", latent, W_UV)
+        s = torch.einsum("bshn,bthn->bsht", q, k).to(acc) * self._scale(w)
+        e = torch.exp(s - s.amax(-1, keepdim=True)) * allowed[:, :, None, :]
+        p = torch.nan_to_num(e / e.sum(-1, keepdim=True), nan=0.0)
+        return torch.einsum("bsht,bthv->bshv", p.to(dt), v), s.masked_fill(~allowed[:, :, None, :], float("-inf"))
