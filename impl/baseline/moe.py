@@ -132,7 +132,10 @@ class TorchMoE:
         y = torch.zeros(N, xs.shape[1], dtype=acc, device=x.device)
         for e in torch.unique(ids).tolist():
             n, slot = torch.nonzero(ids == e, as_tuple=True)
-            y.index_add_(0, n, wts[n, slot, None].to(acc) * self.expert(w, e, xs[n]).to(acc))
+            # every expert runs on ALL N tokens and its routed rows are picked after: a GEMM over only the
+            # routed rows changes its blocking with their count, so a token's result would depend (in its
+            # last bits) on which other tokens chose the same expert: later ones included (model.causal)
+            y.index_add_(0, n, wts[n, slot, None].to(acc) * self.expert(w, e, xs)[n].to(acc))
         return y.to(x.dtype).reshape(x.shape)
 
     def forward(self, w: MoEWeights, x):

@@ -101,3 +101,44 @@ class ModelMaskFirstColumns(ModelOps):
         if attention_mask is not None and S > 1 and attention_mask.shape[1] > S:
             attention_mask = attention_mask[:, :S]
         return super().forward(weights, input_ids, state, attention_mask, backend)
+
+
+class _RoutedRowsExperts:
+    """An moe namespace whose experts run one GEMM per expert over only the tokens routed to it."""
+
+    def __init__(self, moe):
+        self.moe = moe
+
+    def __getattr__(self, name):
+        return getattr(self.moe, name)
+
+    def experts(self, w, x, routing, **kw):
+        xs = x.reshape(-1, x.shape[-1])
+        ids, wts = routing.expert_ids, routing.weights
+        y = torch.zeros(xs.shape, dtype=torch.float32 if xs.dtype != torch.float64 else xs.dtype, device=x.device)
+        for e in torch.unique(ids).tolist():
+            n, slot = torch.nonzero(ids == e, as_tuple=True)
+            y.index_add_(0, n, wts[n, slot, None].to(y.dtype) * self._expert(w, e, xs[n]).to(y.dtype))
+        return y.to(x.dtype).reshape(x.shape)
+
+    def _expert(self, w, e, x):
+        I = w.expert_dim
+        gu = x @ w.gate_up_proj[e].to(x.dtype).T
+        g, u = gu[:, :I].clamp(max=w.swiglu_limit), gu[:, I:].clamp(-w.swiglu_limit, w.swiglu_limit)
+        return (torch.nn.functional.silu(g) * u) @ w.down_proj[e].to(x.dtype).T
+
+    def forward(self, w, x, *args, **kw):
+        routing = self.moe.route(w, x)
+        record = getattr(self.moe, "record_experts", None)     # model.paths logs every MoE layer's choice
+        if record is not None:
+            record(routing.expert_ids)
+        return self.experts(w, x, routing) + self.moe.shared_expert(w, x)
+
+
+@mutant("model.causal", "causal", dtype="float32")
+class ModelExpertGemmOverRoutedRows(ModelOps):
+    """Each expert's GEMM runs over only the tokens routed to it, so its blocking (and a token's last bits) depends on how many later tokens chose that expert."""
+
+    def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
+        be = backend if backend is not None else im.backend_for("triton")
+        return super().forward(weights, input_ids, state, attention_mask, dataclasses.replace(be, moe=_RoutedRowsExperts(be.moe)))
