@@ -24,7 +24,8 @@ from hypothesis.reporting import with_reporter
 
 from invariants import labels
 from invariants.contracts import UndeclaredContract
-from invariants.coverage import Recorder, recording
+from invariants import integrity
+from invariants.coverage import Recorder, recorder_of, recording
 from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
@@ -141,8 +142,13 @@ def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[se
 
     An undeclared contract or a Hypothesis error is the check's own fault, not the candidate's: it
     propagates unwrapped (run_check reports it as an error)."""
+    recorder = recorder_of(cand.impl) if isinstance(cand, Target) else None
+    if recorder is not None:
+        recorder.take()          # a crashed example's leftovers are not this one's
     try:
         verdicts = evaluate(check, case, cand, base, skipped)
+        if recorder is not None:
+            verdicts = verdicts + integrity.verdicts(recorder, cand.dtype_name)
     except (AssertionError, UndeclaredContract, HypothesisException):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
