@@ -150,3 +150,14 @@ def test_a_tensor_too_large_to_copy_is_compared_by_checksum(monkeypatch):
     assert isinstance(snap, integrity.Checksum) and integrity.changed(snap, x) is None
     x[[2, 7]] = x[[7, 2]]          # the same values, two of them swapped: the sum alone would not see it
     assert "checksum changed" in integrity.changed(snap, x)
+
+
+def test_a_single_case_run_without_the_engine_is_guarded_too():
+    # `glmgate repro` calls run_one on a bare target: the mutant's input write must still break the case
+    from invariants.report import ContractBroken
+    c = BY_NAME["moe.forward"]
+    cand = Target(registry.get("mutant:moe_forward_output_in_input"), "cpu", torch.float32)
+    with pytest.raises(ContractBroken) as e:
+        run_one(c, c.examples[0], cand, Target(registry.get("torch"), "cpu", torch.float32))
+    broken = [v.detail for v in e.value.verdicts if not v.ok and v.contract.quantity == "inputs_unchanged"]
+    assert broken and broken[0].startswith("moe.forward wrote its input x:")
