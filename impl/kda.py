@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import interpreted, num_sms
+from impl import canary, interpreted, num_sms
 from impl.kernels.kda import (
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
@@ -260,9 +260,10 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     if inplace and not (state.recurrent.is_contiguous() and state.conv.is_contiguous()):
         raise ValueError("state: in-place decode needs contiguous state buffers")
     h_in, c_in = state.recurrent.contiguous(), state.conv.contiguous()
-    h_out = h_in if inplace else torch.empty_like(h_in)
-    c_out = c_in if inplace else torch.empty_like(c_in)
-    o = torch.empty(B, H, K, device=z.device, dtype=z.dtype)
+    # GLMGATE_CANARY=1: fresh outputs inside sentinel margins, verified after the launch (impl/canary.py)
+    h_out = h_in if inplace else canary.empty(*h_in.shape, dtype=h_in.dtype, device=h_in.device)
+    c_out = c_in if inplace else canary.empty(*c_in.shape, dtype=c_in.dtype, device=c_in.device)
+    o = canary.empty(B, H, K, device=z.device, dtype=z.dtype)
     lb = w.lower_bound
     kda_decode_fused_fwd_kernel[(H, B)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
@@ -271,6 +272,8 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
         BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
         USE_LOWER_BOUND=lb is not None, num_warps=num_warps or 4,
     )
+    canary.verify("kda_decode_fused_fwd_kernel", o=o, **({} if inplace else {"state.recurrent": h_out,
+                                                                            "state.conv": c_out}))
     return o, KDAState(h_out, c_out)
 
 

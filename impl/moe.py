@@ -35,6 +35,7 @@ import triton
 import triton.language as tl
 
 import impl
+from impl import canary
 from impl.baseline import moe as _base
 from impl.kernels.moe import moe_down_fwd_kernel, moe_gate_up_fwd_kernel, moe_router_fwd_kernel
 from impl.nvfp4 import NVFP4Experts, check_experts, dynamic_input_scale
@@ -105,9 +106,10 @@ def route(w: MoEWeights, x) -> Routing:
     N, E, G, k = xs.shape[0], w.num_experts, w.n_group, w.top_k
     dev = x.device
     f32 = dict(device=dev, dtype=torch.float32)
-    scores, biased = torch.empty(N, E, **f32), torch.empty(N, E, **f32)
-    groups, weights = torch.empty(N, G, **f32), torch.empty(N, k, **f32)
-    ids = torch.empty(N, k, device=dev, dtype=torch.int64)
+    # GLMGATE_CANARY=1: the outputs inside sentinel margins, verified after the launch (impl/canary.py)
+    scores, biased = canary.empty(N, E, **f32), canary.empty(N, E, **f32)
+    groups, weights = canary.empty(N, G, **f32), canary.empty(N, k, **f32)
+    ids = canary.empty(N, k, device=dev, dtype=torch.int64)
     if N:
         # logits in float32 (SPEC §2) by one GEMM; the kernel does sigmoid, groups and top-k per token
         logits = torch.matmul(xs.float(), _f32(w.router).T).contiguous()
@@ -120,6 +122,8 @@ def route(w: MoEWeights, x) -> Routing:
             BT=BT, BE=BE, BG=triton.next_power_of_2(G), BKE=triton.next_power_of_2(k),
             num_warps=16 if BE >= 512 else (8 if BE >= 256 else 4),   # [BT, BE] f32 tiles: no spills at E=288
         )
+        canary.verify("moe_router_fwd_kernel", scores=scores, biased=biased, groups=groups, ids=ids,
+                      weights=weights)
     return Routing(ids, weights, scores, biased, groups)
 
 

@@ -49,6 +49,10 @@ FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse"
 # before the first example of a `glmgate gate` run (gate/warmup.py), outside the judged and timed examples,
 # with every shape the checks will draw (a kernel library that autotunes per shape compiles there)
 HOOKS = ("warmup",)
+# per "mechanism.function", the one argument a call may write and the flag that declares it: (argument,
+# flag) means the call writes `argument` when called with flag=True (docs/candidates.md §2); every other
+# call writes none of its inputs. The harness guards both (invariants/integrity.py)
+IN_PLACE = {"kda.decode": ("state", "inplace")}
 OPTIONAL = {"kda": {"chunked.boundary_states": "the state at the end of every full chunk (kda.chunked)"}}
 
 

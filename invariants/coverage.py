@@ -28,10 +28,20 @@ class Recorder:
         self.example: set[str] = set()     # those called since the engine last cleared it (one example)
         self.seconds = 0.0
         self.depth = 0
+        # since the last `take`: the protocol functions whose inputs were guarded, and what they broke
+        # (invariants/integrity.py); the engine turns them into each example's verdicts
+        self.guarded: set[tuple[str, str]] = set()   # (function, quantity)
+        self.violations: list = []
 
     def record(self, name: str) -> None:
         self.called.add(name)
         self.example.add(name)
+
+    def take(self) -> tuple[set, list]:
+        """((function, quantity) judged, violations) since the last take, cleared (one example's worth)."""
+        out = (self.guarded, self.violations)
+        self.guarded, self.violations = set(), []
+        return out
 
 
 class RecordingNamespace:
@@ -64,13 +74,26 @@ class RecordingNamespace:
         return f"<recording {self._mechanism} namespace of {self._ns!r}>"
 
 
+def _protocol(name: str) -> bool:
+    """A function of the candidate protocol (impl.registry FUNCTIONS, FAST_PATHS): the ones whose inputs
+    are guarded (contracts.d declares their inputs_unchanged); helpers and the engine class are not."""
+    from impl.registry import FAST_PATHS, FUNCTIONS
+    mech, _, fn = name.partition(".")
+    return fn in FUNCTIONS.get(mech, ()) or fn in FAST_PATHS.get(mech, {})
+
+
 def _recorded(fn, name: str, recorder: Recorder):
+    from invariants.integrity import guarded_call
+    guard = _protocol(name)
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
         recorder.record(name)
         recorder.depth += 1
         t0 = time.perf_counter()
         try:
+            if guard:
+                return guarded_call(name, fn, args, kwargs, recorder)
             return fn(*args, **kwargs)
         finally:
             recorder.depth -= 1
@@ -91,3 +114,12 @@ def recording(impl, recorder: Recorder):
         swaps["serving"] = _recorded(impl.serving, f"serving.{getattr(impl.serving, '__name__', 'engine')}",
                                      recorder)
     return impl._replace(**swaps)
+
+
+def recorder_of(impl) -> "Recorder | None":
+    """The Recorder a `recording` bundle records into (None for a bundle not made by `recording`)."""
+    for m in NAMESPACES:
+        ns = getattr(impl, m, None)
+        if isinstance(ns, RecordingNamespace):
+            return ns._recorder
+    return None

@@ -24,13 +24,14 @@ from hypothesis.reporting import with_reporter
 
 from invariants import labels
 from invariants.contracts import UndeclaredContract
-from invariants.coverage import Recorder, recording
+from invariants import integrity
+from invariants.coverage import Recorder, recorder_of, recording
 from invariants.precision import baseline_dtype
 from impl.registry import MECHANISMS
 from invariants.check import case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
-from invariants.target import Target
+from invariants.target import OracleTarget, Target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_MARGIN = {"p50": None, "p99": None, "max": None}
@@ -146,11 +147,21 @@ def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[se
 
     An undeclared contract or a Hypothesis error is the check's own fault, not the candidate's: it
     propagates unwrapped (run_check reports it as an error)."""
+    if recorder is None:
+        recorder = recorder_of(cand.impl) if isinstance(cand, Target) else None
+    if recorder is None and isinstance(cand, Target) and not isinstance(cand, OracleTarget):
+        # a caller that did not wrap the candidate (`glmgate repro`) still gets its inputs guarded
+        recorder = Recorder()
+        cand = cand._replace(impl=recording(cand.impl, recorder))
+    if recorder is not None:
+        recorder.take()          # a crashed example's leftovers are not this one's
     try:
         if recorder is not None:
             recorder.example.clear()
         verdicts = evaluate(check, case, cand, base, skipped, None if recorder is None else recorder.example,
                             islands)
+        if recorder is not None:
+            verdicts = verdicts + integrity.verdicts(recorder, cand.dtype_name)
     except (AssertionError, UndeclaredContract, HypothesisException):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case

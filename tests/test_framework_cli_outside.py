@@ -40,6 +40,9 @@ ROWS = [
     ("moe_mine:Top1Group", {"moe.route": "fail"}, {"moe.route": "expert_ids"}),
     ("moe_mine:ScaleBeforeNorm", {"moe.route": "fail"}, {"moe.route": "route.weights"}),
     ("moe_mine:TwoSidedClamp", {"moe.forward": "fail"}, {"moe.forward": "forward.output"}),
+    # writes an input it was handed (issue 13): the routing itself is right, only inputs_unchanged breaks
+    ("moe_mine:RouteWritesInput", {"moe.route": "fail"}, {"moe.route": "moe.route wrote its input x"}),
+    ("moe_mine:ExpertsOutputInInput", {"moe.forward": "fail"}, {"moe.forward": "experts.inputs_unchanged"}),
     # fused NVFP4 experts: per-half gate_up scales pass; the gate's scale for both halves (vLLM #54974)
     # breaks the kernel comparison of the quantization gate, not its quantization_* bands
     ("moe_nvfp4_mine:Candidate", {"nvfp4.gate": "pass"}, {}),

@@ -191,3 +191,19 @@ class IntraAnchorMiddle(TritonKDA):
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, anchor=7)
+
+
+@mutant("kda.decode", "in_bounds")
+class DecodeInPlacePastState(TorchKDA):
+    """decode(inplace=True) writes one float past the end of state.recurrent (a tail mask off by one)."""
+
+    def decode(self, w, z, f, b, state, inplace=False):
+        o, new = super().decode(w, z, f, b, state)
+        if not inplace:
+            return o, new
+        state.recurrent.copy_(new.recurrent)
+        state.conv.copy_(new.conv)
+        # the element after the last one, through the storage as a kernel's pointer arithmetic reaches it
+        n = state.recurrent.numel()
+        torch.as_strided(state.recurrent, (n + 1,), (1,))[n] = 0.0
+        return o, state

@@ -41,3 +41,13 @@ class MoeTop1GroupScore(TorchMoE):
     def group_scores(self, biased, n_group):
         N, E = biased.shape
         return biased.reshape(N, n_group, E // n_group).amax(dim=-1)
+
+
+@mutant("moe.forward", "inputs_unchanged")
+class MoeForwardOutputInInput(TorchMoE):
+    """forward writes its result over its input x (a kernel's output aliasing an input, NVIDIA/apex#1430)."""
+
+    def forward(self, w, x):
+        y = super().forward(w, x)
+        # the numbers returned are right: only the caller's x is gone
+        return x.copy_(y)

@@ -123,3 +123,20 @@ class BF16Only:       # same experts, signature without a w4a4 parameter (to opt
         def experts(w, x, routing):
             return _experts(w, x, routing)
         shared_expert = staticmethod(_shared)
+
+
+class RouteWritesInput:   # right routing, but x is left scaled in place (the caller's hidden states change)
+    class moe:
+        @staticmethod
+        def route(w, x):
+            r = _route(w, x)
+            x.mul_(0.5)
+            return r
+
+
+class ExpertsOutputInInput:   # the mixture written over x's buffer (the output aliases an input)
+    class moe:
+        @staticmethod
+        def experts(w, x, routing, nvfp4=None, w4a4=False):
+            return x.copy_(_experts(w, x, routing, nvfp4, w4a4))
+        shared_expert = staticmethod(_shared)
