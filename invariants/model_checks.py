@@ -559,34 +559,6 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
     return res
 
 
-class CausalModelCase(NamedTuple):
-    """A prompt batch through the whole decoder twice, the second time with the ids from `cut` on redrawn."""
-
-    prompt: ModelCase
-    cut: int
-
-
-@st.composite
-def causal_model_cases(draw, base: Geometry) -> CausalModelCase:
-    case = draw(model_cases(base))
-    return CausalModelCase(case, draw(st.integers(0, case.length - 1)))
-
-
-def run_model_causal(case: CausalModelCase, cand: Target, base: Target) -> list:
-    """Bitwise causality of the whole decoder: the logits before the cut of a (split) prefill must not
-    change AT ALL when only the tokens from the cut on do (KDA, the DSA layers, MoE and mHC together)."""
-    c, cut = case.prompt, case.cut
-    g = geometry_of(c.base, c.layers)
-    ids, mask = prompt(c, g)
-    other = np.random.default_rng(c.seed + 1).integers(1, g.vocab_size, ids.shape)
-    changed = ids.copy()
-    changed[:, cut:] = np.where(mask[:, cut:] == 1, other[:, cut:], ids[:, cut:])
-    side = target_side(cand, c)
-    a = chunked_prefill(side, ids, mask, c.splits)
-    b = chunked_prefill(side, changed, mask, c.splits)
-    return [Comparison("chunked_prefill", "causal", b.logits[:, :cut], a.logits[:, :cut], kind="exact")]
-
-
 # ----------------------------------------------------------------------------- the record
 
 _TINY = Geometry.preset("tiny")
@@ -597,11 +569,5 @@ CHECKS = (
           "prefill: logits and every state array; the oracle's own paths agree",
           # two rows, one left-padded by 3, cut 2 + 4, then 2 decode steps: every path crosses the padding
           examples=(ModelCase("tiny", model_cut(_TINY), 0, 2, 6, (0, 3), (2, 4), 2, 1),), cpu_examples=2),
-    Check("model.causal", "model", CausalModelCase, causal_model_cases, run_model_causal,
-          "bitwise causality of the whole decoder: logits before a cut do not change when only later tokens do",
-          # two tokens, the cut between them: a GEMM over the routed rows only goes from one row to two
-          examples=(CausalModelCase(ModelCase("tiny", model_cut(_TINY), 1, 1, 2, (0,), (2,), 0, 0), 1),
-                    CausalModelCase(ModelCase("tiny", model_cut(_TINY), 0, 2, 9, (0, 2), (5, 4), 0, 2), 6)),
-          cpu_examples=1),
 )
 
