@@ -38,7 +38,7 @@ def fakes(monkeypatch):
               "fake.fixed": fake_check("fake.fixed", cases=lambda g: st.builds(FakeCase, st.integers(0, 9)))}
     seen = []
 
-    def evaluate(check, case, cand, base, skipped=None):
+    def evaluate(check, case, cand, base, skipped=None, *judging):
         seen.append((cand.impl.name, case.x))
         with contextlib.suppress(Exception):     # reach the candidate: the check is covered
             cand.impl.kda.decode(None, None, None, None, None)

@@ -67,7 +67,7 @@ def judged_by(monkeypatch, fn) -> list:
     The fake reaches the candidate (one call it refuses), so the check counts as covered."""
     seen = []
 
-    def evaluate(check, case, cand, base, skipped=None):
+    def evaluate(check, case, cand, base, skipped=None, *judging):
         seen.append(case.x)
         with contextlib.suppress(Exception):
             cand.impl.kda.decode(None, None, None, None, None)
