@@ -19,8 +19,8 @@ from oracle import moe as omoe
 from oracle import nvfp4 as onv
 from oracle.config import Geometry
 from oracle.types import MoEWeights, Routing
-from strategies.tensors import (SEEDS, checkpoint_bias, far_negative_logits, moe_weights, negative_bias, tie_at,
-                                tie_groups)
+from strategies.tensors import (SEEDS, checkpoint_bias, far_negative_logits, moe_weights, negative_bias, significant,
+                                tie_at, tie_groups)
 
 TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
@@ -127,18 +127,12 @@ def _routing_family(rng, case: MoECase, w: MoEWeights, x):
     else:
         bias = checkpoint_bias(rng, E)
     if case.family == "underflow":
-        bias = tie_at(bias, case.top_k, rng)
+        bias = tie_at(bias, case.top_k)
     if case.family == "group_tie":
         bias = tie_groups(bias, case.groups, case.topk_group, rng)
     if case.family in ("underflow", "group_tie"):
         router, x = far_negative_logits(rng, router, x)
     return dataclasses.replace(w, router=router, e_score_correction_bias=bias), x
-
-
-def _significant(a, bits: int):
-    """a rounded to `bits` significant binary digits."""
-    m, e = np.frexp(a)
-    return np.ldexp(np.round(m * 2.0 ** bits), e - bits)
 
 
 def _gates_off(rng, w: MoEWeights, x):
@@ -156,11 +150,11 @@ def _gates_off(rng, w: MoEWeights, x):
     N, D = x.shape
     E, I = w.gate_up_proj.shape[0], w.gate_up_proj.shape[1] // 2
     x = x.copy()
-    x[:, 0] = _significant(rng.uniform(3.0, 4.0, N), 3)
+    x[:, 0] = significant(rng.uniform(3.0, 4.0, N), 3)
 
     def gate_rows(shape):
         g = np.zeros((*shape, D))
-        g[..., 0] = -_significant(rng.uniform(3.75, 5.0, shape), 5)
+        g[..., 0] = -significant(rng.uniform(3.75, 5.0, shape), 5)
         return g
 
     up = 3.0 * D ** -0.5                          # up ~ N(0, ~4^2) with x[:, 0] ~ 3.5 in the sum

@@ -3,6 +3,8 @@
 Distribution families put the data where bugs live: `normal`; `gate_low` (g near the -5 bound);
 `gate_high` (g near 0: almost no decay, long memory); `beta_extreme` (beta near 0 and 1);
 `tiny_qk` (pre-norm q, k of norm ~1e-3, where the L2 eps placement matters); `large` (x30 inputs).
+The MoE router's adversarial inputs (a bias like the released checkpoint's, logits far below zero,
+exact ties at the top-k / top-group cut, negative biased scores) follow `moe_weights`.
 """
 from __future__ import annotations
 
@@ -138,6 +140,12 @@ def moe_weights(rng, *, experts=8, top_k=2, n_group=2, topk_group=1, hidden=32, 
         top_k=top_k, n_group=n_group, topk_group=topk_group)
 
 
+def significant(a, bits: int):
+    """a rounded to `bits` significant binary digits (exact in bf16 for bits <= 8)."""
+    m, e = np.frexp(a)
+    return np.ldexp(np.round(m * 2.0 ** bits), e - bits)
+
+
 # ---------------------------------------------------------------- adversarial routing (issue 13 item 8)
 # The released GLM-5.2 correction bias sits in a narrow band far from zero: [6.817, 7.063] (sglang #31213)
 # and 11.13..11.32 with 196 of 256 values unique (sglang #30989). bf16 steps by 1/32 at 7 and 1/16 at 11,
@@ -146,18 +154,22 @@ def moe_weights(rng, *, experts=8, top_k=2, n_group=2, topk_group=1, hidden=32, 
 CHECKPOINT_BIAS_CENTRES = (7.0, 11.2)
 
 
-def checkpoint_bias(rng, experts: int, duplicates: float = 0.25):
+# a quarter of the experts copy another's bias (the checkpoint: 196 of 256 values unique)
+BIAS_DUPLICATES = 0.25
+
+
+def checkpoint_bias(rng, experts: int):
     """A bias like the released checkpoint's: one centre of CHECKPOINT_BIAS_CENTRES + 0.05 N(0, 1) (a
-    band ~0.25 wide over 256 experts, as measured there), a `duplicates` fraction of the experts a
-    bit-for-bit copy of another expert's value (the checkpoint's duplicates are a training artifact)."""
+    band ~0.3 wide over 256 experts; the checkpoint's is 0.246), a BIAS_DUPLICATES fraction of the experts
+    a bit-for-bit copy of another expert's value (the checkpoint's duplicates are a training artifact)."""
     b = rng.choice(CHECKPOINT_BIAS_CENTRES) + 0.05 * rng.standard_normal(experts)
-    n = int(round(duplicates * experts))
+    n = int(round(BIAS_DUPLICATES * experts))
     if n and experts > 1:
         b[rng.choice(experts, n, replace=False)] = b[rng.choice(experts, n)]
     return b
 
 
-def tie_at(b, top: int, rng):
+def tie_at(b, top: int):
     """b with its top-th and (top+1)-th largest values made equal (a tie straddling a top-`top` cut)."""
     order = np.argsort(-b, kind="stable")
     b = b.copy()
@@ -194,8 +206,7 @@ def far_negative_logits(rng, router, x):
     float64 keeps e^logit): the weights, ~1e-23 there, would be judged on float32's range, not on the
     router, so the family stops at ~-77 (s ~ 3e-34, float32-normal)."""
     router, x = router.copy(), x.copy()
-    m, e = np.frexp(rng.uniform(3.0, 4.0, len(x)))
-    x[:, 0] = np.ldexp(np.round(m * 8.0), e - 3)
+    x[:, 0] = significant(rng.uniform(3.0, 4.0, len(x)), 3)
     router[:, 0] = -rng.uniform(16.0, 64.0) / 3.5
     return router, x
 
