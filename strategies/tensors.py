@@ -201,7 +201,7 @@ def far_negative_logits(rng, router, x):
     """(router, x) with every router logit far below zero: x[:, 0] in [3, 4] (3 significant bits, exact in
     bf16) times a column 0 of -U(16, 64) / 3.5 per case, plus the other columns' O(1) part: logits
     about -14 .. -77. From -16 float32 sigmoid (1e-7) is below half an ulp of a bias at 7 (2.4e-7), so
-    sigmoid + bias == bias; past -26 the k weights sum below the 1e-20 of the renormalisation. Deeper
+    sigmoid + bias == bias; past ~-46 the k weights sum below the 1e-20 of the renormalisation. Deeper
     than ~-87 float32 sigmoid leaves the normal range (exp(-logit) overflows, s is 0 or subnormal while
     float64 keeps e^logit): the weights, ~1e-23 there, would be judged on float32's range, not on the
     router, so the family stops at ~-77 (s ~ 3e-34, float32-normal)."""
