@@ -29,7 +29,7 @@ import torch
 
 from gate.benchlib import do_bench, header, write_json
 
-F32_NAMES = ("conv1d.weight", "dt_bias", "A_log")
+F32_NAMES = ("conv1d.weight", "dt_bias", "A_log", "e_score_correction_bias")   # oracle.types F32_WEIGHTS
 
 
 # ----------------------------------------------------------------------------- random layer weights

@@ -19,7 +19,8 @@ from oracle import moe as omoe
 from oracle import nvfp4 as onv
 from oracle.config import Geometry
 from oracle.types import MoEWeights, Routing
-from strategies.tensors import SEEDS, moe_weights
+from strategies.tensors import (SEEDS, checkpoint_bias, far_negative_logits, moe_weights, negative_bias, significant,
+                                tie_at, tie_groups)
 
 TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
@@ -31,7 +32,13 @@ class MoECase(NamedTuple):
     """One MoE layer over `tokens` tokens; family "clamps" boosts weights so the +-10 SwiGLU clamps fire,
     "tied" gives two experts identical router rows (an exact router tie), "gates_off" puts every gate
     pre-activation (routed and shared) in [-20, -11] with up of order 1..10, where the output is all
-    silu's far-negative tail (invariants/moe_checks.py: moe_inputs)."""
+    silu's far-negative tail (invariants/moe_checks.py: moe_inputs). The ROUTING_FAMILIES (moe.route
+    only) draw the correction bias like the released checkpoint's (strategies/tensors.py):
+    "checkpoint_bias" (about 7 or 11, tightly clustered, exact duplicates; logits of order 1),
+    "underflow" (that bias with its k-th and (k+1)-th values equal, every logit far below zero, so
+    float32 selection keys tie bit for bit at the cut), "group_tie" (the same with two groups' values
+    equal across the topk_group cut) and "negative_kept" (a bias of -0.5..-3: kept experts with a
+    negative biased score, groups always dropped)."""
 
     hidden: int
     experts: int
@@ -59,6 +66,35 @@ def moe_cases(draw, base) -> MoECase:
                    draw(st.sampled_from(MOE_FAMILIES)), draw(SEEDS))
 
 
+ROUTING_FAMILIES = ("checkpoint_bias", "underflow", "group_tie", "negative_kept")
+# routers of the released model (288 experts, top-8, one group) and DeepSeek-V3's group-limited one
+# (256 experts, 8 groups, 4 kept): the router alone is cheap on the interpreter (~1.4 ms a token at E=288)
+FULL_ROUTERS = ((288, 8, 1, 1), (256, 8, 8, 4))
+# M = 1 (decode) and a prefill-sized M; the issue's 4096 costs the interpreter 4-5 s at E=8 and ~6 s at
+# E=288, so it is one pinned row of the tiny router, not drawn (NOTES: issue 13)
+ROUTE_TOKENS = st.one_of(st.just(1), st.integers(1, 24), st.integers(64, 256))
+
+
+@st.composite
+def route_cases(draw, base) -> MoECase:
+    """moe_cases' draws for half the cases, the ROUTING_FAMILIES for the other half: the tiny router or a
+    full-size one, "group_tie" / "negative_kept" always with dropped groups (topk_group < n_group)."""
+    # behind a boolean that shrinks to False: a failure the plain families show shrinks back to them
+    if not draw(st.booleans()):
+        return draw(moe_cases(base))
+    family = draw(st.sampled_from(ROUTING_FAMILIES))
+    grouped = family in ("group_tie", "negative_kept")
+    E = base.n_routed_experts
+    tiny = [(E, g, tg) for g, tg in sorted({(base.n_group, base.topk_group), (1, 1), (2, 1), (4, 2)})
+            if E % g == 0 and E // g >= 2 and (tg < g or not grouped)]
+    full = [(e, g, tg) for e, _k, g, tg in FULL_ROUTERS if tg < g or not grouped]
+    E, groups, topk_group = draw(st.sampled_from(tiny + full))
+    k = 8 if E > 64 else draw(st.integers(1, min(base.num_experts_per_tok + 1, topk_group * E // groups)))
+    d = draw(st.sampled_from(sorted({base.hidden_size, 48})))
+    return MoECase(d, E, k, groups, topk_group, base.moe_intermediate_size, draw(ROUTE_TOKENS), family,
+                   draw(SEEDS))
+
+
 # ---------------------------------------------------------------- run functions
 
 
@@ -78,13 +114,25 @@ def moe_inputs(case: MoECase):
     x = n((case.tokens, D))
     if case.family == "gates_off":
         w, x = _gates_off(rng, w, x)
+    if case.family in ROUTING_FAMILIES:
+        w, x = _routing_family(rng, case, w, x)
     return w, x
 
 
-def _significant(a, bits: int):
-    """a rounded to `bits` significant binary digits."""
-    m, e = np.frexp(a)
-    return np.ldexp(np.round(m * 2.0 ** bits), e - bits)
+def _routing_family(rng, case: MoECase, w: MoEWeights, x):
+    """The router and bias of a ROUTING_FAMILIES case (MoECase); the experts stay as drawn."""
+    E, router = case.experts, w.router
+    if case.family == "negative_kept":
+        bias = negative_bias(rng, E)
+    else:
+        bias = checkpoint_bias(rng, E)
+    if case.family == "underflow":
+        bias = tie_at(bias, case.top_k)
+    if case.family == "group_tie":
+        bias = tie_groups(bias, case.groups, case.topk_group, rng)
+    if case.family in ("underflow", "group_tie"):
+        router, x = far_negative_logits(rng, router, x)
+    return dataclasses.replace(w, router=router, e_score_correction_bias=bias), x
 
 
 def _gates_off(rng, w: MoEWeights, x):
@@ -102,11 +150,11 @@ def _gates_off(rng, w: MoEWeights, x):
     N, D = x.shape
     E, I = w.gate_up_proj.shape[0], w.gate_up_proj.shape[1] // 2
     x = x.copy()
-    x[:, 0] = _significant(rng.uniform(3.0, 4.0, N), 3)
+    x[:, 0] = significant(rng.uniform(3.0, 4.0, N), 3)
 
     def gate_rows(shape):
         g = np.zeros((*shape, D))
-        g[..., 0] = -_significant(rng.uniform(3.75, 5.0, shape), 5)
+        g[..., 0] = -significant(rng.uniform(3.75, 5.0, shape), 5)
         return g
 
     up = 3.0 * D ** -0.5                          # up ~ N(0, ~4^2) with x[:, 0] ~ 3.5 in the sum
@@ -166,6 +214,8 @@ def run_route(case: MoECase, cand: Target, base: Target):
     for the implementation's OWN experts (a legal flip changes which weights exist)."""
     if case.family == "tied":
         label("router tie made on purpose")
+    if case.family in ROUTING_FAMILIES:
+        label(f"adversarial routing: {case.family}")
     w, x = moe_inputs(case)
     ref, *outs = (route_on(t, w, x) for t in (ORACLE, cand, base))
     rc, rb = (oracle_given(w, x, o.expert_ids, ref) for o in outs)
@@ -195,11 +245,21 @@ def run_forward(case: MoECase, cand: Target, base: Target):
 
 # ----------------------------------------------------------------------------- the records
 
+# the routing boundaries of issue 13, each replayed first: M = 1 through the released router (288 experts,
+# top-8) with a bit-for-bit tie at the top-8 cut and every logit far below zero; groups tied across the
+# topk_group cut; kept experts with negative biased scores; the bias at ~7 or 11 over 256 tokens of the
+# released router; and M = 4096 through the tiny router (the CPU's largest; NOTES: issue 13)
+ROUTE_PINS = (MoECase(32, 288, 8, 1, 1, 16, 1, "underflow", 3), MoECase(32, 8, 2, 4, 2, 16, 24, "group_tie", 4),
+              MoECase(32, 8, 2, 2, 1, 16, 16, "negative_kept", 5),
+              MoECase(32, 288, 8, 1, 1, 16, 256, "checkpoint_bias", 6),
+              MoECase(32, 8, 2, 2, 1, 16, 4096, "checkpoint_bias", 7))
+
 CHECKS = (
-    Check("moe.route", "moe", MoECase, moe_cases, run_route,
+    Check("moe.route", "moe", MoECase, route_cases, run_route,
           "expert ids tie-aware (groups and experts), weights from the raw sigmoid per expert",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 7, "tied", 0), MoECase(32, 8, 4, 4, 2, 16, 5, "normal", 1),
-                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2))),
+                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2),
+                    *ROUTE_PINS)),
     Check("moe.forward", "moe", MoECase, moe_cases, run_forward,
           "routed experts + shared expert with the clamps firing",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),

@@ -323,7 +323,7 @@ class MoEWeights(Declared):
     """One MoE `mlp` (SPEC §9.3; names under `mlp.`).
 
     Args:
-        e_score_correction_bias: used for selection only
+        e_score_correction_bias: used for selection only; float32 (SPEC §11): bf16 merges its clustered values
         gate_up_proj: rows 0..I-1 gate, I..2I-1 up (per expert, gate and up apart on disk)
         shared_gate_proj, shared_up_proj, shared_down_proj: F = I·n_shared_experts; all three None
             when n_shared_experts = 0
@@ -334,7 +334,7 @@ class MoEWeights(Declared):
     """
 
     router: Any = weight("[E, D]", "gate.weight")
-    e_score_correction_bias: Any = weight("[E]", "gate.e_score_correction_bias", init=INERT)
+    e_score_correction_bias: Any = weight("[E]", "gate.e_score_correction_bias", f32=True, init=INERT)
     gate_up_proj: Any = weight("[E, 2·I, D]", Parts(("experts.{e}.gate_proj.weight", "experts.{e}.up_proj.weight"),
                                                     "[I, D]"), module="experts.gate_up_proj")
     down_proj: Any = weight("[E, D, I]", Parts(("experts.{e}.down_proj.weight",), "[D, I]"),

@@ -3,6 +3,8 @@
 Distribution families put the data where bugs live: `normal`; `gate_low` (g near the -5 bound);
 `gate_high` (g near 0: almost no decay, long memory); `beta_extreme` (beta near 0 and 1);
 `tiny_qk` (pre-norm q, k of norm ~1e-3, where the L2 eps placement matters); `large` (x30 inputs).
+The MoE router's adversarial inputs (a bias like the released checkpoint's, logits far below zero,
+exact ties at the top-k / top-group cut, negative biased scores) follow `moe_weights`.
 """
 from __future__ import annotations
 
@@ -136,6 +138,77 @@ def moe_weights(rng, *, experts=8, top_k=2, n_group=2, topk_group=1, hidden=32, 
         shared_up_proj=n(F, hidden, g=gain) if shared else None,
         shared_down_proj=n(hidden, F) if shared else None,
         top_k=top_k, n_group=n_group, topk_group=topk_group)
+
+
+def significant(a, bits: int):
+    """a rounded to `bits` significant binary digits (exact in bf16 for bits <= 8)."""
+    m, e = np.frexp(a)
+    return np.ldexp(np.round(m * 2.0 ** bits), e - bits)
+
+
+# ---------------------------------------------------------------- adversarial routing (issue 13 item 8)
+# The released GLM-5.2 correction bias sits in a narrow band far from zero: [6.817, 7.063] (sglang #31213)
+# and 11.13..11.32 with 196 of 256 values unique (sglang #30989). bf16 steps by 1/32 at 7 and 1/16 at 11,
+# so a bf16 copy of it merges neighbouring experts; with router logits far below zero sigmoid(logit)
+# falls below float32's ulp of the bias and equal biases become bitwise-equal selection keys.
+CHECKPOINT_BIAS_CENTRES = (7.0, 11.2)
+
+
+# a quarter of the experts copy another's bias (the checkpoint: 196 of 256 values unique)
+BIAS_DUPLICATES = 0.25
+
+
+def checkpoint_bias(rng, experts: int):
+    """A bias like the released checkpoint's: one centre of CHECKPOINT_BIAS_CENTRES + 0.05 N(0, 1) (a
+    band ~0.3 wide over 256 experts; the checkpoint's is 0.246), a BIAS_DUPLICATES fraction of the experts
+    a bit-for-bit copy of another expert's value (the checkpoint's duplicates are a training artifact)."""
+    b = rng.choice(CHECKPOINT_BIAS_CENTRES) + 0.05 * rng.standard_normal(experts)
+    n = int(round(BIAS_DUPLICATES * experts))
+    if n and experts > 1:
+        b[rng.choice(experts, n, replace=False)] = b[rng.choice(experts, n)]
+    return b
+
+
+def tie_at(b, top: int):
+    """b with its top-th and (top+1)-th largest values made equal (a tie straddling a top-`top` cut)."""
+    order = np.argsort(-b, kind="stable")
+    b = b.copy()
+    if top < len(b):
+        b[order[top]] = b[order[top - 1]]
+    return b
+
+
+def tie_groups(b, n_group: int, topk_group: int, rng):
+    """b with the group ranked topk_group (0-based, by the sum of its top-2 values) given the values of the
+    one ranked topk_group - 1, permuted: their group scores tie exactly across the topk_group cut."""
+    if topk_group >= n_group:
+        return b
+    per = b.reshape(n_group, -1)
+    score = np.sort(per, axis=1)[:, -2:].sum(1)
+    order = np.argsort(-score, kind="stable")
+    per = per.copy()
+    per[order[topk_group]] = rng.permutation(per[order[topk_group - 1]])
+    return per.reshape(-1)
+
+
+def negative_bias(rng, experts: int):
+    """A bias that makes most biased scores negative: -U(0.5, 3) + 0.3 N(0, 1). With some below -1 every
+    score of those experts is negative; near -0.5 some scores stay positive (a mix at the cut)."""
+    return -rng.uniform(0.5, 3.0) + 0.3 * rng.standard_normal(experts)
+
+
+def far_negative_logits(rng, router, x):
+    """(router, x) with every router logit far below zero: x[:, 0] in [3, 4] (3 significant bits, exact in
+    bf16) times a column 0 of -U(16, 64) / 3.5 per case, plus the other columns' O(1) part: logits
+    about -14 .. -77. From -16 float32 sigmoid (1e-7) is below half an ulp of a bias at 7 (2.4e-7), so
+    sigmoid + bias == bias; past ~-46 the k weights sum below the 1e-20 of the renormalisation. Deeper
+    than ~-87 float32 sigmoid leaves the normal range (exp(-logit) overflows, s is 0 or subnormal while
+    float64 keeps e^logit): the weights, ~1e-23 there, would be judged on float32's range, not on the
+    router, so the family stops at ~-77 (s ~ 3e-34, float32-normal)."""
+    router, x = router.copy(), x.copy()
+    x[:, 0] = significant(rng.uniform(3.0, 4.0, len(x)), 3)
+    router[:, 0] = -rng.uniform(16.0, 64.0) / 3.5
+    return router, x
 
 
 # a case's seed: every array of a check is drawn from it, so a case is small and replayable

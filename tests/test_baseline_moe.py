@@ -248,6 +248,35 @@ def _group_probe(impl):
     return {"expert_ids": r.expert_ids.astype(float), "weights": r.weights}
 
 
+def _bf16_bias_probe(impl):
+    """Two experts whose float32 biases 7 +- 0.012 both round to 7.0 in bf16: the oracle picks expert 0 by
+    its bias (7.512 vs 7.498), a bias rounded to bf16 hands the pick to expert 1's larger sigmoid.
+    x = [[1]] is exact in bf16 and the router stays float32, so only the bias's dtype can move it."""
+    w = router_only(logit([0.5, 0.51]), bias=[7.012, 6.988], top_k=1)
+    if isinstance(impl, TorchMoE):
+        r = impl.route(as_torch(w, torch.float32), tt(np.ones((1, 1)), torch.bfloat16))
+        return {"expert_ids": r.expert_ids.numpy().astype(float)}
+    return {"expert_ids": impl.route(w, np.ones((1, 1))).expert_ids.astype(float)}
+
+
+def _negative_kept_probe(impl):
+    """Every biased score negative (bias -2): group 0 (sigmoid .9, .8) is kept, group 1 (.1, .1) dropped;
+    the top-2 is experts 0 and 1. A 0.0 mask makes group 1's experts (0.0) beat them."""
+    w = router_only(logit([0.9, 0.8, 0.1, 0.1]), bias=[-2.0] * 4, top_k=2, n_group=2, topk_group=1)
+    if isinstance(impl, TorchMoE):
+        return {"expert_ids": impl.route(as_torch(w), tt(np.ones((1, 1)))).expert_ids.numpy().astype(float)}
+    return {"expert_ids": impl.route(w, np.ones((1, 1))).expert_ids.astype(float)}
+
+
+def _tie_at_cut_probe(impl):
+    """Experts 1 and 2 score bit for bit alike at the top-2 cut (equal logits, bias 0): the oracle's
+    weights are finite (expert 1, the lower id, wins the tie)."""
+    w = router_only(logit([0.9, 0.6, 0.6, 0.2]), top_k=2)
+    if isinstance(impl, TorchMoE):
+        return {"weights": np_of(impl.route(as_torch(w), tt(np.ones((1, 1)))).weights)}
+    return {"weights": impl.route(w, np.ones((1, 1))).weights}
+
+
 def _oracle_tensor(w):
     return onv.quantize(w)
 
@@ -319,6 +348,9 @@ PROBES = {
     "moe_scaling_before_norm": _route_probe,
     "moe_two_sided_gate_clamp": _forward_probe,
     "moe_top1_group_score": _group_probe,
+    "moe_bias_in_working_dtype": _bf16_bias_probe,
+    "moe_dropped_groups_masked_zero": _negative_kept_probe,
+    "moe_tie_at_cut_nan": _tie_at_cut_probe,
     "nvfp4_high_nibble_first": _dequant_probe,
     "nvfp4_global_scale_wrong_direction": _dequant_probe,
     "nvfp4_scales_read_linear": _swizzled_probe,
@@ -344,4 +376,5 @@ def test_mutant_is_caught(name):
     quantity = m.quantity
     assert quantity in want, f"{name}: the probe does not observe {m.check} {quantity}"
     err = rel(bad[quantity], want[quantity])
-    assert err > 1e-6, f"mutant {name} escapes its probe: {m.check} {quantity} rel err {err:.3g}"
+    # `not <=`: a NaN error (a NaN output) is caught too
+    assert not err <= 1e-6, f"mutant {name} escapes its probe: {m.check} {quantity} rel err {err:.3g}"

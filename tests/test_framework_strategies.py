@@ -36,6 +36,23 @@ def test_packed_lengths_reach_zero_length_and_one_token_documents():
     assert 0 in docs and 1 in docs and sum(docs) > 0
 
 
+@pytest.mark.parametrize("what", [
+    lambda c: c.family == "checkpoint_bias" and c.experts == 288 and c.tokens == 1,
+    lambda c: c.family == "underflow" and c.experts == 288 and c.top_k == 8,
+    lambda c: c.family == "group_tie" and c.groups == 8 and c.topk_group == 4,
+    lambda c: c.family == "negative_kept" and c.topk_group < c.groups and c.tokens >= 64,
+], ids=["checkpoint_bias_M1_released_router", "underflow_top8", "group_tie_dsv3_groups", "negative_kept_large_M"])
+def test_route_cases_reach_the_routing_boundaries(what):
+    from invariants.moe_checks import route_cases
+    assert what(find(route_cases(Geometry.preset("tiny")), what, settings=FIND))
+
+
+def test_route_cases_shrink_to_one_token_of_the_tiny_router():
+    from invariants.moe_checks import route_cases
+    c = find(route_cases(Geometry.preset("tiny")), lambda c: c.family == "negative_kept", settings=FIND)
+    assert (c.tokens, c.experts, c.groups, c.topk_group, c.top_k) == (1, 8, 2, 1, 1)
+
+
 def test_cases_round_trip_through_json():
     tiny = Geometry.preset("tiny")
     for strat in (kc.core_cases(tiny), kc.sublayer_cases(tiny), kc.packed_cases(tiny), kc.decode_cases(tiny)):

@@ -40,8 +40,8 @@ def test_every_declaration_uses_only_its_containers_letters():
             dims(f.stored_shape, letters)
 
 
-def test_float32_fields_are_kdas_conv_and_gate_parameters():
-    assert F32_WEIGHTS == ("conv1d", "dt_bias", "A_log")
+def test_float32_fields_are_kdas_conv_and_gate_parameters_and_the_routing_bias():
+    assert F32_WEIGHTS == ("conv1d", "dt_bias", "A_log", "e_score_correction_bias")
 
 
 def test_to_torch_keeps_exactly_the_declared_fields_float32(tmp_path):
@@ -49,6 +49,9 @@ def test_to_torch_keeps_exactly_the_declared_fields_float32(tmp_path):
     w = to_torch(ock.load(ock.write_random(tmp_path, TINY, 1)), "cpu", torch.bfloat16)
     kda = next(lw.kda for lw in w.layers if lw.kda is not None)
     f32 = {f.name for f in declared(KDAWeights) if getattr(kda, f.name).dtype == torch.float32}
+    moe = next(lw.mlp for lw in w.layers if isinstance(lw.mlp, MoEWeights))
+    f32 |= {f.name for f in declared(MoEWeights) if getattr(moe, f.name, None) is not None
+            and getattr(moe, f.name).dtype == torch.float32}
     assert f32 == set(F32_WEIGHTS)
     assert w.layers[0].attn_hc.base.dtype == torch.bfloat16 and w.lm_head.dtype == torch.bfloat16
 

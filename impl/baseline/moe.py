@@ -9,8 +9,9 @@ sigmoid, bias, group scores, top-k, weights; float64 for float64 inputs), the pr
 clamped SwiGLU in x's dtype, the routed mixture accumulated in float32 and cast to x's dtype. Tie
 rule = the oracle's: a stable descending sort, the lowest group / expert id wins.
 
-`TorchMoE` is split into small overridable pieces (`_clamp_gate`, `group_scores`, `_picked`,
-`mixture_weights`) because the planted bugs of impl/mutants/ override exactly one of them.
+`TorchMoE` is split into small overridable pieces (`_clamp_gate`, `_selection_bias`, `_mask_dropped`,
+`group_scores`, `_picked`, `mixture_weights`) because the planted bugs of impl/mutants/ override exactly
+one of them.
 `moe = TorchMoE()` and the module-level aliases let this module be used like `oracle.moe`.
 """
 from __future__ import annotations
@@ -77,13 +78,21 @@ class TorchMoE:
         acc = compute_dtype(x.dtype)
         xs = tokens(x, int(w.router.shape[-1])).to(acc)                             # [N, D]
         s = torch.sigmoid(xs @ w.router.to(acc).T)                                  # [N, E]
-        bias = w.e_score_correction_bias.to(acc)
+        bias = self._selection_bias(w.e_score_correction_bias, x.dtype, acc)
         biased = s + bias
         groups = self.group_scores(biased, w.n_group)                              # [N, G]
-        biased = torch.where(self.kept_experts(groups, w.topk_group, w.num_experts), biased, -torch.inf)
+        biased = self._mask_dropped(biased, self.kept_experts(groups, w.topk_group, w.num_experts))
         ids = top(biased, w.top_k)                                                  # [N, k]
         weights = self.mixture_weights(self._picked(s, bias, ids), w.norm_topk_prob, w.routed_scaling_factor)
         return Routing(ids, weights, s, biased, groups)
+
+    def _selection_bias(self, bias, dtype, acc):
+        """The correction bias as added to the scores: float32 as stored (SPEC §11), whatever x's dtype."""
+        return bias.to(acc)
+
+    def _mask_dropped(self, biased, keep):
+        """-inf outside the kept groups: a biased score may be negative, so 0.0 would not lose to it."""
+        return torch.where(keep, biased, -torch.inf)
 
     def group_scores(self, biased, n_group: int):
         """[N, E] -> [N, G]: the sum of the TOP-2 biased scores of each group of E/G contiguous experts."""

@@ -51,3 +51,34 @@ class MoeForwardOutputInInput(TorchMoE):
         y = super().forward(w, x)
         # the numbers returned are right: only the caller's x is gone
         return x.copy_(y)
+
+
+# ---------------------------------------------------------------- adversarial routing (issue 13 item 8)
+# caught only where the working dtype is bf16: in float32 the cast is the identity
+@mutant("moe.route", "expert_ids", dtype="bfloat16")
+class MoeBiasInWorkingDtype(TorchMoE):
+    """The correction bias is cast to the working dtype (bf16) before it is added (sglang #31213)."""
+
+    def _selection_bias(self, bias, dtype, acc):
+        return bias.to(dtype).to(acc)
+
+
+@mutant("moe.route", "expert_ids")
+class MoeDroppedGroupsMaskedZero(TorchMoE):
+    """Dropped groups' experts are masked with 0.0, not -inf: they beat a negative kept score (sglang #3705)."""
+
+    def _mask_dropped(self, biased, keep):
+        return torch.where(keep, biased, torch.zeros_like(biased))
+
+
+@mutant("moe.route", "weights")
+class MoeTieAtCutNan(TorchMoE):
+    """Weights are NaN when an unchosen key s + bias equals the k-th pick's bit for bit (sglang #30989)."""
+
+    def _picked(self, s, bias, ids):
+        keys = s + bias
+        kth = torch.gather(keys, -1, ids[:, -1:])                  # ids are best first
+        rest = keys.scatter(-1, ids, -torch.inf)
+        straddles = (rest == kth).any(dim=-1, keepdim=True)
+        picked = torch.gather(s, -1, ids)
+        return torch.where(straddles, torch.full_like(picked, torch.nan), picked)
