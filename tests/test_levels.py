@@ -94,7 +94,7 @@ def test_a_model_port_is_composed_from_impl_model_and_only_runs_the_checks_of_it
     assert isinstance(impl.model, Composed) and sorted(impl.model.provided) == ["forward"]
     assert impl.model.deserialize is im.deserialize
     runnable, not_run = provided_checks(list(BY_NAME.values()), impl, _Quiet())
-    assert [c.name for c in runnable] == ["model.paths", "serving.state_machine"], runnable
+    assert [c.name for c in runnable] == ["model.paths", "model.causal", "serving.state_machine"], runnable
     assert all(r.status == "not run" for r in not_run)
 
 

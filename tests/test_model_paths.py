@@ -95,9 +95,11 @@ def test_each_model_mutant_breaks_the_path_it_was_planted_for(name, case, must_b
 
 
 def test_every_model_mutant_is_listed():
-    assert MODEL_MUTANTS == ["model_decode_forgets_padding", "model_mask_first_columns",
-                             "model_restore_drops_conv_window", "model_stale_shared_selection_in_decode"]
-    assert all(mutants.MUTANTS[n].check == "model.paths" for n in MODEL_MUTANTS)
+    assert MODEL_MUTANTS == ["model_decode_forgets_padding", "model_expert_gemm_over_routed_rows",
+                             "model_mask_first_columns", "model_restore_drops_conv_window",
+                             "model_stale_shared_selection_in_decode"]
+    assert all(mutants.MUTANTS[n].check == ("model.causal" if n == "model_expert_gemm_over_routed_rows"
+                                            else "model.paths") for n in MODEL_MUTANTS)
 
 
 def test_a_bug_planted_in_the_oracle_breaks_its_self_consistency(monkeypatch):
