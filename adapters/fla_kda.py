@@ -124,7 +124,8 @@ class KDA:
             state = torch.zeros(1 if cu is None else 2, H, K, K, device=dev)
             KDA.chunked(q, k, v, g, beta, state, cu_seqlens=cu)
             KDA.recurrent(q, k, v, g, beta, state, cu_seqlens=cu)
-        torch.cuda.synchronize() if torch.cuda.is_available() else None
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
 
 
 class Candidate:
