@@ -108,7 +108,7 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
     provided = {f: getattr(ns, f) for f in functions if callable(getattr(ns, f, None))}
     if len(provided) == len(functions):
         return ns
-    from impl.registry import FAST_PATHS, OPTIONAL_FUNCTIONS
+    from impl.registry import FAST_PATHS, HOOKS, OPTIONAL_FUNCTIONS
     provided.update({f: getattr(ns, f) for f in (*FAST_PATHS.get(mechanism, {}), *OPTIONAL_FUNCTIONS.get(mechanism, ()))
                      if callable(getattr(ns, f, None))})
     if fallback_name != "triton":
@@ -117,6 +117,5 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
     if not provided:
         raise ValueError(f"its {mechanism} namespace provides none of {list(functions)}")
     composed = Composed(mechanism, provided, importlib.import_module(f"impl.{mechanism}"), fallback_name)
-    from impl.registry import HOOKS
     composed.hooks = {h: getattr(ns, h) for h in HOOKS if callable(getattr(ns, h, None))}
     return composed

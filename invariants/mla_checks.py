@@ -160,6 +160,16 @@ def conditioned(run, own, indices, T: int):
     return run(indices)
 
 
+def layer_inputs(case: MLACase):
+    """(MLA weights, the full layer's indexer, the shared layer's own indexer, hidden states, mask) of a case."""
+    g = case.geometry
+    rng = np.random.default_rng(case.seed)
+    iw, mw = tz.indexer_weights(rng, g, case.family), tz.mla_weights(rng, g)
+    iw2 = tz.indexer_weights(rng, g, case.family)
+    a = rng.standard_normal((case.batch, case.length, g.hidden))
+    return mw, iw, iw2, a, _mask(case.batch, case.length, case.left_pad)
+
+
 def run_mla_paths(case: MLACase, cand: Target, base: Target):
     """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache and the indexer rows of a
     stream cut into calls equal the oracle's one prefill; a shared layer reuses the selection."""
@@ -168,12 +178,7 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
     if any(n % case.geometry.kpool for n in case.splits[:-1]):
         label("split not on a pool boundary")
     _label_sparsity(case.length, case.geometry)
-    g = case.geometry
-    rng = np.random.default_rng(case.seed)
-    iw, mw = tz.indexer_weights(rng, g, case.family), tz.mla_weights(rng, g)
-    iw2 = tz.indexer_weights(rng, g, case.family)
-    a = rng.standard_normal((case.batch, case.length, g.hidden))
-    mask = _mask(case.batch, case.length, case.left_pad)
+    mw, iw, iw2, a, mask = layer_inputs(case)
     y1, y2, c1, own = mla_layers(ORACLE, mw, iw, iw2, a, mask, (case.length,))
     yc1, yc2, cc1, csel = mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
     yb1, yb2, cb1, bsel = mla_layers(base, mw, iw, iw2, a, mask, case.splits)
@@ -194,15 +199,10 @@ def run_mla_causal(case: MLACausalCase, cand: Target, base: Target):
     """Bitwise causality of the same implementation on the MLA + DSA path: outputs of both layers, the
     selection and the caches before the cut must not change AT ALL when only later tokens do."""
     c, cut = case.stream, case.cut
-    g = c.geometry
-    rng = np.random.default_rng(c.seed)
-    iw, mw = tz.indexer_weights(rng, g, c.family), tz.mla_weights(rng, g)
-    iw2 = tz.indexer_weights(rng, g, c.family)
-    a = rng.standard_normal((c.batch, c.length, g.hidden))
+    mw, iw, iw2, a, mask = layer_inputs(c)
     b = a.copy()
     b[:, cut:] = np.random.default_rng(c.seed + 1).standard_normal(b[:, cut:].shape)
-    mask = _mask(c.batch, c.length, c.left_pad)
-    label(f"cut on a pool boundary: {cut % g.kpool == 0}")
+    label(f"cut on a pool boundary: {cut % c.geometry.kpool == 0}")
     ya1, ya2, ca, sa = mla_layers(cand, mw, iw, iw2, a, mask, c.splits)
     yb1, yb2, cb, sb = mla_layers(cand, mw, iw, iw2, b, mask, c.splits)
     return [Comparison("sublayer", "causal", yb1[:, :cut], ya1[:, :cut], kind="exact"),

@@ -30,8 +30,13 @@ def _vary(vary: Optional[bool]) -> bool:
     return VARY_SHAPES if vary is None else vary
 
 
+def _kda_choices(g0: KDAGeometry) -> tuple[list[int], list[int]]:
+    """(heads, head dims) drawn around the base: a single head, an odd count, tile and non-tile dims."""
+    return sorted({g0.heads, 1, 3}), sorted({g0.head_dim, 16, 32})
+
+
 def kda_variations(base, *, vary: Optional[bool] = None) -> list[KDAGeometry]:
-    """Every KDA geometry `kda_geometries` draws: the base one first, then small variations around it.
+    """Every KDA geometry `kda_geometries` draws (heads-major), or only the base one when not varying.
 
     Variations keep CPU cost low (heads <= 4, head dim <= 32) but cover a single head, an odd
     head count and head dims that are and are not a tensor-core tile (8, 16, 32).
@@ -39,7 +44,7 @@ def kda_variations(base, *, vary: Optional[bool] = None) -> list[KDAGeometry]:
     g0 = KDAGeometry.from_geometry(base)
     if not _vary(vary):
         return [g0]
-    heads, dims = sorted({g0.heads, 1, 3}), sorted({g0.head_dim, 16, 32})
+    heads, dims = _kda_choices(g0)
     return [g0._replace(heads=h, head_dim=d) for h in heads for d in dims]
 
 
@@ -48,10 +53,11 @@ def kda_geometries(base, *, vary: Optional[bool] = None) -> st.SearchStrategy[KD
     g0 = KDAGeometry.from_geometry(base)
     if not _vary(vary):
         return st.just(g0)
+    heads, dims = _kda_choices(g0)
     return st.builds(
         KDAGeometry,
-        heads=st.sampled_from(sorted({g0.heads, 1, 3})),
-        head_dim=st.sampled_from(sorted({g0.head_dim, 16, 32})),
+        heads=st.sampled_from(heads),
+        head_dim=st.sampled_from(dims),
         hidden=st.just(g0.hidden),
         conv_width=st.just(g0.conv_width),
         lower_bound=st.just(g0.lower_bound),

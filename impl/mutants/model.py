@@ -12,6 +12,8 @@ import dataclasses
 import torch
 
 from impl import model as im
+from impl.baseline.moe import compute_dtype
+from impl.baseline.moe import moe as torch_moe
 from impl.mutants.catalogue import mutant
 from impl.state import HybridState
 from oracle.config import SHARED
@@ -115,17 +117,11 @@ class _RoutedRowsExperts:
     def experts(self, w, x, routing, **kw):
         xs = x.reshape(-1, x.shape[-1])
         ids, wts = routing.expert_ids, routing.weights
-        y = torch.zeros(xs.shape, dtype=torch.float32 if xs.dtype != torch.float64 else xs.dtype, device=x.device)
+        y = torch.zeros(xs.shape, dtype=compute_dtype(xs.dtype), device=x.device)
         for e in torch.unique(ids).tolist():
             n, slot = torch.nonzero(ids == e, as_tuple=True)
-            y.index_add_(0, n, wts[n, slot, None].to(y.dtype) * self._expert(w, e, xs[n]).to(y.dtype))
+            y.index_add_(0, n, wts[n, slot, None].to(y.dtype) * torch_moe.expert(w, e, xs[n]).to(y.dtype))
         return y.to(x.dtype).reshape(x.shape)
-
-    def _expert(self, w, e, x):
-        I = w.expert_dim
-        gu = x @ w.gate_up_proj[e].to(x.dtype).T
-        g, u = gu[:, :I].clamp(max=w.swiglu_limit), gu[:, I:].clamp(-w.swiglu_limit, w.swiglu_limit)
-        return (torch.nn.functional.silu(g) * u) @ w.down_proj[e].to(x.dtype).T
 
     def forward(self, w, x, *args, **kw):
         routing = self.moe.route(w, x)
