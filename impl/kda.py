@@ -90,22 +90,32 @@ def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_st
     return _chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
 
 
-def _state_config(device, H, N, NT, K, V, varlen):
-    """(BV, NSEG, num_warps) for the state pass: enough programs to fill the SMs.
+# The state pass cuts a long row into segments (a two-level scan) when few programs would run. On a GPU
+# a segment is at least 16 chunks and only rows of >= 32 chunks are cut (measured at H=8, T=16384,
+# NOTES.md); the interpreter cuts rows of >= 2 chunks into segments of >= 1 chunk, so the CPU strategies
+# (rows of at most a few hundred tokens) reach the segmented scan and its combine kernel.
+SEGMENT_MIN_CHUNKS = {"gpu": 32, "interpreter": 2}
+SEGMENT_CHUNKS = {"gpu": 16, "interpreter": 1}
 
-    The state recurrence is independent per value column, so a few heads split into narrow V-blocks;
-    below one program per SM a long sequence is also cut into segments (two-level scan).
+
+def _state_config(device, H, NT, K, V):
+    """(BV, NSEG, num_warps) for the state pass of ONE row: enough programs to fill the SMs.
+
+    Only per-row quantities (H, NT, K, V) decide, never the batch: a row's bits must not depend on how
+    many rows share the launch (batch invariance, the check kda.batch). The state recurrence is
+    independent per value column, so a few heads split into narrow V-blocks; below one program per SM a
+    long row is also cut into segments (two-level scan).
     """
     BV = 64 if V >= 64 else triton.next_power_of_2(max(V, 16))
     sms = num_sms(device)
-    progs = triton.cdiv(V, BV) * H * N
+    progs = triton.cdiv(V, BV) * H
     if progs < sms // 2:
         BV = min(32, BV)
-        progs = triton.cdiv(V, BV) * H * N
+        progs = triton.cdiv(V, BV) * H
+    where = "interpreter" if interpreted() else "gpu"
     nseg = 1
-    # measured at H=8, T=16384 (NOTES.md): BV 32 with 4 segments beat BV 16 with 3-8 segments
-    if not varlen and progs < sms // 2 + 2 and NT >= 32:
-        nseg = min(max(sms // progs, 1), NT // 16)
+    if progs < sms // 2 + 2 and NT >= SEGMENT_MIN_CHUNKS[where]:
+        nseg = min(max(sms // progs, 1), NT // SEGMENT_CHUNKS[where])
     return BV, max(nseg, 1), 4
 
 
@@ -159,7 +169,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     hb = torch.empty(B, T // BT, H, K, V, device=device, dtype=torch.float32) if not varlen else \
         torch.empty(NB_total, H, K, V, device=device, dtype=torch.float32)
     NTmax = max(lens) if varlen else T
-    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, N, triton.cdiv(NTmax, BT), K, V, varlen)
+    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, triton.cdiv(NTmax, BT), K, V)
     BV = bv or cfg_bv
     NSEG = 1 if varlen else (nseg or cfg_nseg)
     NSEG = max(1, min(NSEG, triton.cdiv(T, BT)))
