@@ -308,29 +308,12 @@ def _exit_code(results, require_reference: bool) -> int:
     return EXIT_PASS
 
 
-def list_checks(console) -> None:
-    """`glmgate run --list`: the check records, as the table holds them (invariants/matrix.py)."""
-    from rich.table import Table
-
-    from invariants.engine import REFERENCE_CHECK
-    from invariants.matrix import CHECKS
-
-    table = Table(title="glmgate: the correctness matrix (run one with --check NAME, a row with --mechanism)")
-    for col in ("check", "cases", "pinned", "CPU cap", "what it holds"):
-        table.add_column(col, overflow="fold")
-    for c in CHECKS:
-        table.add_row(c.name, c.case.__name__, str(len(c.examples)), str(c.cpu_examples or "-"),
-                      c.doc + (f" (judged in {c.dtype} on every device)" if c.dtype else ""))
-    table.add_row(REFERENCE_CHECK, "fixed paths", "-", "-", "the float64 oracle's logits vs the published "
-                  "transformers implementation (NOT RUN, and said so, without a usable transformers)")
-    console.print(table)
-
-
 def cmd_run(args) -> int:
     from gate.failures_cmd import load_replays, open_store
     from gate.merge_gate import provided_checks
 
     if args.list:
+        from gate.list_cmd import list_checks
         list_checks(_rich())
         return 0
     _setup_device(args.device)

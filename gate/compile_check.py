@@ -35,7 +35,7 @@ RECORDS = (
                  dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
                  dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
-                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+                      OFFSET64=True, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
     KernelRecord("kda", "kda_state_chunked_fwd_kernel",
                  dict(qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, o=BF, h0=F32, ht=F32),
                  dict(T="i32", NSEG="i32", CPS="i32"),

@@ -60,7 +60,7 @@ def keep(store, chk, result, cand, console) -> None:
         return
     from invariants.check import case_to_json
 
-    if result.shrunk_case in [case_to_json(c) for c in chk.examples]:
+    if result.shrunk_case in [case_to_json(c) for c in chk.examples + chk.gpu_examples + chk.nightly_examples]:
         # every run replays its pinned examples already: a copy in the store would only be clutter
         console.print(f"  the failing case is a pinned example of {chk.name}: not recorded", markup=False)
         return

@@ -22,8 +22,17 @@ def _zoo_mutant(n, m, args, dtype, geometry, profile, console, table) -> bool:
     if own and own != dtype:
         console.print(f"{n}: its property is a {own} contract: run in {own} on {args.device}", markup=False)
         dtype = own
+    if m.device and not args.device.startswith(m.device):
+        # its bug needs sizes only a GPU affords: no CPU verdict either way (not run, not escaped)
+        table.add_row(n, "[yellow]GPU only[/]", m.check, f"needs --device {m.device}: shown by {m.check}'s CUDA pins")
+        console.print(f"{n}: GPU only, not run on {args.device}", markup=False)
+        return True
     cand, base = _target(f"mutant:{n}", args.device, dtype)
     checks = checks_for([m.mechanism])
+    if m.device:
+        # judged on its check's CUDA pins (the nightly ones too) and one drawn example
+        checks = [c for c in checks if c.name == m.check]
+        profile, args = "nightly", _with_examples(args, 1)
     # the mutant's own check first: it is the one designed to catch it
     checks.sort(key=lambda c: c.name != m.check)
     errors = []
@@ -45,6 +54,11 @@ def _zoo_mutant(n, m, args, dtype, geometry, profile, console, table) -> bool:
     return False
 
 
+def _with_examples(args, n: int):
+    import argparse
+    return argparse.Namespace(**{**vars(args), "examples": n})
+
+
 def cmd_zoo(args) -> int:
     _setup_device(args.device)
     from impl import mutants
@@ -52,7 +66,7 @@ def cmd_zoo(args) -> int:
 
     if args.list:
         for n, m in sorted(mutants.MUTANTS.items()):
-            print(f"{n:40s} {m.check + '.' + m.quantity:36s} {m.description}")
+            print(f"{n:40s} {m.check + '.' + m.quantity:36s} {m.description}" + (" [GPU only]" if m.device else ""))
         return 0
     names = args.mutant or sorted(mutants.MUTANTS)
     unknown = [n for n in names if n not in mutants.MUTANTS]

@@ -301,7 +301,7 @@ def _keep(check, r, setup: Setup) -> Optional[str]:
 
     if r.shrunk_case is None:
         return None
-    if r.shrunk_case in [case_to_json(c) for c in check.examples]:
+    if r.shrunk_case in [case_to_json(c) for c in check.examples + check.gpu_examples + check.nightly_examples]:
         return "a pinned example of the check: every run replays it already, not recorded"
     known = r.shrunk_case in [case_to_json(c) for c in setup.replays.get(check.name, ())]
     try:

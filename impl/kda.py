@@ -121,7 +121,7 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0):
+             anchor=0, offset64=True):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
@@ -161,7 +161,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=min(BK, intra_bk), BV=min(triton.next_power_of_2(V), 64),
-            IS_VARLEN=varlen, PRECISION=precision, INV_MERGE=inv_merge, ANCHOR=anchor, num_warps=intra_warps or 4,
+            IS_VARLEN=varlen, PRECISION=precision, INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64,
+            num_warps=intra_warps or 4,
         )
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)

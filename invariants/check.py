@@ -32,6 +32,12 @@ class Check(NamedTuple):
     # does not provide every one of them itself is not run on it (not covered: not provided), never
     # given ours in their place
     optional: tuple = ()
+    # pinned cases replayed first only on a CUDA device (after `examples`): sizes the CPU interpreter cannot
+    # afford (the full geometry: index_topk 2048 with kpool 4, KDA at T = 64K with H = 64)
+    gpu_examples: tuple = ()
+    # CUDA pins replayed only under the random long-run profiles (explore, nightly): cases that take tens
+    # of GiB of device memory (B*T*H*K past 2^31, where 32-bit offsets wrap)
+    nightly_examples: tuple = ()
 
     def namespaces(self, mechanisms: tuple) -> tuple:
         """The namespaces this check runs a candidate's code through (any one provided is enough to run

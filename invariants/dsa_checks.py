@@ -162,6 +162,14 @@ def run_index(case: IndexCase, cand: Target, base: Target):
 # ----------------------------------------------------------------------------- the records
 
 G0 = DSAGeometry.from_geometry(TINY)
+# the released checkpoint's indexer: index_topk 2048, kpool 4 (2051 slots); a selection covers every pool
+# up to 8192 + 3 tokens, so the CUDA pins sit on both sides of that budget and in the thousands past it
+GFULL = DSAGeometry.from_geometry(Geometry.preset("full"))
+FULL_INDEX_PINS = (IndexCase(GFULL, 1, 8191, 4, (0,), "none", "normal", 10),      # 2047 pools + a 3-token tail
+                   IndexCase(GFULL, 1, 8196, 4, (0,), "none", "normal", 11),      # 2049 pools: one dropped
+                   IndexCase(GFULL, 2, 8199, 2, (0, 5), "exact", "normal", 12),   # left padding, an exact tie
+                   IndexCase(GFULL, 1, 12000, 16, (0,), "none", "large", 13),     # 3000 pools, 16 queries
+                   IndexCase(GFULL, 1, 3000, 3000, (0,), "none", "normal", 14))   # a 3000-token prefill
 
 CHECKS = (
     Check("dsa.index", "dsa", IndexCase, index_cases, run_index,
@@ -169,7 +177,8 @@ CHECKS = (
           examples=(IndexCase(G0, 1, 5, 5, (0,), "none", "normal", 0),              # tail only, P = 1
                     IndexCase(G0, 2, 13, 13, (0, 3), "none", "normal", 1),          # real top-k, left padding
                     IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2),            # decode query, exact tie
-                    IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3))),
+                    IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3)),
+          gpu_examples=FULL_INDEX_PINS),
 )
 
 

@@ -293,7 +293,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         n_ex = examples_for(check, profile, str(cand.device), max_examples)
         test = given(check.cases(geometry))(prop)
         _check_types(check, replay)
-        explicit = _explicit(check, replay)
+        explicit = _explicit(check, replay, pins_for(check, str(cand.device), profile))
         for ex in reversed(explicit):
             test = example(ex)(test)
         test = settings(settings.get_profile(profile), max_examples=n_ex)(test)
@@ -322,11 +322,25 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     return done("pass")
 
 
-def _explicit(check: Check, replay) -> tuple:
-    """The replayed cases, then the pinned examples, each case once (compared as JSON: a case rebuilt
-    from a file equals the pinned one it came from)."""
+LONG_PROFILES = ("explore", "nightly")
+
+
+def pins_for(check: Check, device: str, profile: str) -> tuple:
+    """The pinned cases a run replays: `examples` everywhere; on CUDA also `gpu_examples`, and under the
+    long random profiles (LONG_PROFILES) `nightly_examples` (too large for the interpreter, or for every run)."""
+    pins = tuple(check.examples)
+    if device.startswith("cuda"):
+        pins += tuple(check.gpu_examples)
+        if profile in LONG_PROFILES:
+            pins += tuple(check.nightly_examples)
+    return pins
+
+
+def _explicit(check: Check, replay, pins=None) -> tuple:
+    """The replayed cases, then the pinned examples (`pins`, default the record's CPU pins), each case
+    once (compared as JSON: a case rebuilt from a file equals the pinned one it came from)."""
     out, seen = [], set()
-    for case in tuple(replay) + tuple(check.examples):
+    for case in tuple(replay) + tuple(check.examples if pins is None else pins):
         key = json.dumps(case_to_json(case), sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)

@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Optional
 
 from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_checks, moe_checks, nvfp4_checks
-from invariants import model_causal_checks, paged_checks, serving_checks
+from invariants import model_causal_checks, paged_checks, scale_checks, serving_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import Verdict, judge_comparison, lookup
 from invariants.precision import judged
 from invariants.target import Target
 
-MODULES = (kda_checks, dsa_checks, mla_checks, paged_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks,
+MODULES = (kda_checks, scale_checks, dsa_checks, mla_checks, paged_checks, mhc_checks, moe_checks, nvfp4_checks, model_checks,
            model_causal_checks, serving_checks)
 CHECKS: tuple[Check, ...] = tuple(c for m in MODULES for c in m.CHECKS)
 # (mechanism, row): every call a mechanism namespace must refuse, the mechanism named by its module
@@ -38,7 +38,7 @@ def _validate(checks) -> None:
         seen.add(c.name)
         if not c.name.startswith(c.mechanism + "."):
             raise ValueError(f"check table: {c.name!r} must be named '<mechanism>.<what>' with mechanism {c.mechanism!r}")
-        bad = [e for e in c.examples if not isinstance(e, c.case)]
+        bad = [e for e in c.examples + c.gpu_examples + c.nightly_examples if not isinstance(e, c.case)]
         if bad:
             raise ValueError(f"check table: {c.name!r} pins an example of type {type(bad[0]).__name__}, "
                              f"its cases are {c.case.__name__}")

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from invariants.check import BadCall, Check
 from invariants.compare import Comparison, to_int
-from invariants.dsa_checks import IndexCase, _label_sparsity, _mask, dsa_lengths, index_cases, index_inputs, token_pool
+from invariants.dsa_checks import (GFULL, IndexCase, _label_sparsity, _mask, dsa_lengths, index_cases, index_inputs,
+                                   token_pool)
 from invariants.labels import label
 from invariants.target import ORACLE, Target
 from oracle import dsa as odsa
@@ -221,7 +222,10 @@ CHECKS = (
           "sparse absorbed attention over a selection vs the oracle (baseline: expanded form); wide "
           "selections (topk 256) that a GPU splits across programs",
           examples=(IndexCase(G0, 2, 13, 13, (0, 2), "none", "normal", 0),
-                    IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1))),
+                    IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1)),
+          # 2051 selected rows of the released geometry: 33 blocks of the online softmax, split across programs
+          gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
+                        IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),

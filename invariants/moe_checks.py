@@ -259,7 +259,9 @@ CHECKS = (
           "expert ids tie-aware (groups and experts), weights from the raw sigmoid per expert",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 7, "tied", 0), MoECase(32, 8, 4, 4, 2, 16, 5, "normal", 1),
                     MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2),
-                    *ROUTE_PINS)),
+                    *ROUTE_PINS),
+          # M = 4096 tokens through the released router (288 experts, top-8): ~6 s on the interpreter, cheap on a GPU
+          gpu_examples=(MoECase(32, 288, 8, 1, 1, 16, 4096, "checkpoint_bias", 6),)),
     Check("moe.forward", "moe", MoECase, moe_cases, run_forward,
           "routed experts + shared expert with the clamps firing",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),

@@ -51,4 +51,6 @@ def test_list_names_every_mutant_with_its_check_and_quantity(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(mutants.MUTANTS)
     for line, (name, m) in zip(lines, sorted(mutants.MUTANTS.items())):
-        assert line.split()[:2] == [name, f"{m.check}.{m.quantity}"] and line.endswith(m.description), line
+        # a GPU-only mutant (Mutant.device) says so after its description
+        tail = m.description + (" [GPU only]" if m.device else "")
+        assert line.split()[:2] == [name, f"{m.check}.{m.quantity}"] and line.endswith(tail), line

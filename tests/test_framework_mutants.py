@@ -47,7 +47,8 @@ def _dtypes(m) -> tuple[str, ...]:
     return ("float32",) if m.mechanism in CPU_FLOAT32_ONLY else ("float32", "bfloat16")
 
 
-@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items()) for d in _dtypes(m)])
+@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items()) if not m.device
+                                        for d in _dtypes(m)])
 def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name, dtype):
     m = mutants.MUTANTS[name]
     chk = _check_of(m)
@@ -56,6 +57,30 @@ def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name, dtype):
     r = run_check(chk, TINY, cand, base, "ci", max_examples=BUDGET.get(m.mechanism, 30))
     assert r.status == "fail", f"{name} escaped {chk.name} in {dtype} ({r.examples} examples, worst {r.worst_line})"
     assert r.shrunk_case is not None and r.repro.startswith("glmgate repro '")
+
+
+GPU_ONLY = sorted(n for n, m in mutants.MUTANTS.items() if m.device == "cuda")
+
+
+def test_a_gpu_only_mutant_names_a_check_whose_cuda_pins_can_show_it():
+    assert "kda_intra_offsets_int32" in GPU_ONLY
+    for n in GPU_ONLY:
+        chk = _check_of(mutants.MUTANTS[n])
+        assert chk.gpu_examples or chk.nightly_examples, n
+    m = mutants.get("kda_intra_offsets_int32")
+    with pytest.raises(ValueError, match="pins no CUDA case"):
+        mutants.validate(CHECKS, {m.name: dataclasses.replace(m, check="kda.chunked", quantity="output")})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", GPU_ONLY)
+def test_a_gpu_only_mutant_is_caught_by_its_checks_cuda_pins(name):
+    """As `glmgate zoo --device cuda`: the check's CUDA pins, the nightly ones included, then one draw."""
+    m = mutants.MUTANTS[name]
+    cand = Target(registry.get(f"mutant:{name}"), "cuda", DTYPES["bfloat16"])
+    base = Target(registry.get("torch"), "cuda", DTYPES["bfloat16"])
+    r = run_check(_check_of(m), TINY, cand, base, "nightly", max_examples=1)
+    assert r.status == "fail", f"{name} escaped {m.check} on CUDA ({r.examples} examples, worst {r.worst_line})"
 
 
 def _contract_dtypes(m) -> set:

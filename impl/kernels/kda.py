@@ -46,8 +46,14 @@ def kda_intra_chunked_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
+    OFFSET64: tl.constexpr,
 ):
-    i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    # 64-bit chunk bases: past B*T*H*K = 2^31 elements a 32-bit base wraps and reads another row's tokens
+    # (flash-linear-attention #1080); OFFSET64 False plants exactly that (mutant kda_intra_offsets_int32)
+    if OFFSET64:
+        i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    else:
+        i_t, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     if IS_VARLEN:
         i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
         i_t = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int64)

@@ -25,6 +25,9 @@ class Mutant:
             GPU); a dtype name ("float32"): the quantity is a contract of that dtype, so the zoo runs it
             in that dtype on every device (a bf16 run cannot resolve the bug below its own rounding)
         base: the implementation (impl/registry.py) whose other namespaces the mutant keeps
+        device: None: caught on every device; "cuda": the bug needs sizes only a GPU affords (its check's
+            CUDA pins, Check.gpu_examples / nightly_examples, show it): the CPU zoo and suite list it as
+            GPU-only instead of running it, and `glmgate zoo --device cuda` replays those pins
     """
 
     name: str
@@ -35,6 +38,7 @@ class Mutant:
     cls: type
     dtype: Optional[str] = None
     base: str = "torch"
+    device: Optional[str] = None
 
     @property
     def mechanism(self) -> str:
@@ -63,7 +67,7 @@ def snake_name(cls: type, mechanism: str) -> str:
 
 def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Optional[str] = None,
            factory: Optional[Callable[[type], object]] = None, base: str = "torch",
-           table: Optional[dict] = None):
+           table: Optional[dict] = None, device: Optional[str] = None):
     """Class decorator: register the class as the planted bug that `check` must catch through `quantity`.
 
     Args:
@@ -76,6 +80,7 @@ def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Opti
             when left out
         base: Mutant.base
         table: the table to register in, MUTANTS when left out (tests register into a scratch dict)
+        device: Mutant.device
     """
     if check.count(".") != 1 or "." in quantity:
         raise ValueError(f"@mutant({check!r}, {quantity!r}): expected a check 'mechanism.path' and a quantity")
@@ -90,7 +95,9 @@ def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Opti
         if key in MUTANTS or key in into:
             raise ValueError(f"mutant {key} ({cls.__qualname__}): the name is already registered")
         build = cls if factory is None else functools.partial(factory, cls)
-        into[key] = Mutant(key, check, quantity, doc, build, cls, dtype, base)
+        if device not in (None, "cuda"):
+            raise ValueError(f"mutant {key}: device {device!r}, expected None or 'cuda'")
+        into[key] = Mutant(key, check, quantity, doc, build, cls, dtype, base, device)
         return cls
 
     return register
@@ -116,6 +123,9 @@ def validate(checks: Iterable, table: Optional[dict] = None) -> None:
         elif chk.mechanism != m.mechanism:
             wrong.append(f"mutant {m.name} ({m.origin}): check {m.check!r} runs mechanism {chk.mechanism!r}, "
                          f"not {m.mechanism!r}")
+        elif m.device == "cuda" and not (getattr(chk, "gpu_examples", ()) or getattr(chk, "nightly_examples", ())):
+            wrong.append(f"mutant {m.name} ({m.origin}): GPU-only, but check {m.check!r} pins no CUDA case "
+                         f"(gpu_examples / nightly_examples) that could show it")
         elif m.quantity not in declared.get(chk.mechanism, ()):
             wrong.append(f"mutant {m.name} ({m.origin}): quantity {m.quantity!r} has no contract of mechanism "
                          f"{chk.mechanism!r} (declared: {sorted(declared.get(chk.mechanism, ()))})")

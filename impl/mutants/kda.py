@@ -193,6 +193,14 @@ class IntraAnchorMiddle(TritonKDA):
         return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, anchor=7)
 
 
+@mutant("kda.scale", "per_sample", base="triton", device="cuda")
+class IntraOffsetsInt32(TritonKDA):
+    """The intra-chunk kernel computes its chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, offset64=False)
+
+
 @mutant("kda.decode", "in_bounds")
 class DecodeInPlacePastState(TorchKDA):
     """decode(inplace=True) writes one float past the end of state.recurrent (a tail mask off by one)."""
