@@ -47,6 +47,10 @@ def to_numpy(x) -> np.ndarray:
 
 
 def metrics(candidate, reference) -> Metrics:
+    from invariants import device_metrics
+    device = device_metrics.device_of(candidate, reference)
+    if device is not None:                    # a full-geometry array: measured where it lives
+        return device_metrics.metrics(candidate, reference, device)
     c, r = to_numpy(candidate), to_numpy(reference)
     if c.shape != r.shape:
         raise ValueError(f"shape mismatch: candidate {c.shape} vs reference {r.shape}")
@@ -81,6 +85,10 @@ def metrics(candidate, reference) -> Metrics:
 
 
 def bitwise_equal(a, b) -> bool:
+    from invariants import device_metrics
+    device = device_metrics.device_of(a, b)
+    if device is not None:
+        return device_metrics.bitwise_equal(a, b, device)
     a, b = to_numpy(a), to_numpy(b)
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
@@ -88,6 +96,12 @@ def bitwise_equal(a, b) -> bool:
 def first_difference(candidate, reference) -> str:
     """Where two arrays held to bit-exactness differ: how many elements, the first index and both values
     (hexadecimal for integer data: packed NVFP4 codes read as bytes)."""
+    from invariants import device_metrics
+    device = device_metrics.device_of(candidate, reference)
+    if device is not None:
+        found = device_metrics.first_difference(candidate, reference, device)
+        if found is not None:
+            return found
     c, r = to_numpy(candidate), to_numpy(reference)
     if c.shape != r.shape:
         return f"shape {c.shape} vs reference {r.shape}"
