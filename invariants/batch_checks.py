@@ -221,10 +221,10 @@ class DSABatchCase(NamedTuple):
 
 
 @st.composite
-def dsa_batch_cases(draw, base, *, max_len: int = 40) -> DSABatchCase:
+def dsa_batch_cases(draw, base, *, max_len: int = 30) -> DSABatchCase:
     g = draw(dsa_geometries(base))
     n = sequence_lengths(max_len=max_len)
-    p = draw(placements(n, companion_lengths=n))
+    p = draw(placements(n, companion_lengths=n, max_rows=3))
     S = draw(st.one_of(st.just(1), st.integers(1, p.lengths[p.at])))
     return DSABatchCase(g, p.lengths, p.at, S, draw(st.sampled_from(("none", "exact"))),
                         draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
@@ -295,8 +295,8 @@ def mla_batch_cases(draw, base) -> MLABatchCase:
     wide = draw(st.booleans())
     if wide:
         g = g._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL)
-    n = st.integers(1, g.slots + 40) if wide else sequence_lengths(max_len=40)
-    p = draw(placements(n, companion_lengths=n))
+    n = st.integers(1, g.slots + 20) if wide else sequence_lengths(max_len=40)
+    p = draw(placements(n, companion_lengths=n, max_rows=3))
     return MLABatchCase(g, p.lengths, p.at, draw(st.integers(1, 2)), wide,
                         draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
 
@@ -357,15 +357,15 @@ CHECKS = (
           examples=(KDABatchCase(K0, "chunked", "rows", (70, 70), 1, True, "gate_high", 0),
                     KDABatchCase(K0, "chunked", "packed", (70, 1, 0), 0, True, "gate_high", 1),
                     KDABatchCase(K0, "decode", "rows", (1, 1, 1), 2, False, "normal", 2),
-                    KDABatchCase(K0, "sublayer", "padded", (66, 9), 0, False, "normal", 3)), cpu_examples=3),
+                    KDABatchCase(K0, "sublayer", "padded", (66, 9), 0, False, "normal", 3)), cpu_examples=2),
     Check("dsa.batch", "dsa", DSABatchCase, dsa_batch_cases, run_dsa_batch,
           "a row's indexer rows, pool scores and selection alone == among left-padded companions",
           examples=(DSABatchCase(D0, (13, 30, 5), 0, 5, "none", "normal", 0),
-                    DSABatchCase(D0, (23, 9), 1, 1, "exact", "normal", 1)), cpu_examples=8),
+                    DSABatchCase(D0, (23, 9), 1, 1, "exact", "normal", 1)), cpu_examples=2),
     Check("mla.batch", "mla", MLABatchCase, mla_batch_cases, run_mla_batch,
           "absorbed decode attention and the projections of a row alone == among companions with "
           "ragged caches (stale rows past each row's length); wide selections split on a GPU",
           examples=(MLABatchCase(D0, (30, 7, 40), 2, 1, False, "normal", 0),
                     MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), (259, 100), 0, 2, True,
-                                 "normal", 1)), cpu_examples=8),
+                                 "normal", 1)), cpu_examples=2),
 )
