@@ -166,3 +166,27 @@ def test_the_router_rerun_pin_ties_selection_keys_exactly_at_the_cut():
     keys = np.float32(r.scores) + np.float32(w.e_score_correction_bias)
     kth = np.sort(keys, -1)[:, ::-1][:, case.top_k - 1:case.top_k + 1]
     assert np.all(kth[:, 0] == kth[:, 1])
+
+
+def test_a_run_twice_failure_that_does_not_replay_is_still_a_failure():
+    """Hypothesis replays a failing case before reporting it, and two tied pools raced apart once may
+    come out equal on the replay. A run-twice check has still seen two runs differ: it fails (with the
+    case that showed it), it does not end in a flaky-test error."""
+    from impl.baseline.dsa import TorchDSA
+    from invariants.engine import run_check
+
+    class OnceApart(TorchDSA):
+        """index_rows' output moves on its very first call only."""
+
+        calls = 0
+
+        def index_rows(self, w, a, mask=None):
+            rows = super().index_rows(w, a, mask)
+            OnceApart.calls += 1
+            return rows + 1.0 if OnceApart.calls == 1 else rows
+
+    cand, base = cpu_targets("torch")
+    r = run_check(BY_NAME["dsa.rerun"]._replace(examples=()), TINY,
+                  cand._replace(impl=cand.impl._replace(dsa=OnceApart())), base, "ci", max_examples=2)
+    assert r.status == "fail", (r.status, r.message)
+    assert "dsa.index_rows.rerun [exact" in r.message and r.shrunk_case is not None
