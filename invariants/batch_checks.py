@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 from impl.registry import claims_batch_invariance
 from invariants.check import Check
 from invariants.compare import Comparison, to_int, to_numpy
-from invariants.dsa_checks import _mask, _tie_exact, token_pool
+from invariants.dsa_checks import _candidate_scores, _mask, _tie_exact, token_pool
 from invariants.kda_checks import _core_call, own_sublayer
 from invariants.labels import label
 from invariants.mla_checks import WIDE_KPOOL, WIDE_TOPK
 from invariants.target import Target
+from oracle import dsa as odsa
 from oracle import kda as okda
 from oracle import mla as omla
 from oracle.config import Geometry
@@ -230,10 +231,11 @@ def dsa_batch_cases(draw, base, *, max_len: int = 30) -> DSABatchCase:
                         draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
 
 
-def _host_selection(sel) -> Selection:
-    """A candidate's Selection as host NumPy (what the tie-aware comparison reads)."""
+def _host_selection(sel, scale) -> Selection:
+    """A candidate's Selection as host NumPy (what the tie-aware comparison reads), with the oracle's
+    score magnitude per query `scale` (what its tie tolerance scales with)."""
     return Selection(to_int(sel.indices), to_numpy(sel.scores), to_int(sel.candidate).astype(bool), int(sel.k_sel),
-                     to_int(sel.pool_first), to_int(sel.kept).astype(bool))
+                     to_int(sel.pool_first), to_int(sel.kept).astype(bool), scale)
 
 
 def run_dsa_batch(case: DSABatchCase, cand: Target, base: Target):
@@ -259,17 +261,20 @@ def run_dsa_batch(case: DSABatchCase, cand: Target, base: Target):
     where = lambda what: placed(lengths, at, f"{what}, left-padded by {pad}")  # noqa: E731
     idx = to_int(sel.indices)[at:at + 1]
     idx = np.where(idx >= 0, idx - pad, -1)
-    P1 = sel1.scores.shape[-1]
-    res = [row_comparison(cand, "dsa", "index_rows", rows[at:at + 1, pad:], rows1, where("index rows")),
-           row_comparison(cand, "dsa", "scores", to_numpy(sel.scores)[at:at + 1, :, :P1], sel1.scores,
-                          where("pool scores"), claim="index")]
+    scores = to_numpy(sel.scores)[at:at + 1, :, :sel1.scores.shape[-1]]
+    res = [row_comparison(cand, "dsa", "index_rows", rows[at:at + 1, pad:], rows1, where("index rows"))]
     if claimed(cand, "dsa", "index"):
-        res.append(Comparison("index", "batch", idx, sel1.indices, kind="exact", where=where("selection")))
-    else:
-        host = _host_selection(sel1)
-        res.append(Comparison("index", "batch", idx, (host, token_pool(to_numpy(rows1), w)), kind="selection",
-                              where=where("selection, tie-aware against the row alone")))
-    return res
+        return res + [Comparison("scores", "batch", scores, sel1.scores, kind="exact", where=where("pool scores")),
+                      Comparison("index", "batch", idx, sel1.indices, kind="exact", where=where("selection"))]
+    # the row alone through the oracle: each query's score magnitude, the unit of its scores' rounding
+    # (a signed head mix cancels: relative to the score itself a correct bf16 run can be 30% off)
+    a1, q1 = a[at:at + 1, pad:], q_lat[at:at + 1, pad:]
+    ref = odsa.index(w, a1[:, -S:], q1[:, -S:], odsa.index_rows(w, a1), None)
+    host = _host_selection(sel1, ref.scale)
+    return res + [Comparison("scores", "batch", _candidate_scores(scores, ref), _candidate_scores(sel1.scores, ref),
+                             kind="self_consistency", where=where("pool scores in units of each query's score magnitude")),
+                  Comparison("index", "batch", idx, (host, token_pool(to_numpy(rows1), w)), kind="selection",
+                             where=where("selection, tie-aware against the row alone"))]
 
 
 # ------------------------------------------------------------------------ MLA
