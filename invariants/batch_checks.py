@@ -93,14 +93,19 @@ class KDABatchCase(NamedTuple):
 
 @st.composite
 def kda_batch_cases(draw, base, *, max_rows: int = 3) -> KDABatchCase:
+    """KDA_PAIRS, half the time chunked on [B, T] rows of two chunks with gates near 0: where the state
+    pass cuts a row into segments, and where a state that outlives a chunk shows how it was cut (under
+    the other families' gates, ~-2.5 a token, a chunk forgets its incoming state entirely)."""
     g = draw(kda_geometries(base))
-    fn, layout = draw(st.sampled_from(KDA_PAIRS))
-    n = sequence_lengths(max_len=KDA_MAX_LEN[fn])
+    segmented = draw(st.booleans())
+    fn, layout = ("chunked", "rows") if segmented else draw(st.sampled_from(KDA_PAIRS))
+    n = st.integers(65, KDA_MAX_LEN[fn]) if segmented else sequence_lengths(max_len=KDA_MAX_LEN[fn])
     p = draw({"rows": placements(n, max_rows=max_rows),
               "packed": placements(n, companion_lengths=st.one_of(n, st.just(0)), max_rows=max_rows),
               "padded": placements(n, companion_lengths=n, max_rows=max_rows)}[layout])
-    return KDABatchCase(g, fn, layout, p.lengths, p.at, draw(st.booleans()) and layout != "padded",
-                        draw(families()), draw(SEEDS))
+    family = "gate_high" if segmented else draw(families())
+    return KDABatchCase(g, fn, layout, p.lengths, p.at, draw(st.booleans()) and layout != "padded", family,
+                        draw(SEEDS))
 
 
 def _core_rows(case: KDABatchCase, cand: Target):
