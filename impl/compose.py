@@ -32,10 +32,13 @@ class Composed:
         self.siblings = {m: getattr(fallback, m) for m in getattr(fallback, "SIBLINGS", ())}
         # the candidate's own hooks (impl.registry.HOOKS: warmup), never the fallback's
         self.hooks = {}
+        # the candidate's own declarations (impl.registry.DECLARATIONS: BATCH_INVARIANT), never the fallback's
+        self.declared = {}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("mechanism", "provided", "fallback", "fallback_name",
-                                             "compositions", "fast_paths", "siblings", "hooks", "optional"):
+                                             "compositions", "fast_paths", "siblings", "hooks", "optional",
+                                             "declared"):
             raise AttributeError(name)
         return self.resolve(name, self)
 
@@ -45,6 +48,10 @@ class Composed:
             return self.provided[name]
         if name in self.hooks:
             return self.hooks[name]
+        from impl.registry import DECLARATIONS
+        if name in DECLARATIONS:
+            # what the candidate claims about its own functions; the fallback's claims are about ours
+            return self.declared.get(name, ())
         if name in self.siblings:
             return self.siblings[name]
         if name in self.optional:
@@ -118,4 +125,6 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
         raise ValueError(f"its {mechanism} namespace provides none of {list(functions)}")
     composed = Composed(mechanism, provided, importlib.import_module(f"impl.{mechanism}"), fallback_name)
     composed.hooks = {h: getattr(ns, h) for h in HOOKS if callable(getattr(ns, h, None))}
+    from impl.registry import DECLARATIONS
+    composed.declared = {d: getattr(ns, d) for d in DECLARATIONS if hasattr(ns, d)}
     return composed

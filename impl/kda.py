@@ -32,6 +32,12 @@ CHUNK = 64
 # candidate that provides only some of them runs inside ours (impl/compose.py)
 COMPOSITIONS = {"sublayer": ("chunked", "decode")}
 _SELF = sys.modules[__name__]
+# bitwise batch invariance (impl.registry.batch_invariant; the check kda.batch): every kernel's grid and
+# tiles come from per-row quantities (the state pass's segment count too, `_state_config`), so a row's
+# bits never depend on its companions. A packed document equals itself packed alone, not the same
+# document run as a plain row: the varlen path never segments (declared in contracts.d/kda.toml). The
+# sublayer is not claimed: its projections are torch GEMMs, whose kernel choice follows the row count
+BATCH_INVARIANT = ("chunked", "recurrent", "decode")
 SUB_CHUNK = 16
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

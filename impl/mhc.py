@@ -12,6 +12,8 @@ float64 for float64 X, as the reference does it in the model dtype).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -24,6 +26,10 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # the fn tile of one K-block is [BN, BN, BK] floats in registers
 _BK_MAX = 256
 _BD_MAX = 256
+# bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): one program per token,
+# tiles from N and D only. collapse and reduce are torch reductions, whose launch shape follows the
+# number of tokens on a GPU: not claimed
+BATCH_INVARIANT = ("coefficients", "write_back")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -52,11 +58,12 @@ def _check_weights(w: MHCWeights, X) -> None:
 # ----------------------------------------------------------------------------- kernels
 
 
-def fused_coefficients_collapse(w: MHCWeights, X):
+def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None):
     """oracle.mhc.coefficients and oracle.mhc.collapse in one launch (one program per token).
 
     Args:
-        X: [B, S, N, D] streams, N = w.hc_mult
+        X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-block of the N·D reduction (a launch
+            override; None: N·D rounded up to a power of two, at most 256)
     Returns:
         pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
         u: [B, S, D] in X's dtype
@@ -77,7 +84,7 @@ def fused_coefficients_collapse(w: MHCWeights, X):
             x, w.fn.contiguous(), w.base.contiguous(), w.scale.contiguous(),
             pre, post, comb, u, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
             N=N, D=D, BN=triton.next_power_of_2(N), BD=min(triton.next_power_of_2(D), _BD_MAX),
-            BK=min(triton.next_power_of_2(N * D), _BK_MAX), num_warps=4,
+            BK=bk or min(triton.next_power_of_2(N * D), _BK_MAX), num_warps=4,
         )
     return pre, post, comb, u
 

@@ -345,3 +345,9 @@ COMPOSITIONS = {"sublayer": ("project", "absorbed")}
 # the other mechanisms' namespaces its compositions call, as `ops.<mechanism>` (impl/compose.py)
 SIBLINGS = ("dsa",)
 _SELF = sys.modules[__name__]
+# bitwise batch invariance claimed for nothing (impl.registry.batch_invariant; the check mla.batch): on a
+# GPU `_splits` picks the flash-decoding split count from the B·S query rows (a row's softmax is merged
+# from another number of partials when its batch grows), and W_UK / W_UV are applied by torch einsums
+# whose GEMM follows the row count (on the CPU too: float32 rows differ in their last bits). Held to
+# contracts.d/mla.toml's bounds (NOTES: issue 13 item 2)
+BATCH_INVARIANT = ()

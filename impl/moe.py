@@ -300,6 +300,11 @@ def forward(w: MoEWeights, x, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool =
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)
 COMPOSITIONS = {"forward": ("route", "experts", "shared_expert")}
 _SELF = sys.modules[__name__]
+# bitwise batch invariance claimed for nothing (impl.registry.batch_invariant; the check moe.batch): the
+# router logits are a torch GEMM over all N tokens, `_tiles` picks BK (the reduction order) from the pair
+# count on a GPU, and under the interpreter a token's row position inside a BM-row tile (which its
+# companions decide) changes the tile product's last bits. Held to contracts.d/moe.toml's bounds
+BATCH_INVARIANT = ()
 
 
 swiglu = _base.swiglu

@@ -47,6 +47,11 @@ unswizzle_scales = _base.unswizzle_scales
 dequantize_swizzled = _base.dequantize_swizzled
 swizzle_experts = _base.swizzle_experts
 SCALE_LAYOUTS = ("linear", "swizzled")
+# bitwise batch invariance (impl.registry.batch_invariant; the check nvfp4.batch): qdq_activation
+# quantizes each row's 16-element blocks under the scale it is given, elementwise after that. The
+# dynamic W4A4 scale (dynamic_input_scale) is the amax of the whole call's activations BY DEFINITION
+# (oracle.nvfp4), so a W4A4-dynamic GEMM row depends on its companions: the batch checks use static scales
+BATCH_INVARIANT = ("qdq_activation",)
 
 
 def tensor(a, device=None) -> torch.Tensor:

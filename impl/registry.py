@@ -101,6 +101,8 @@ def get(name: str) -> Implementation:
         # a mechanism the candidate lacks is our Triton one (provides() False): its own checks do not
         # run, the decoder and serving compositions run over it
         omitted = frozenset(o for m, ns in found.items() for o in not_provided(name, ns, m))
+        for m, ns in found.items():
+            batch_invariant(name, ns, m)
         islands = tuple(sorted(i for m, ns in (*found.items(), ("model", model)) for i in precisions(name, ns, m)))
         from impl.compose import link
         namespaces = {m: _composed(name, ns, m) for m, ns in found.items()}
@@ -168,6 +170,35 @@ def precisions(name: str, ns: Any, mechanism: str) -> tuple[tuple[str, str], ...
                              f"of {list(ISLAND_DTYPES)}")
         out.append((f"{mechanism}.{fn}", dtype))
     return tuple(out)
+
+
+# the declarations a namespace may carry beside its functions, each read from the candidate's own namespace
+# and never from the fallback that completes it (impl/compose.py): our claims are about our code
+DECLARATIONS = ("BATCH_INVARIANT",)
+
+
+def batch_invariant(name: str, ns: Any, mechanism: str) -> tuple[str, ...]:
+    """The functions namespace `ns` claims bitwise batch-invariant (its BATCH_INVARIANT = ("chunked", ...):
+    a row's result alone equals, bit for bit, its result among any other rows, at any position, with
+    any padding; docs/candidates.md section 14), refused when it is not a tuple of names of the
+    mechanism's functions that the namespace provides. The <mechanism>.batch checks compare a claimed
+    function `exact`, every other one under its declared self_consistency bound."""
+    declared = getattr(ns, "BATCH_INVARIANT", ()) if ns is not None else ()
+    if isinstance(declared, str) or not isinstance(declared, (tuple, list)) or \
+            not all(isinstance(d, str) for d in declared):
+        raise ValueError(f"implementation {name!r}: {mechanism}.BATCH_INVARIANT must be a tuple of function "
+                         f"names, got {declared!r}")
+    bad = [f for f in declared if f not in FUNCTIONS[mechanism] or not callable(getattr(ns, f, None))]
+    if bad:
+        raise ValueError(f"implementation {name!r}: {mechanism}.BATCH_INVARIANT names {bad}, which its "
+                         f"{mechanism} namespace does not provide (functions: {list(FUNCTIONS[mechanism])})")
+    return tuple(declared)
+
+
+def claims_batch_invariance(ns: Any, function: str) -> bool:
+    """Whether namespace `ns` (a recording proxy or a composed namespace over it too) declares `function`
+    bitwise batch-invariant (batch_invariant, validated when the implementation was loaded)."""
+    return function in (getattr(ns, "BATCH_INVARIANT", ()) or ())
 
 
 def _load_candidate(name: str, mod: str, attr: str) -> Any:

@@ -1,10 +1,12 @@
-"""Sequence structure: lengths, chunk splits, packed documents (STYLE 10-11).
+"""Sequence structure: lengths, chunk splits, packed documents, a row among companions (STYLE 10-11).
 
 Everything here draws STRUCTURE (integers and tuples), never tensor elements, so a failure shrinks to
 e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn boolean the shrinker can
 drop, and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
 """
 from __future__ import annotations
+
+from typing import NamedTuple, Optional
 
 from hypothesis import strategies as st
 
@@ -70,3 +72,32 @@ def cu_seqlens(lengths) -> list[int]:
     for n in lengths:
         out.append(out[-1] + n)
     return out
+
+
+class Placement(NamedTuple):
+    """A row of interest among companion rows (batch invariance: the row alone vs placed there).
+
+    lengths[i] is row i's length (tokens, documents' lengths, cached tokens: each mechanism says);
+    the row of interest is row `at`, every other row a companion."""
+
+    lengths: tuple[int, ...]
+    at: int
+
+
+@st.composite
+def placements(draw, row_lengths: st.SearchStrategy[int], *,
+               companion_lengths: Optional[st.SearchStrategy[int]] = None, max_rows: int = 4) -> Placement:
+    """The row of interest's length from `row_lengths`, 1 to max_rows - 1 companions around it (lengths
+    from `companion_lengths`; None: each as long as the row, for layouts without padding), at a drawn
+    position. Shrinks towards one companion after the row (at 0) and short rows."""
+    if not isinstance(row_lengths, st.SearchStrategy):
+        raise ValueError(f"row_lengths: expected a strategy of ints, got {row_lengths!r}")
+    if companion_lengths is not None and not isinstance(companion_lengths, st.SearchStrategy):
+        raise ValueError(f"companion_lengths: expected a strategy of ints or None, got {companion_lengths!r}")
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 2:
+        raise ValueError(f"max_rows: expected an int >= 2 (the row and a companion), got {max_rows!r}")
+    n = draw(row_lengths)
+    others = [draw(companion_lengths) if companion_lengths is not None else n
+              for _ in range(draw(st.integers(1, max_rows - 1)))]
+    at = draw(st.integers(0, len(others)))
+    return Placement(tuple(others[:at] + [n] + others[at:]), at)

@@ -96,6 +96,10 @@ def _decay_products(a, b, G):
 class TorchKDA:
     """Plain-torch KDA; every public method matches the oracle.kda function of the same name."""
 
+    # bitwise batch invariance (impl.registry.batch_invariant): the core runs each row and each document
+    # through the same ops of the same shapes as alone; decode convolves all rows in one conv1d
+    BATCH_INVARIANT = ("chunked", "recurrent")
+
     # ------------------------------------------------------------------------- core: recurrence
 
     def recurrent(self, q, k, v, g, beta, state=None, cu_seqlens=None):

@@ -82,9 +82,14 @@ class TorchMoE:
         biased = s + bias
         groups = self.group_scores(biased, w.n_group)                              # [N, G]
         biased = self._mask_dropped(biased, self.kept_experts(groups, w.topk_group, w.num_experts))
-        ids = top(biased, w.top_k)                                                  # [N, k]
+        ids = self._pick(biased, w.top_k)                                           # [N, k]
         weights = self.mixture_weights(self._picked(s, bias, ids), w.norm_topk_prob, w.routed_scaling_factor)
         return Routing(ids, weights, s, biased, groups)
+
+    def _pick(self, biased, k: int):
+        """[N, E] -> [N, k] the experts picked: the k best biased scores, lowest id first on exact ties
+        (a pure function of the scores: the same tokens route alike on every run)."""
+        return top(biased, k)
 
     def _selection_bias(self, bias, dtype, acc):
         """The correction bias as added to the scores: float32 as stored (SPEC §11), whatever x's dtype."""
@@ -140,12 +145,17 @@ class TorchMoE:
         acc = compute_dtype(x.dtype)
         y = torch.zeros(N, xs.shape[1], dtype=acc, device=x.device)
         for e in torch.unique(ids).tolist():
-            n, slot = torch.nonzero(ids == e, as_tuple=True)
+            n, slot = self._routed_rows(ids, e, w.num_experts)
             # every expert runs on ALL N tokens and its routed rows are picked after: a GEMM over only the
             # routed rows changes its blocking with their count, so a token's result would depend (in its
             # last bits) on which other tokens chose the same expert: later ones included (model.causal)
             y.index_add_(0, n, wts[n, slot, None].to(acc) * self.expert(w, e, xs)[n].to(acc))
         return y.to(x.dtype).reshape(x.shape)
+
+    def _routed_rows(self, ids, e: int, num_experts: int):
+        """(tokens, slots) of the (token, slot) pairs routed to expert e: every one of them (no capacity:
+        a token's output never depends on how many others chose its experts)."""
+        return torch.nonzero(ids == e, as_tuple=True)
 
     def forward(self, w: MoEWeights, x):
         """oracle.moe.forward: routed mixture + shared expert."""

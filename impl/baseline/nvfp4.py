@@ -76,6 +76,10 @@ def _halves(g: torch.Tensor, lead: tuple) -> bool:
 class TorchNVFP4:
     """Plain-torch NVFP4; every public method matches the oracle.nvfp4 function of the same name."""
 
+    # bitwise batch invariance (impl.registry.batch_invariant): elementwise but for each 16-element
+    # block's max, which no order of evaluation changes
+    BATCH_INVARIANT = ("qdq_activation",)
+
     # ------------------------------------------------------------------------- elements (E2M1)
 
     def _magnitude_code(self, mag):

@@ -133,6 +133,19 @@ def validate(checks: Iterable, table: Optional[dict] = None) -> None:
         raise ValueError("planted mutants name no catcher that exists:\n  " + "\n  ".join(wrong))
 
 
+def flip_last_bits(t):
+    """t with the last mantissa bit of a random half of its elements flipped: what summing partial
+    results by atomics in arrival order leaves (the bit of the output dtype, or of a float32 accumulator
+    when the output is float64)."""
+    import torch
+
+    bits, lsb = {torch.bfloat16: (torch.int16, 1), torch.float16: (torch.int16, 1), torch.float32: (torch.int32, 1),
+                 torch.float64: (torch.int64, 1 << 29)}[t.dtype]
+    # made on the output's own bits: noise added in float32 and cast back rounds away in bf16
+    flip = torch.randint(0, 2, t.shape, device=t.device, dtype=bits) * lsb
+    return (t.contiguous().view(bits) ^ flip).view(t.dtype)
+
+
 def get(name: str) -> Mutant:
     """The catalogue entry `name`; KeyError listing the known names otherwise."""
     try:

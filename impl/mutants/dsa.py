@@ -88,3 +88,22 @@ class DsaPagedWholeLastPage(TorchDSA):
     def _row_extent(self, length, page_size):
         pages = -(-length // page_size)
         return pages, pages * page_size
+
+
+@mutant("dsa.batch", "batch")
+class DsaAnchorFromBatch(TorchDSA):
+    """Every row's pools are anchored at the batch's earliest first real token, a per-row offset taken batch-wide (jundot/omlx #3368)."""
+
+    def _anchor(self, val):
+        first = super()._anchor(val)
+        return first.min().expand_as(first).clone() if first.numel() else first
+
+
+@mutant("dsa.rerun", "rerun")
+class DsaTopkTiesRaced(TorchDSA):
+    """Pools whose scores tie exactly take the top-k slots in a run-dependent order (a top-k whose tied entries race for the slots, jundot/omlx #2243)."""
+
+    def _pick_pools(self, I, cand, member_idx, k_sel):
+        # a fresh pool order per call: which of exactly tied pools sorts first changes from run to run
+        perm = torch.randperm(I.shape[-1], device=I.device)
+        return super()._pick_pools(I[..., perm], cand[..., perm], member_idx[:, perm], k_sel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import triton
 
 import impl.kda as ik
 from impl.baseline.kda import TorchKDA, compute_dtype
@@ -181,6 +182,7 @@ class TritonKDA:
     chunked = staticmethod(ik.chunked)
     decode = staticmethod(ik.decode)
     sublayer = staticmethod(ik.sublayer)
+    BATCH_INVARIANT = ik.BATCH_INVARIANT
 
 
 # float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
@@ -215,3 +217,14 @@ class DecodeInPlacePastState(TorchKDA):
         n = state.recurrent.numel()
         torch.as_strided(state.recurrent, (n + 1,), (1,))[n] = 0.0
         return o, state
+
+
+@mutant("kda.batch", "batch", base="triton")
+class SegmentsFromBatch(TritonKDA):
+    """The state pass counts programs over every row of the launch, so a row's segment count follows the batch size (split boundaries from the whole batch, sgl-project/sgl-flash-attn #43)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        # the rule before the fix: programs = cdiv(V, BV) * H * N, the per-row rule over H * N heads
+        bv, nseg, _ = ik._state_config(q.device, q.shape[2] * q.shape[0], triton.cdiv(q.shape[1], ik.CHUNK),
+                                       q.shape[3], v.shape[3])
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, bv=bv, nseg=nseg)

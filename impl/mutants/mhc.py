@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from impl.baseline.mhc import COLS, ROWS, TorchMHC
-from impl.mutants.catalogue import mutant
+import impl.mhc as imhc
+from impl.mutants.catalogue import flip_last_bits, mutant
 
 
 @mutant("mhc.write_back", "output")
@@ -28,3 +29,33 @@ class MhcPreNormalized(TorchMHC):
     def _pre(self, logits, eps):
         pre = super()._pre(logits, eps)
         return pre / pre.sum(dim=-1, keepdim=True)
+
+
+class TritonMHC:
+    """Our Triton mhc namespace (impl/mhc.py) as a class: the base of mutants that change one kernel
+    option, so the planted bug is in the kernel the product runs."""
+
+    coefficients = staticmethod(imhc.coefficients)
+    collapse = staticmethod(imhc.collapse)
+    write_back = staticmethod(imhc.write_back)
+    expand = staticmethod(imhc.expand)
+    reduce = staticmethod(imhc.reduce)
+    BATCH_INVARIANT = imhc.BATCH_INVARIANT
+
+
+@mutant("mhc.batch", "batch", base="triton")
+class MhcReductionSplitByTokens(TritonMHC):
+    """The coefficient kernel's reduction block over N·D is picked from the token count (32 wide past 8 tokens), so a token's coefficients follow its batch's size (an RMSNorm block size from num_tokens, vllm-project/vllm #48391)."""
+
+    def coefficients(self, w, X):
+        tokens = X.shape[0] * X.shape[1]
+        return imhc.fused_coefficients_collapse(w, X, bk=32 if tokens > 8 else None)[:3]
+
+
+@mutant("mhc.rerun", "rerun")
+class MhcSplitKRaced(TorchMHC):
+    """The coefficient projection's split-K partials are summed by atomics in arrival order, so pre changes in its last bit from run to run (warpfront/hipfire #383)."""
+
+    def coefficients(self, w, X):
+        pre, post, comb = super().coefficients(w, X)
+        return flip_last_bits(pre), post, comb

@@ -5,7 +5,7 @@ import torch
 
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
-from impl.mutants.catalogue import mutant
+from impl.mutants.catalogue import flip_last_bits, mutant
 
 
 @mutant("mla.absorbed", "output")
@@ -54,3 +54,21 @@ class MlaSoftmaxMaxOverMaskedKeys(TorchMLA):
         e = torch.exp(s - s.amax(-1, keepdim=True)) * allowed[:, :, None, :]
         p = torch.nan_to_num(e / e.sum(-1, keepdim=True), nan=0.0)
         return torch.einsum("bsht,bthv->bshv", p.to(dt), v), s.masked_fill(~allowed[:, :, None, :], float("-inf"))
+
+
+@mutant("mla.batch", "batch")
+class MlaFirstRowSelection(TorchMLA):
+    """Every batch row attends through row 0's selection, a per-row input taken from the first row for the whole batch (google-research/timesfm #492)."""
+
+    def _check_attention(self, w, q, latent, indices):
+        latent, allowed = super()._check_attention(w, q, latent, indices)
+        return latent, allowed[:1].expand_as(allowed)
+
+
+@mutant("mla.rerun", "rerun")
+class MlaSplitPartialsRaced(TorchMLA):
+    """absorbed sums its split partials by atomics in arrival order, so its output's last bit changes from run to run (hw-native-sys/pypto-lib #974)."""
+
+    def absorbed(self, w, q, latent, indices):
+        o, s = super().absorbed(w, q, latent, indices)
+        return flip_last_bits(o), s

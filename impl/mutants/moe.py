@@ -82,3 +82,23 @@ class MoeTieAtCutNan(TorchMoE):
         straddles = (rest == kth).any(dim=-1, keepdim=True)
         picked = torch.gather(s, -1, ids)
         return torch.where(straddles, torch.full_like(picked, torch.nan), picked)
+
+
+@mutant("moe.batch", "batch")
+class MoeCapacityDropsTokens(TorchMoE):
+    """Each expert keeps at most ceil(N·k / E) of its routed tokens and drops the rest, so a token's output follows its companions' choices (capacity-factor token dropping, deepseek-ai/DeepSeek-V2 #48)."""
+
+    def _routed_rows(self, ids, e, num_experts):
+        n, slot = super()._routed_rows(ids, e, num_experts)
+        cap = -(-ids.numel() // num_experts)
+        return n[:cap], slot[:cap]
+
+
+@mutant("moe.rerun", "rerun")
+class MoeRouterTiesRaced(TorchMoE):
+    """Experts whose selection keys tie exactly at the k-th place are picked in a run-dependent order (a top-k with no stable tie-break, pytorch/torchtitan #3336)."""
+
+    def _pick(self, biased, k):
+        # a fresh expert order per call: which of exactly tied experts sorts first changes from run to run
+        perm = torch.randperm(biased.shape[-1], device=biased.device)
+        return perm[super()._pick(biased[:, perm], k)]

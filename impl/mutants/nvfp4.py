@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.baseline.nvfp4 import E2M1, TorchNVFP4
+from impl.baseline.nvfp4 import E2M1, GLOBAL_NUMERATOR, TorchNVFP4
 from impl.mutants.catalogue import mutant
 
 
@@ -86,3 +86,25 @@ class Nvfp4ExpertSwizzledScalesReadLinear(TorchNVFP4):
     def _expert_linear_scales(self, sw, shape):
         M, Kb = (int(d) for d in shape)
         return sw.reshape(*sw.shape[:-2], -1, sw.shape[-1])[..., :M, :Kb]
+
+
+@mutant("nvfp4.batch", "batch")
+class Nvfp4ActivationScaleFromBatch(TorchNVFP4):
+    """qdq_activation quantizes under the amax of the whole batch it is handed, not the scale it is given (a per-batch online scale, sgl-project/sglang #8134)."""
+
+    def qdq_activation(self, x, input_global_scale):
+        amax = x.detach().abs().amax().float()
+        return super().qdq_activation(x, GLOBAL_NUMERATOR / amax if amax > 0 else input_global_scale)
+
+
+@mutant("nvfp4.rerun", "rerun")
+class Nvfp4StochasticRounding(TorchNVFP4):
+    """E2M1 codes are rounded stochastically (the training recipe's RS mode) on an inference path, so the codes change from run to run (pytorch/ao #3264)."""
+
+    def _magnitude_code(self, mag):
+        table = torch.tensor(E2M1, dtype=torch.float32, device=mag.device)
+        m = mag.float().clamp(max=table[-1]).contiguous()
+        lo = torch.searchsorted(table, m, right=True) - 1
+        gap = table[(lo + 1).clamp(max=7)] - table[lo]
+        up = torch.rand_like(m) * gap < m - table[lo]
+        return (lo + up.long()).to(torch.uint8)
