@@ -367,7 +367,7 @@ CHECKS = (
           examples=(KDABatchCase(K0, "chunked", "rows", (70, 70), 1, True, "gate_high", 0),
                     KDABatchCase(K0, "chunked", "packed", (70, 1, 0), 0, True, "gate_high", 1),
                     KDABatchCase(K0, "decode", "rows", (1, 1, 1), 2, False, "normal", 2),
-                    KDABatchCase(K0, "sublayer", "padded", (66, 9), 0, False, "normal", 3)), cpu_examples=1),
+                    KDABatchCase(K0, "sublayer", "padded", (9, 66), 0, False, "normal", 3)), cpu_examples=1),
     Check("dsa.batch", "dsa", DSABatchCase, dsa_batch_cases, run_dsa_batch,
           "a row's indexer rows, pool scores and selection alone == among left-padded companions",
           examples=(DSABatchCase(D0, (13, 30, 5), 0, 5, "none", "normal", 0),

@@ -214,7 +214,7 @@ CHECKS = (
     Check("moe.batch", "moe", MoEBatchCase, moe_batch_cases, run_moe_batch,
           "a row of tokens alone == among other tokens: routing (tie-aware), experts on the same routing, "
           "the layer's output",
-          examples=(MoEBatchCase(32, 8, 2, 2, 1, 16, (5, 8, 3), 1, "normal", 0),), cpu_examples=2),
+          examples=(MoEBatchCase(32, 8, 2, 2, 1, 16, (5, 8, 3), 1, "normal", 0),), cpu_examples=1),
     Check("mhc.batch", "mhc", MHCBatchCase, mhc_batch_cases, run_mhc_batch,
           "a row's coefficients, collapse and write-back alone == among other rows",
           examples=(MHCBatchCase(4, 32, 3, (4, 4, 4), 1, "boosted", 0),), cpu_examples=2),
