@@ -59,7 +59,8 @@ def placed(lengths, at: int, what: str) -> str:
     return f"row {at} of {len(lengths)} (lengths {tuple(lengths)}): {what}"
 
 
-def _label_placement(lengths, at: int) -> None:
+def label_placement(lengths, at: int) -> None:
+    """Events: where the row of interest sits and whether its companions differ in length."""
     label("row of interest last in the batch" if at == len(lengths) - 1 else "row of interest not last")
     if len(set(lengths)) > 1:
         label("companions of other lengths")
@@ -199,7 +200,8 @@ def _sublayer_padded(case: KDABatchCase, cand: Target):
 
 
 def run_kda_batch(case: KDABatchCase, cand: Target, base: Target):
-    _label_placement(case.lengths, case.at)
+    """The case's function in its layout (KDA_PAIRS): the row of interest in the batch vs alone."""
+    label_placement(case.lengths, case.at)
     label(f"{case.function} on {case.layout}")
     if case.lengths[case.at] > 64:
         label("row of interest crosses a chunk boundary")
@@ -228,6 +230,7 @@ class DSABatchCase(NamedTuple):
 
 @st.composite
 def dsa_batch_cases(draw, base, *, max_len: int = 30) -> DSABatchCase:
+    """Rows of drawn lengths (left-padded to the longest), 1 or more queries, with and without a tie."""
     g = draw(dsa_geometries(base))
     n = sequence_lengths(max_len=max_len)
     p = draw(placements(n, companion_lengths=n, max_rows=3))
@@ -246,7 +249,7 @@ def _host_selection(sel, scale) -> Selection:
 def run_dsa_batch(case: DSABatchCase, cand: Target, base: Target):
     """index_rows and index: row `at` of the left-padded batch (positions moved into its own frame) vs
     the row alone, unpadded."""
-    _label_placement(case.lengths, case.at)
+    label_placement(case.lengths, case.at)
     g, lengths, at, S = case.geometry, case.lengths, case.at, case.queries
     B, T, n = len(lengths), max(lengths), lengths[case.at]
     rng = np.random.default_rng(case.seed)
@@ -301,6 +304,7 @@ class MLABatchCase(NamedTuple):
 
 @st.composite
 def mla_batch_cases(draw, base) -> MLABatchCase:
+    """Rows of drawn cache lengths, 1-2 decode queries, the tiny selection or (half the time) a wide one."""
     g = draw(dsa_geometries(base, vary=False))
     wide = draw(st.booleans())
     if wide:
@@ -334,7 +338,7 @@ def mla_batch_inputs(case: MLABatchCase):
 def run_mla_batch(case: MLABatchCase, cand: Target, base: Target):
     """absorbed (the decode attention) and project: row `at` vs the row alone (its cache cut to its
     own length)."""
-    _label_placement(case.lengths, case.at)
+    label_placement(case.lengths, case.at)
     if case.wide:
         label("wide selection: split across programs on a GPU")
     mw, q, latent, idx = mla_batch_inputs(case)
@@ -367,7 +371,7 @@ CHECKS = (
           examples=(KDABatchCase(K0, "chunked", "rows", (70, 70), 1, True, "gate_high", 0),
                     KDABatchCase(K0, "chunked", "packed", (70, 1, 0), 0, True, "gate_high", 1),
                     KDABatchCase(K0, "decode", "rows", (1, 1, 1), 2, False, "normal", 2),
-                    KDABatchCase(K0, "sublayer", "padded", (66, 9), 0, False, "normal", 3)), cpu_examples=1),
+                    KDABatchCase(K0, "sublayer", "padded", (9, 66), 0, False, "normal", 3)), cpu_examples=1),
     Check("dsa.batch", "dsa", DSABatchCase, dsa_batch_cases, run_dsa_batch,
           "a row's indexer rows, pool scores and selection alone == among left-padded companions",
           examples=(DSABatchCase(D0, (13, 30, 5), 0, 5, "none", "normal", 0),

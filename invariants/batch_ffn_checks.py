@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from invariants.batch_checks import _label_placement, claimed, placed, row_comparison
+from invariants.batch_checks import label_placement, claimed, placed, row_comparison
 from invariants.check import Check
 from invariants.compare import Comparison, RoutingReference, to_int, to_numpy
 from invariants.labels import label
@@ -59,11 +59,13 @@ class MoEBatchCase(NamedTuple):
     seed: int
 
     def moe_case(self) -> MoECase:
+        """The MoECase of the whole batch (its tokens: every row's)."""
         return MoECase(*self[:6], sum(self.lengths), self.family, self.seed)
 
 
 @st.composite
 def moe_batch_cases(draw, base) -> MoEBatchCase:
+    """moe_cases' layer and family, rows of 1-8 tokens."""
     m = draw(moe_cases(base))
     p = draw(placements(TOKENS, companion_lengths=TOKENS, max_rows=3))
     return MoEBatchCase(*m[:6], p.lengths, p.at, m.family, m.seed)
@@ -83,7 +85,7 @@ def _same_experts(a, b) -> np.ndarray:
 
 def run_moe_batch(case: MoEBatchCase, cand: Target, base: Target):
     """route, experts (given the batch's own routing: the GEMMs alone) and forward: row `at` vs alone."""
-    _label_placement(case.lengths, case.at)
+    label_placement(case.lengths, case.at)
     w, x = moe_inputs(case.moe_case())
     sl, lengths, at = _span(case.lengths, case.at), case.lengths, case.at
     wt = _moe_target(cand, w)
@@ -136,6 +138,7 @@ class MHCBatchCase(NamedTuple):
 
 @st.composite
 def mhc_batch_cases(draw, base) -> MHCBatchCase:
+    """mhc_cases' streams, width, iterations and family, rows of 1-5 tokens."""
     m = draw(mhc_cases(base))
     p = draw(placements(st.integers(1, 5), max_rows=3))
     return MHCBatchCase(m.streams, m.hidden, m.iters, p.lengths, p.at, m.family, m.seed)
@@ -144,7 +147,7 @@ def mhc_batch_cases(draw, base) -> MHCBatchCase:
 def run_mhc_batch(case: MHCBatchCase, cand: Target, base: Target):
     """coefficients, collapse and write_back (the last two from the batch's own coefficients): batch
     row `at` vs the row alone."""
-    _label_placement(case.lengths, case.at)
+    label_placement(case.lengths, case.at)
     rng = np.random.default_rng(case.seed)
     B, S, at = len(case.lengths), case.lengths[case.at], case.at
     w = tz.mhc_weights(rng, case.streams, case.hidden, case.iters, case.family)
@@ -176,7 +179,7 @@ def run_nvfp4_batch(case: MoEBatchCase, cand: Target, base: Target):
 
     The dynamic W4A4 scale is the amax of the whole call's activations by definition (oracle.nvfp4
     dynamic_input_scale): a row under it depends on its companions, so it is not drawn here."""
-    _label_placement(case.lengths, case.at)
+    label_placement(case.lengths, case.at)
     w, x = moe_inputs(case.moe_case())
     sl, lengths, at = _span(case.lengths, case.at), case.lengths, case.at
     rng = np.random.default_rng([case.seed, 1])
@@ -203,6 +206,7 @@ def run_nvfp4_batch(case: MoEBatchCase, cand: Target, base: Target):
 
 @st.composite
 def nvfp4_batch_cases(draw, base) -> MoEBatchCase:
+    """moe_cases' layer (families normal and clamps: the quantization gate's), rows of 1-8 tokens."""
     m = draw(moe_cases(base))
     p = draw(placements(TOKENS, companion_lengths=TOKENS, max_rows=3))
     return MoEBatchCase(*m[:6], p.lengths, p.at, "clamps" if m.family == "clamps" else "normal", m.seed)
@@ -214,7 +218,7 @@ CHECKS = (
     Check("moe.batch", "moe", MoEBatchCase, moe_batch_cases, run_moe_batch,
           "a row of tokens alone == among other tokens: routing (tie-aware), experts on the same routing, "
           "the layer's output",
-          examples=(MoEBatchCase(32, 8, 2, 2, 1, 16, (5, 8, 3), 1, "normal", 0),), cpu_examples=2),
+          examples=(MoEBatchCase(32, 8, 2, 2, 1, 16, (5, 8, 3), 1, "normal", 0),), cpu_examples=1),
     Check("mhc.batch", "mhc", MHCBatchCase, mhc_batch_cases, run_mhc_batch,
           "a row's coefficients, collapse and write-back alone == among other rows",
           examples=(MHCBatchCase(4, 32, 3, (4, 4, 4), 1, "boosted", 0),), cpu_examples=2),
