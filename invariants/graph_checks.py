@@ -74,30 +74,35 @@ class MLAGraphCase(NamedTuple):
 
 @st.composite
 def step_slots(draw, slots: int, max_batch: int, *, max_steps: int = MAX_STEPS) -> tuple:
-    """1..max_steps steps, each the distinct slots of its 1..min(max_batch, slots) live rows in row order
-    (shrinks towards one step of one row on slot 0)."""
+    """2..max_steps steps (the first is the capture's: a replay goes stale only when a later step's
+    metadata differs), each the distinct slots of its 1..min(max_batch, slots) live rows in row order;
+    shrinks towards two steps of one row on slot 0."""
     rows = st.lists(st.integers(0, slots - 1), min_size=1, max_size=min(max_batch, slots), unique=True).map(tuple)
-    return tuple(draw(st.lists(rows, min_size=1, max_size=max_steps)))
+    return tuple(draw(st.lists(rows, min_size=2, max_size=max_steps)))
 
 
 @st.composite
 def kda_graph_cases(draw, base) -> KDAGraphCase:
     g = draw(kda_geometries(base))
-    slots, max_batch = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    # an engine's pool holds at least the captured batch: padding rows then come from rows that left
+    max_batch = draw(st.integers(1, 4))
+    slots = max_batch + draw(st.integers(0, 2))
     return KDAGraphCase(g, slots, max_batch, draw(step_slots(slots, max_batch)), draw(families()), draw(SEEDS))
 
 
 @st.composite
 def mla_graph_cases(draw, base) -> MLAGraphCase:
     """mla steps over the base geometry's pool sizes, or (a drawn boolean) a wide selection (topk 256,
-    up to ~300 cached tokens): the width a GPU splits across programs inside the captured step."""
+    up to ~300 cached tokens; at most 2 rows and 2 steps, for the interpreter's sake): the width a GPU
+    splits across programs inside the captured step."""
     wide = draw(st.booleans())
     g = draw(dsa_geometries(base, vary=False if wide else None))
     if wide:
         g = g._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL)
-    slots, max_batch = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    max_batch = draw(st.integers(1, 2 if wide else 4))
+    slots = max_batch + draw(st.integers(0, 1 if wide else 2))
     cached = tuple(draw(st.lists(st.integers(0, g.slots + 40), min_size=slots, max_size=slots)))
-    steps = draw(step_slots(slots, max_batch))
+    steps = draw(step_slots(slots, max_batch, max_steps=2 if wide else MAX_STEPS))
     # as many positions as the width, or all the row has, or (an empty row) none: the boundaries first
     width = st.one_of(st.sampled_from((g.slots, 0)), st.integers(0, g.slots))
     keep = tuple(tuple(draw(width) for _ in s) for s in steps)
