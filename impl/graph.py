@@ -158,9 +158,11 @@ class GraphStep:
     # ------------------------------------------------------------------ a mechanism's part
 
     def _padding(self) -> dict:
+        """name -> [M, ...] the value of every row of each input when it is a padding row."""
         raise NotImplementedError
 
     def _scratch(self) -> dict:
+        """name -> the step's scratch and output buffers ("out": [M, ...])."""
         raise NotImplementedError
 
     def _sizes(self, values: dict) -> dict:
@@ -172,6 +174,7 @@ class GraphStep:
         """Refuse metadata no engine would hand over (ValueError naming the input)."""
 
     def _step(self, bufs: dict, sizes: dict) -> None:
+        """The step over buffers `bufs` and host sizes `sizes`: what eager runs and capture records."""
         raise NotImplementedError
 
 
@@ -207,6 +210,7 @@ class KDADecodeStep(GraphStep):
         return KDAState(self._rec[:self.P], self._conv[:self.P])
 
     def _padding(self) -> dict:
+        """Zero inputs, each padding row on its own scratch slot."""
         M, H, K = self.max_batch, self.w.num_heads, self.w.head_dim
         dt = self._conv.dtype
         return {"z": torch.zeros(M, 3 * H * K, dtype=dt, device=self.device),
@@ -214,19 +218,22 @@ class KDADecodeStep(GraphStep):
                 "b": torch.zeros(M, H, dtype=dt, device=self.device), "slots": self._pad_slots(self.P)}
 
     def _scratch(self) -> dict:
+        """The gathered states h [M, H, K, V], c [M, C, W] (decode writes them in place) and o [M, H, V]."""
         M, H, K = self.max_batch, self.w.num_heads, self.w.head_dim
         return {"h": torch.empty(M, H, K, K, dtype=torch.float32, device=self.device),
                 "c": torch.empty(M, *self._conv.shape[1:], dtype=self._conv.dtype, device=self.device),
                 "out": torch.empty(M, H, K, dtype=self._conv.dtype, device=self.device)}
 
     def _check(self, values: dict) -> None:
+        """Distinct slots in the pool."""
         self._check_slots(values["slots"], self.P)
 
     def _sizes(self, values: dict) -> dict:
-        # every row is written back, a padding row into its own scratch slot
+        """Rows written back: every one, a padding row into its own scratch slot."""
         return {"rows": self.max_batch}
 
     def _step(self, bufs: dict, sizes: dict) -> None:
+        """Gather the rows' states by slot, one decode, write them back, copy o out."""
         slots, h, c = bufs["slots"], bufs["h"], bufs["c"]
         torch.index_select(self._rec, 0, slots, out=h)
         torch.index_select(self._conv, 0, slots, out=c)
@@ -267,6 +274,7 @@ class MLAAbsorbedStep(GraphStep):
         return self._latent[:self.P]
 
     def _padding(self) -> dict:
+        """Zero q and c, length 0, an empty selection, each padding row on its own scratch slot."""
         M, w, dev = self.max_batch, self.w, self.device
         dt = self._latent.dtype
         return {"q": torch.zeros(M, w.num_heads, w.nope_dim, dtype=dt, device=dev),
@@ -275,11 +283,13 @@ class MLAAbsorbedStep(GraphStep):
                 "indices": torch.full((M, self.width), -1, dtype=torch.int64, device=dev)}
 
     def _scratch(self) -> dict:
+        """The rows' gathered caches [M, T, R] and o [M, H, V]."""
         M, w = self.max_batch, self.w
         return {"rows": torch.empty(M, self.T, w.kv_rank, dtype=self._latent.dtype, device=self.device),
                 "out": torch.empty(M, w.num_heads, w.v_dim, dtype=self._latent.dtype, device=self.device)}
 
     def _check(self, values: dict) -> None:
+        """Distinct slots, lengths in [1, T], each row's selection a set of its positions."""
         self._check_slots(values["slots"], self.P)
         lengths = values["lengths"].tolist()
         if min(lengths) < 1 or max(lengths) > self.T:
@@ -293,10 +303,11 @@ class MLAAbsorbedStep(GraphStep):
             raise ValueError("indices: a row repeats a position (a selection is a set)")
 
     def _sizes(self, values: dict) -> dict:
-        # the whole width every step: the live rows' widths change from step to step
+        """Selection columns attended: the whole width (the live rows' widths change from step to step)."""
         return {"width": self.width}
 
     def _step(self, bufs: dict, sizes: dict) -> None:
+        """Write the new latents, gather the rows' caches by slot, attend, copy o out."""
         slots, lengths = bufs["slots"], bufs["lengths"]
         # the new token's latent at its row's last position (a padding row: its scratch slot, position 0)
         self._latent.index_put_((slots, (lengths - 1).clamp(min=0)), bufs["c"])

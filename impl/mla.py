@@ -285,7 +285,12 @@ def absorbed_graph(w: MLAWeights, latent, max_batch: int, width: int):
         indices [B, W]) -> o [B, H, V]; its `latent` after the steps
     """
     from impl.graph import MLAAbsorbedStep
-    return MLAAbsorbedStep(lambda w_, q, lat, idx, n: attend(w_, q, lat, idx, n)[0], w, latent, max_batch, width)
+    return MLAAbsorbedStep(_attend_output, w, latent, max_batch, width)
+
+
+def _attend_output(w: MLAWeights, q, latent, idx, lengths):
+    """`attend`'s output alone: o [B, S, H, V]."""
+    return attend(w, q, latent, idx, lengths)[0]
 
 
 def expanded(w: MLAWeights, q, latent, indices, lengths=None):

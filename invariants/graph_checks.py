@@ -138,6 +138,7 @@ def kda_graph_inputs(case: KDAGraphCase):
 
 
 def _stack(t: Target, rows):
+    """Target t's rows [...] stacked into [n, ...]."""
     return t.cat([r[None] for r in rows], 0)
 
 

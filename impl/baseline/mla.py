@@ -147,8 +147,11 @@ class TorchMLA:
     def absorbed_graph(self, w: MLAWeights, latent, max_batch: int, width: int):
         """impl.mla.absorbed_graph over this namespace's `absorbed` (its selection bounds all the lengths
         say: a row's positions past its length are never selected): an MLAAbsorbedStep (impl/graph.py)."""
-        return MLAAbsorbedStep(lambda w_, q, lat, idx, n: self.absorbed(w_, q, lat, idx)[0], w, latent, max_batch,
-                               width)
+        return MLAAbsorbedStep(self._attend_rows, w, latent, max_batch, width)
+
+    def _attend_rows(self, w: MLAWeights, q, latent, indices, lengths):
+        """`absorbed`'s output for a graph step (impl/graph.py): no selection reaches past its row's length."""
+        return self.absorbed(w, q, latent, indices)[0]
 
     def _table_rows(self, block_table):
         """The block-table row each batch row reads its pages through: its own."""

@@ -83,8 +83,7 @@ class MlaGraphLengthsRebound(TorchMLA):
     """Before a replay the cache lengths are bound to a fresh tensor instead of copied into the captured buffer, so the replay writes and reads by its capture's lengths (vllm #34874)."""
 
     def absorbed_graph(self, w, latent, max_batch, width):
-        return _LengthsRebound(lambda w_, q, lat, idx, n: self.absorbed(w_, q, lat, idx)[0], w, latent, max_batch,
-                               width)
+        return _LengthsRebound(self._attend_rows, w, latent, max_batch, width)
 
 
 @mutant("mla.graph_replay", "vs_eager")
@@ -92,5 +91,4 @@ class MlaGraphWidthAtCapture(TorchMLA):
     """The captured step attends only as many selection columns as the widest row used at capture, so wider selections later lose their last positions (vllm #34874; capture-time host values, InfiniLM #540)."""
 
     def absorbed_graph(self, w, latent, max_batch, width):
-        return _WidthAtCapture(lambda w_, q, lat, idx, n: self.absorbed(w_, q, lat, idx)[0], w, latent, max_batch,
-                               width)
+        return _WidthAtCapture(self._attend_rows, w, latent, max_batch, width)
