@@ -77,7 +77,10 @@ def step_slots(draw, slots: int, max_batch: int, *, max_steps: int = MAX_STEPS) 
     """2..max_steps steps (the first is the capture's: a replay goes stale only when a later step's
     metadata differs), each the distinct slots of its 1..min(max_batch, slots) live rows in row order;
     shrinks towards two steps of one row on slot 0."""
-    rows = st.lists(st.integers(0, slots - 1), min_size=1, max_size=min(max_batch, slots), unique=True).map(tuple)
+    # a prefix of a permutation, not a list drawn unique: rejected duplicates make Hypothesis's targeting
+    # phase retry choice sequences it has already seen (measured: 25 minutes on 150 examples of one seed)
+    rows = st.tuples(st.permutations(range(slots)), st.integers(1, min(max_batch, slots))).map(
+        lambda p: tuple(p[0][:p[1]]))
     return tuple(draw(st.lists(rows, min_size=2, max_size=max_steps)))
 
 
