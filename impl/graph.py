@@ -107,9 +107,11 @@ class GraphStep:
     # ------------------------------------------------------------------ buffers
 
     def _buffers(self) -> dict:
-        """Every buffer of the step: the inputs holding padding rows, then scratch and outputs."""
+        """Every buffer of the step: the inputs holding padding rows, scratch and outputs (fresh ones each
+        call), and the state it keeps across steps (the same tensors every call)."""
         bufs = {n: self._pad[n].clone() for n in self.INPUTS}
         bufs.update(self._scratch())
+        bufs.update(self._state())
         return bufs
 
     def _inputs(self, inputs) -> dict:
@@ -164,6 +166,11 @@ class GraphStep:
     def _scratch(self) -> dict:
         """name -> the step's scratch and output buffers ("out": [M, ...])."""
         raise NotImplementedError
+
+    def _state(self) -> dict:
+        """name -> the tensors the step reads and writes across steps (a pool, a cache): the body reaches
+        them through its buffers, so a capture holds the very tensors it recorded."""
+        return {}
 
     def _sizes(self, values: dict) -> dict:
         """The host-side sizes the body is built with; a captured step keeps its capture's, so they may
@@ -224,6 +231,10 @@ class KDADecodeStep(GraphStep):
                 "c": torch.empty(M, *self._conv.shape[1:], dtype=self._conv.dtype, device=self.device),
                 "out": torch.empty(M, H, K, dtype=self._conv.dtype, device=self.device)}
 
+    def _state(self) -> dict:
+        """The pool: P states, then a scratch slot per padding row."""
+        return {"pool_recurrent": self._rec, "pool_conv": self._conv}
+
     def _check(self, values: dict) -> None:
         """Distinct slots in the pool."""
         self._check_slots(values["slots"], self.P)
@@ -235,13 +246,14 @@ class KDADecodeStep(GraphStep):
     def _step(self, bufs: dict, sizes: dict) -> None:
         """Gather the rows' states by slot, one decode, write them back, copy o out."""
         slots, h, c = bufs["slots"], bufs["h"], bufs["c"]
-        torch.index_select(self._rec, 0, slots, out=h)
-        torch.index_select(self._conv, 0, slots, out=c)
+        rec, conv = bufs["pool_recurrent"], bufs["pool_conv"]
+        torch.index_select(rec, 0, slots, out=h)
+        torch.index_select(conv, 0, slots, out=c)
         kw = {"inplace": True} if self._inplace else {}
         o, new = self.ops.decode(self.w, bufs["z"], bufs["f"], bufs["b"], KDAState(h, c), **kw)
         n = sizes["rows"]
-        self._rec.index_copy_(0, slots[:n], new.recurrent[:n].to(self._rec.dtype))
-        self._conv.index_copy_(0, slots[:n], new.conv[:n].to(self._conv.dtype))
+        rec.index_copy_(0, slots[:n], new.recurrent[:n].to(rec.dtype))
+        conv.index_copy_(0, slots[:n], new.conv[:n].to(conv.dtype))
         bufs["out"].copy_(o)
 
 
@@ -288,6 +300,10 @@ class MLAAbsorbedStep(GraphStep):
         return {"rows": torch.empty(M, self.T, w.kv_rank, dtype=self._latent.dtype, device=self.device),
                 "out": torch.empty(M, w.num_heads, w.v_dim, dtype=self._latent.dtype, device=self.device)}
 
+    def _state(self) -> dict:
+        """The cache: P slots, then a scratch slot per padding row."""
+        return {"cache": self._latent}
+
     def _check(self, values: dict) -> None:
         """Distinct slots, lengths in [1, T], each row's selection a set of its positions."""
         self._check_slots(values["slots"], self.P)
@@ -308,10 +324,10 @@ class MLAAbsorbedStep(GraphStep):
 
     def _step(self, bufs: dict, sizes: dict) -> None:
         """Write the new latents, gather the rows' caches by slot, attend, copy o out."""
-        slots, lengths = bufs["slots"], bufs["lengths"]
+        slots, lengths, cache = bufs["slots"], bufs["lengths"], bufs["cache"]
         # the new token's latent at its row's last position (a padding row: its scratch slot, position 0)
-        self._latent.index_put_((slots, (lengths - 1).clamp(min=0)), bufs["c"])
-        torch.index_select(self._latent, 0, slots, out=bufs["rows"])
+        cache.index_put_((slots, (lengths - 1).clamp(min=0)), bufs["c"])
+        torch.index_select(cache, 0, slots, out=bufs["rows"])
         idx = bufs["indices"][:, :sizes["width"]]
         o = self.attend(self.w, bufs["q"][:, None], bufs["rows"], idx[:, None], lengths)
         bufs["out"].copy_(o[:, 0])
