@@ -294,6 +294,21 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     return o, KDAState(h_out, c_out)
 
 
+def decode_graph(w: KDAWeights, pool: KDAState, max_batch: int):
+    """A CUDA-graph decode step over a pool of states: `decode` (in place) captured once at max_batch rows,
+    replayed with each step's inputs and state slots copied into its persistent buffers (impl/graph.py).
+
+    Args:
+        pool: KDAState(recurrent [P, H, K, K] float32, conv [P, C, W]) the states rows read and write by
+            slot (the step keeps its own copy);  max_batch: the captured batch M
+    Returns:
+        a KDADecodeStep: eager / capture / replay(z [B, C], f [B, H·K] f32, b [B, H], slots [B]) -> o [B, H, V];
+        its `pool` after the steps
+    """
+    from impl.graph import KDADecodeStep
+    return KDADecodeStep(_SELF, w, pool, max_batch)
+
+
 # ----------------------------------------------------------------------------- sublayer pieces (torch)
 
 

@@ -272,6 +272,27 @@ def attend(w: MLAWeights, q, latent, idx, lengths, splits: Optional[int] = None)
     return o, q_abs
 
 
+def absorbed_graph(w: MLAWeights, latent, max_batch: int, width: int):
+    """A CUDA-graph sparse decode step over a latent cache of slots: the new token's latent written, then
+    `attend` (no validation pass, no host sync), captured once at max_batch rows and replayed with each
+    step's q, latent, slots, lengths and selection copied into its persistent buffers (impl/graph.py).
+
+    Args:
+        latent: [P, T, R] the cache of P slots (the step keeps its own copy);  max_batch: the captured
+            batch M;  width: the selection width W (topk + P_k - 1)
+    Returns:
+        an MLAAbsorbedStep: eager / capture / replay(q [B, H, N], c [B, R], slots [B], lengths [B],
+        indices [B, W]) -> o [B, H, V]; its `latent` after the steps
+    """
+    from impl.graph import MLAAbsorbedStep
+    return MLAAbsorbedStep(_attend_output, w, latent, max_batch, width)
+
+
+def _attend_output(w: MLAWeights, q, latent, idx, lengths):
+    """`attend`'s output alone: o [B, S, H, V]."""
+    return attend(w, q, latent, idx, lengths)[0]
+
+
 def expanded(w: MLAWeights, q, latent, indices, lengths=None):
     """The baseline form: kv_b_proj over every cached latent, dense masked softmax; oracle.mla.expanded.
 

@@ -32,6 +32,10 @@ KDA_FUNCTIONS = FUNCTIONS["kda"]
 # may bring them; one it lacks is NEVER filled in from the fallback (compose hides ours), and the checks
 # calling it (Check.optional) are NOT RUN for it, "not covered (not provided)", said before any example
 OPTIONAL_FUNCTIONS = {"dsa": ("index_paged",), "mla": ("absorbed_paged",)}
+# CUDA-graph decode steps (docs/candidates.md section 15, impl/graph.py): a step object captured once over
+# persistent buffers and replayed with each step's metadata copied in; optional like the paged functions
+GRAPH_STEPS = {"kda": ("decode_graph",), "mla": ("absorbed_graph",)}
+OPTIONAL_FUNCTIONS.update({m: OPTIONAL_FUNCTIONS.get(m, ()) + fs for m, fs in GRAPH_STEPS.items()})
 
 # a serving engine class (Implementation.serving): constructed over a model, it must hold the state
 # machine's operations (impl/serving.py Engine; invariants/serving_checks.py drives them)

@@ -33,6 +33,8 @@ GATED = {
     "dsa_paged": ("Candidate", {"dsa.index_paged": ("pass", ["dsa.index_paged"]),
                                 "dsa.index": ("not covered", [])}),
     "mla_head_first": ("Candidate", {"mla.absorbed": ("pass", ["mla.absorbed"])}),
+    # section 15: a decode and the optional decode_graph (our persistent-buffer step over it)
+    "kda_graph_step": ("Candidate", {"kda.graph_replay": ("pass", ["kda.decode_graph"])}),
     "mhc_mix_matrix": ("Candidate", {"mhc.write_back": ("pass", ["mhc.write_back"])}),
     "moe_gemm_only": ("Candidate", {"moe.forward": ("pass", ["moe.experts"])}),
     "nvfp4_vendor_layout": ("Candidate", {"nvfp4.quantize": ("pass", ["nvfp4.quantize"]),

@@ -58,6 +58,8 @@ ROWS = [
     ("mla_paged_mine:TableStride", {"mla.absorbed_paged": "fail"}, {"mla.absorbed_paged": "absorbed_paged.output"}),
     ("dsa_mine:Rows", {"dsa.index": "pass", "dsa.index_paged": "not run"},
      {"dsa.index_paged": "not covered (not provided)"}),
+    # no decode_graph (an optional function: CUDA-graph decode steps): not run, ours never stands in
+    ("kda_mine:Candidate", {"kda.graph_replay": "not run"}, {"kda.graph_replay": "not covered (not provided)"}),
     # a paged indexer (docs/candidates.md section 13) and the same one reading a page past its row
     ("dsa_paged_mine:Paged", {"dsa.index_paged": "pass", "dsa.index": "not covered"}, {}),
     ("dsa_paged_mine:PagePastRow", {"dsa.index_paged": "fail"}, {"dsa.index_paged": "index_paged.selection"}),

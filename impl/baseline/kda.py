@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from impl.graph import KDADecodeStep, capturing
 from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
@@ -50,6 +51,9 @@ def offsets(cu_seqlens) -> list[int]:
 def check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
     """Shapes (oracle.types.core_shapes) and NaN-free gates, as the oracle: returns (B, T, H, K, V, n)."""
     B, T, H, K, V, n, _ = core_shapes(q, k, v, g, beta, state, cu_seqlens)
+    if capturing():
+        # a CUDA-graph capture reads no value back (impl/graph.py): the eager call of the step refuses NaN
+        return B, T, H, K, V, n
     # as the oracle: a NaN gate is refused; NaN in q/k/v/state propagates inside its document
     for name, a in (("g", g), ("beta", beta)):
         if torch.isnan(a).any():
@@ -315,6 +319,10 @@ class TorchKDA:
         q, k, v, g, beta = self.core_inputs(w, c, f[:, None], b[:, None])
         o, M = self.recurrent(q, k, v, g, beta, state.recurrent)
         return o[:, 0].to(z.dtype), KDAState(M, conv_state)
+
+    def decode_graph(self, w: KDAWeights, pool: KDAState, max_batch: int):
+        """impl.kda.decode_graph over this namespace's `decode`: a KDADecodeStep (impl/graph.py)."""
+        return KDADecodeStep(self, w, pool, max_batch)
 
     def zero_state(self, w: KDAWeights, batch: int, *, dtype=None, device=None) -> KDAState:
         """oracle.kda.zero_state: recurrent float32 (float64 for float64), conv in `dtype`.

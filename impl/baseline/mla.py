@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from impl.baseline.dsa import TorchDSA, check_indices, check_paged, compute_dtype, gather_rows, selection_mask
+from impl.graph import MLAAbsorbedStep
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -142,6 +143,15 @@ class TorchMLA:
             raise ValueError(f"indices: entry [{b}, {s}, {j}] = {int(idx[b, s, j])} outside [-1, lengths[{b}] = "
                              f"{int(ln[b])})")
         return self.absorbed(w, q, latent, indices)
+
+    def absorbed_graph(self, w: MLAWeights, latent, max_batch: int, width: int):
+        """impl.mla.absorbed_graph over this namespace's `absorbed` (its selection bounds all the lengths
+        say: a row's positions past its length are never selected): an MLAAbsorbedStep (impl/graph.py)."""
+        return MLAAbsorbedStep(self._attend_rows, w, latent, max_batch, width)
+
+    def _attend_rows(self, w: MLAWeights, q, latent, indices, lengths):
+        """`absorbed`'s output for a graph step (impl/graph.py): no selection reaches past its row's length."""
+        return self.absorbed(w, q, latent, indices)[0]
 
     def _table_rows(self, block_table):
         """The block-table row each batch row reads its pages through: its own."""

@@ -8,6 +8,7 @@ import triton
 
 import impl.kda as ik
 from impl.baseline.kda import TorchKDA, compute_dtype
+from impl.graph import KDADecodeStep
 from impl.mutants.catalogue import mutant
 from oracle.types import KDAState
 
@@ -183,6 +184,7 @@ class TritonKDA:
     decode = staticmethod(ik.decode)
     sublayer = staticmethod(ik.sublayer)
     BATCH_INVARIANT = ik.BATCH_INVARIANT
+    decode_graph = staticmethod(ik.decode_graph)
 
 
 # float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
@@ -228,3 +230,36 @@ class SegmentsFromBatch(TritonKDA):
         bv, nseg, _ = ik._state_config(q.device, q.shape[2] * q.shape[0], triton.cdiv(q.shape[1], ik.CHUNK),
                                        q.shape[3], v.shape[3])
         return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, bv=bv, nseg=nseg)
+
+
+# ---------------------------------------------------------------- CUDA-graph replay (kda.graph_replay)
+# Each planted bug lives in the engine's captured step (impl/graph.py), never in a kernel: its eager steps
+# are right, and every other check runs the torch baseline unchanged.
+
+
+class _LiveRowsAtCapture(KDADecodeStep):
+    def _sizes(self, values):
+        # skips writing back padding rows by a host-side count: a captured step keeps its capture's
+        return {"rows": values["slots"].shape[0]}
+
+
+class _PaddingKeepsSlots(KDADecodeStep):
+    def _put(self, bufs, name, value):
+        # only the live rows are copied in: the rows past them keep what the last step left there
+        bufs[name][:value.shape[0]].copy_(value)
+
+
+@mutant("kda.graph_replay", "vs_eager")
+class GraphLiveRowsAtCapture(TorchKDA):
+    """The captured decode step writes back only as many rows as were live at capture, so requests joining later keep a stale state (vllm #34874; capture-time host values, InfiniLM #540)."""
+
+    def decode_graph(self, w, pool, max_batch):
+        return _LiveRowsAtCapture(self, w, pool, max_batch)
+
+
+@mutant("kda.graph_replay", "vs_eager")
+class GraphPaddingKeepsSlots(TorchKDA):
+    """Before a replay only the live rows' inputs and slots are copied in: padding rows keep those of requests that left and advance their states again (vllm #34874; padded graph rows on live slots, rvllm #32)."""
+
+    def decode_graph(self, w, pool, max_batch):
+        return _PaddingKeepsSlots(self, w, pool, max_batch)

@@ -6,6 +6,8 @@ import torch
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
 from impl.mutants.catalogue import flip_last_bits, mutant
+from impl.graph import MLAAbsorbedStep
+from impl.mutants.catalogue import mutant
 
 
 @mutant("mla.absorbed", "output")
@@ -72,3 +74,40 @@ class MlaSplitPartialsRaced(TorchMLA):
     def absorbed(self, w, q, latent, indices):
         o, s = super().absorbed(w, q, latent, indices)
         return flip_last_bits(o), s
+
+
+# ---------------------------------------------------------------- CUDA-graph replay (mla.graph_replay)
+# Each planted bug lives in the engine's captured step (impl/graph.py), never in a kernel: its eager steps
+# are right, and every other check runs the torch baseline unchanged.
+
+
+class _LengthsRebound(MLAAbsorbedStep):
+    def _put(self, bufs, name, value):
+        if name != "lengths":
+            return super()._put(bufs, name, value)
+        # a fresh tensor takes the buffer's place in the metadata: the captured step still reads the old one
+        fresh = self._pad[name].clone()
+        fresh[:value.shape[0]] = value
+        bufs[name] = fresh
+
+
+class _WidthAtCapture(MLAAbsorbedStep):
+    def _sizes(self, values):
+        # attends only the columns the widest row uses, by a host-side count: a captured step keeps its capture's
+        return {"width": max(1, int((values["indices"] >= 0).sum(1).max()))}
+
+
+@mutant("mla.graph_replay", "vs_eager")
+class MlaGraphLengthsRebound(TorchMLA):
+    """Before a replay the cache lengths are bound to a fresh tensor instead of copied into the captured buffer, so the replay writes and reads by its capture's lengths (vllm #34874)."""
+
+    def absorbed_graph(self, w, latent, max_batch, width):
+        return _LengthsRebound(self._attend_rows, w, latent, max_batch, width)
+
+
+@mutant("mla.graph_replay", "vs_eager")
+class MlaGraphWidthAtCapture(TorchMLA):
+    """The captured step attends only as many selection columns as the widest row used at capture, so wider selections later lose their last positions (vllm #34874; capture-time host values, InfiniLM #540)."""
+
+    def absorbed_graph(self, w, latent, max_batch, width):
+        return _WidthAtCapture(self._attend_rows, w, latent, max_batch, width)
