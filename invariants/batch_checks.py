@@ -371,7 +371,11 @@ CHECKS = (
           examples=(KDABatchCase(K0, "chunked", "rows", (70, 70), 1, True, "gate_high", 0),
                     KDABatchCase(K0, "chunked", "packed", (70, 1, 0), 0, True, "gate_high", 1),
                     KDABatchCase(K0, "decode", "rows", (1, 1, 1), 2, False, "normal", 2),
-                    KDABatchCase(K0, "sublayer", "padded", (9, 66), 0, False, "normal", 3)), cpu_examples=1),
+                    KDABatchCase(K0, "sublayer", "padded", (9, 66), 0, False, "normal", 3)), cpu_examples=1,
+          # a GPU segments a lone row of >= 32 chunks when few programs run: at H = 16, K = 64 a row of 4096
+          # tokens alone takes 4 segments, and a batch rule (programs counted over 4 rows) would take 1
+          gpu_examples=(KDABatchCase(K0._replace(heads=16, head_dim=64), "chunked", "rows", (4096,) * 4, 1, True,
+                                     "gate_high", 5),)),
     Check("dsa.batch", "dsa", DSABatchCase, dsa_batch_cases, run_dsa_batch,
           "a row's indexer rows, pool scores and selection alone == among left-padded companions",
           examples=(DSABatchCase(D0, (13, 30, 5), 0, 5, "none", "normal", 0),
