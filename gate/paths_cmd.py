@@ -69,22 +69,26 @@ def summary(cov, ran: set) -> dict:
 
 
 def report(cov, ran: set, console) -> None:
-    """The path table and one summary line."""
+    """The paths of every kernel the run launched (a table) and one summary line."""
     from rich.table import Table
 
-    from invariants.kernel_paths import PATHS
+    from invariants.kernel_paths import KERNELS, PATHS
 
     s = summary(cov, ran)
-    t = Table(title="kernel paths reached by this run (invariants/kernel_paths.py)")
+    t = Table(title="kernel paths of the kernels this run launched (invariants/kernel_paths.py)")
     for col in ("kernel", "path", "launches", "reached on the CPU by (ci)"):
         t.add_column(col, overflow="fold")
     for p, row in zip(PATHS, s["paths"]):
+        if not cov.launches[p.kernel]:
+            continue
         n = row["launches"]
         mark = str(n) if n else ("[bold red]0[/]" if ran & set(p.by) else "0")
         t.add_row(p.kernel, p.name, mark, ", ".join(p.by) or f"[dim]not on the CPU: {p.why}[/]")
     console.print(t)
+    idle = [k for k in KERNELS if not cov.launches[k]]
     console.print(f"kernel paths: {s['reached']} of {s['declared']} reached; {sum(s['launches'].values())} launches "
-                  f"of {len(s['launches'])} kernels", markup=False)
+                  f"of {len(s['launches'])} kernels" + (f"; not launched: {', '.join(idle)}" if idle else ""),
+                  markup=False)
     if s["missed"]:
         console.print("  not reached, though a check that declares it ran (expected under the ci profile on the "
                       "CPU):\n    " + "\n    ".join(s["missed"]), markup=False)

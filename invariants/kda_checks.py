@@ -498,8 +498,9 @@ CHECKS = (
           examples=(CoreCase(2, 8, 1, 64, None, False, "normal", 0),
                     CoreCase(2, 8, 2, 129, None, True, "gate_high", 2),
                     CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3),
-                    # one head over 3 chunks: the interpreter cuts it into 3 segments, combined from zero
-                    CoreCase(1, 16, 1, 140, None, False, "normal", 4))),
+                    # one head over 3 chunks: the interpreter cuts it into 3 segments, combined from zero;
+                    # head dim 32 spans two K tiles of the interpreter's 16
+                    CoreCase(1, 32, 1, 140, None, False, "normal", 4))),
     Check("kda.causal", "kda", CausalCase, causal_cases, run_causal,
           "bitwise causality: outputs before a cut and the states settled by then do not change when "
           "only later g, k, v, beta or q do (chunked and recurrent)",
