@@ -223,9 +223,9 @@ CHECKS = (
           examples=(IndexCase(G0, 2, 13, 13, (0, 2), "none", "normal", 0),
                     IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1),
                     # one decode row, 259 slots in 8 splits of 33 (3 blocks each): every split full, then
-                    # splits 4-8 empty (the combine's empty-split and last-split cases, the online rescale)
+                    # splits 2-8 empty (the combine's last-split and empty-split cases, the online rescale)
                     IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 280, 1, (0,), "none", "normal", 2),
-                    IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 100, 1, (0,), "none", "normal", 3))),
+                    IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 24, 1, (0,), "none", "normal", 3))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),
