@@ -168,7 +168,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     if NC_total:
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)), BV=_tile(min(triton.next_power_of_2(V), 64)),
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)),
             IS_VARLEN=varlen, PRECISION=precision, INV_MERGE=inv_merge, ANCHOR=anchor, num_warps=intra_warps or 4,
         )
 

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-import impl  # (selects the interpreter on CPU-only machines before triton runs a kernel)
+import impl  # selects the interpreter on CPU-only machines before triton runs a kernel
 from impl.kernels.mhc import mhc_coeff_fwd_kernel, mhc_write_back_fwd_kernel
 from oracle.types import MHCWeights
 
