@@ -310,7 +310,7 @@ def _exit_code(results, require_reference: bool) -> int:
 
 def cmd_run(args) -> int:
     from gate.failures_cmd import load_replays, open_store
-    from gate.merge_gate import provided_checks
+    from gate import merge_gate, paths_cmd
 
     if args.list:
         from gate.list_cmd import list_checks
@@ -334,7 +334,7 @@ def cmd_run(args) -> int:
     console = _rich(stderr=args.json == "-")
     console.print(f"glmgate run: impl={cand.impl.name} device={args.device} dtype={dtype} "
                   f"geometry={args.config or args.geometry} profile={profile}")
-    checks, unprovided = provided_checks(checks, cand.impl, console)
+    checks, unprovided = merge_gate.provided_checks(checks, cand.impl, console)
     store = open_store(args)
     replays = load_replays(store, checks, console)
     results, interrupted = list(unprovided), False
@@ -351,7 +351,7 @@ def cmd_run(args) -> int:
         results += _interrupted_rows(checks, reference, results)
     meta = {"impl": cand.impl.name, "device": args.device, "dtype": dtype, "profile": profile,
             "seed": args.seed, "examples": args.examples, "interrupted": interrupted,
-            "failures": store and str(store.directory)}
+            "failures": store and str(store.directory), **paths_cmd.meta(args)}
     try:
         _report(results, args, console)
     finally:
@@ -458,7 +458,7 @@ def cmd_kernels(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gate import failures_cmd, warmup
+    from gate import failures_cmd, paths_cmd, warmup
 
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--list", action="store_true", help="print every check (name, case type, pinned examples, "
                                                        "CPU example cap, what it holds) and exit")
     failures_cmd.add_store_flags(r)
-    r.set_defaults(fn=cmd_run)
+    paths_cmd.add_flags(r, cmd_run)
 
     rp = sub.add_parser("repro", help="re-run one shrunk failure from its JSON")
     rp.add_argument("scenario", help="the JSON printed after `glmgate repro` by a failure")

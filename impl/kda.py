@@ -40,6 +40,14 @@ _SELF = sys.modules[__name__]
 BATCH_INVARIANT = ("chunked", "recurrent", "decode")
 SUB_CHUNK = 16
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# the widest K / V tile under the interpreter: the head dims the CPU can afford (<= 32) then span two
+# tiles, so the loops over K and V tiles run more than once there too (invariants/kernel_paths.py)
+INTERPRETER_TILE = 16
+
+
+def _tile(gpu: int) -> int:
+    """A K / V tile bound: `gpu` on a device, at most INTERPRETER_TILE under the interpreter."""
+    return min(gpu, INTERPRETER_TILE) if interpreted() else gpu
 
 
 # ----------------------------------------------------------------------------- validation
@@ -166,9 +174,9 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     if NC_total:
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=min(BK, intra_bk), BV=min(triton.next_power_of_2(V), 64),
-            IS_VARLEN=varlen, PRECISION=precision, INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64,
-            num_warps=intra_warps or 4,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, num_warps=intra_warps or 4,
         )
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
@@ -233,7 +241,7 @@ def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
     final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32)
     cu = cu_seqlens.to(device=q.device, dtype=torch.int64).contiguous() if cu_seqlens is not None else None
     BK = triton.next_power_of_2(max(K, 16))
-    BV = min(32, triton.next_power_of_2(max(V, 16)))
+    BV = _tile(min(32, triton.next_power_of_2(max(V, 16))))
     kda_recurrent_fused_fwd_kernel[(triton.cdiv(V, BV), N * H)](
         q, k, v, g, beta, o, state.contiguous() if state is not None else None, final, cu, T,
         H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=state is not None, IS_VARLEN=cu is not None,
@@ -285,7 +293,7 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     kda_decode_fused_fwd_kernel[(H, B)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
         c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
-        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=bv or min(64, triton.next_power_of_2(K)),
+        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=bv or _tile(min(64, triton.next_power_of_2(K))),
         BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
         USE_LOWER_BOUND=lb is not None, num_warps=num_warps or 4,
     )

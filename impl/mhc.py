@@ -18,14 +18,15 @@ import torch
 import triton
 import triton.language as tl
 
-import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+import impl  # selects the interpreter on CPU-only machines before triton runs a kernel
 from impl.kernels.mhc import mhc_coeff_fwd_kernel, mhc_write_back_fwd_kernel
 from oracle.types import MHCWeights
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-# the fn tile of one K-block is [BN, BN, BK] floats in registers
-_BK_MAX = 256
-_BD_MAX = 256
+# the fn tile of one K-block is [BN, BN, BK] floats in registers; the interpreter's blocks are narrower,
+# so the CPU's sizes (N·D <= 192, D <= 48) span two K-blocks and two D-blocks (invariants/kernel_paths.py)
+_BK_MAX = 64 if impl.interpreted() else 256
+_BD_MAX = 32 if impl.interpreted() else 256
 # bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): one program per token,
 # tiles from N and D only. collapse and reduce are torch reductions, whose launch shape follows the
 # number of tokens on a GPU: not claimed

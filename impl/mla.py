@@ -117,13 +117,17 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     """Selection splits for flash-decoding, from the H200 sweep (bench_mla --sweep, H=64, 2051 rows,
     NOTES.md): >= 128 query rows: none; >= 16 rows: 2; fewer: enough programs for four waves of the SMs,
-    each split at least 2 blocks of BW entries (B=1: 16 splits)."""
-    if interpreted() or device.type != "cuda":
+    each split at least 2 blocks of BW entries (B=1: 16 splits); never more splits than blocks (a split
+    of less than one block only adds a merge).
+
+    The interpreter splits as a 4-SM device would (num_sms): the split kernel and its combine run on
+    the CPU too (invariants/kernel_paths.py); plain torch on a CPU never launches a kernel."""
+    if device.type != "cuda" and not interpreted():
         return 1
     if rows >= 128:
         return 1
     if rows >= 16:
-        return 2
+        return max(1, min(2, triton.cdiv(W, BW)))
     sms = num_sms(device)
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
@@ -211,7 +215,7 @@ def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: boo
         no position twice in a row);  lengths: [B] per-row cache lengths (decode with ragged caches:
         row b's cache is latent[b, :lengths[b]]), None = T for every row;
         return_scores: also compute the [B, S, H, T] scores (a dense torch pass, for tests only);
-        splits: flash-decoding selection splits (None: chosen from the SM count; 1 on the interpreter)
+        splits: flash-decoding selection splits (None: chosen from the SM count; the interpreter counts 4)
     Returns:
         o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection) when
         return_scores, else None: the kernel never materialises them

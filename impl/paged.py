@@ -69,7 +69,8 @@ def gather(pages, block_table, page_size: int, lengths, left: bool):
     out = torch.empty((B, T) + tail, dtype=src.dtype, device=pages.device)
     if out.numel():
         BT = 16 if interpreted() else 64
-        BF = min(triton.next_power_of_2(max(F, 16)), 256)
+        # the interpreter's feature block is narrower: the indexer rows (2K + 1 = 17 wide) span two there
+        BF = min(triton.next_power_of_2(max(F, 16)), 16 if interpreted() else 256)
         paged_gather_fwd_kernel[(triton.cdiv(T, BT), B)](
             src.contiguous(), block_table, lengths, offsets, out, T, block_table.shape[1], F,
             PAGE=page_size, BT=BT, BF=BF, num_warps=4)

@@ -222,7 +222,11 @@ CHECKS = (
           "sparse absorbed attention over a selection vs the oracle (baseline: expanded form); wide "
           "selections (topk 256) that a GPU splits across programs",
           examples=(IndexCase(G0, 2, 13, 13, (0, 2), "none", "normal", 0),
-                    IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1)),
+                    IndexCase(G0, 1, 65, 1, (0,), "none", "normal", 1),
+                    # one decode row, 259 slots in 8 splits of 33 (3 blocks each): every split full, then
+                    # splits 2-8 empty (the combine's last-split and empty-split cases, the online rescale)
+                    IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 280, 1, (0,), "none", "normal", 2),
+                    IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 24, 1, (0,), "none", "normal", 3)),
           # 2051 selected rows of the released geometry: 33 blocks of the online softmax, split across programs
           gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
                         IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21))),

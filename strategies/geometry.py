@@ -89,12 +89,20 @@ class DSAGeometry(NamedTuple):
         return self.topk + self.kpool - 1
 
 
+# a selection narrower than this many slots fits one block of the sparse MLA kernel on the interpreter
+# (16 slots, impl/mla.py): such a base also draws topk doubled, whose selections span two blocks
+NARROW_SELECTION = 32
+
+
 def dsa_geometries(base, *, vary: Optional[bool] = None) -> st.SearchStrategy[DSAGeometry]:
     """The base geometry's DSA dims, or (when `vary`, default VARY_SHAPES) pool sizes around it (every
-    divisor of topk up to 8: kpool 1 has no tail, kpool = topk picks one pool)."""
+    divisor of topk up to 8: kpool 1 has no tail, kpool = topk picks one pool) and, for a narrow
+    selection (the tiny preset's topk 8), topk doubled: the online softmax then sees a second block."""
     g0 = DSAGeometry.from_geometry(base)
     if not _vary(vary):
         return st.just(g0)
     # the base pool size first: shrinking moves towards the checkpoint's kpool, not towards kpool 1
     kpools = [g0.kpool] + [p for p in (2, 8, 1) if p != g0.kpool and g0.topk % p == 0]
-    return st.sampled_from(kpools).map(lambda p: g0._replace(kpool=p))
+    topks = [g0.topk] + ([2 * g0.topk] if g0.slots < NARROW_SELECTION else [])
+    return st.tuples(st.sampled_from(kpools), st.sampled_from(topks)).map(
+        lambda pt: g0._replace(kpool=pt[0], topk=pt[1]))

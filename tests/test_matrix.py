@@ -6,6 +6,10 @@ tl.dot) under the bf16 entries. Both run the record through the engine `glmgate 
 (invariants/engine.py): its pinned examples first, then the Hypothesis profile's draws (capped on the
 CPU by the record's `cpu_examples`); the first failure is shrunk and reported with its repro line.
 A new record is a new test here with no edit to this file.
+
+On the CPU every kernel launch is also judged against the declared kernel paths
+(invariants/kernel_paths.py): under the derandomized `ci` profile a check must reach every path that
+names it (its `by`), or the test fails naming the paths its examples no longer reach.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import pytest
 import torch
 
 from impl import registry
+from invariants import kernel_paths
 from invariants.engine import run_check
 from invariants.matrix import CHECKS
 from invariants.profiles import default_profile
@@ -36,7 +41,14 @@ def _holds(check, device: str, dtype: torch.dtype, profile: str, max_examples=No
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.name)
 def test_check_holds_in_float32_on_the_interpreter(check):
-    _holds(check, "cpu", torch.float32, default_profile())
+    profile = default_profile()
+    with kernel_paths.recording() as cov:
+        _holds(check, "cpu", torch.float32, profile)
+    # the table's claims are the ci draws': a random profile may miss a path by chance
+    if profile == "ci":
+        missed = kernel_paths.missing(cov, check.name)
+        assert not missed, (f"{check.name}: its ci examples no longer reach these kernel paths, which "
+                            f"invariants/kernel_paths.py says they reach:\n{kernel_paths.describe(missed)}")
 
 
 @pytest.mark.gpu

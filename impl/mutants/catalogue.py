@@ -1,8 +1,12 @@
-"""The mutant record, the table, the `@mutant` decorator that fills it and its validation."""
+"""The mutant record, the table, the `@mutant` decorator that fills it and its validation, and
+`kernel_edited`: the product's kernel with one planted source edit, for mutants of a kernel's own code."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import inspect
+import linecache
 import re
 from typing import Callable, Iterable, Optional
 
@@ -152,3 +156,33 @@ def get(name: str) -> Mutant:
         return MUTANTS[name]
     except (KeyError, TypeError):
         raise KeyError(f"unknown mutant {name!r}: expected one of {sorted(MUTANTS)}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _edited(kernel, old: str, new: str):
+    """A new @triton.jit kernel: `kernel`'s own source with the text `old` (found exactly once) replaced."""
+    src = inspect.getsource(kernel.fn)
+    name = kernel.fn.__name__
+    if src.count(old) != 1:
+        raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its source, "
+                         f"expected once (the kernel changed: update the mutant)")
+    src = src.replace(old, new)
+    # triton reads a kernel's source back through inspect: register the edited text under its own name
+    filename = f"<{name} with a planted edit {len(linecache.cache)}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    scope = dict(kernel.fn.__globals__)
+    exec(compile(src, filename, "exec"), scope)
+    return scope[name]
+
+
+@contextlib.contextmanager
+def kernel_edited(module, name: str, old: str, new: str):
+    """Within the block, `module`'s kernel `name` (what its host wrappers launch) is a copy whose source
+    has the text `old` replaced by `new`: a kernel mutant is the product's wrapper launching the product's
+    kernel with one planted edit, so the bug sits in the code path that ships."""
+    kernel = getattr(module, name)
+    setattr(module, name, _edited(kernel, old, new))
+    try:
+        yield
+    finally:
+        setattr(module, name, kernel)

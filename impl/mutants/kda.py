@@ -9,7 +9,7 @@ import triton
 import impl.kda as ik
 from impl.baseline.kda import TorchKDA, compute_dtype
 from impl.graph import KDADecodeStep
-from impl.mutants.catalogue import mutant
+from impl.mutants.catalogue import kernel_edited, mutant
 from oracle.types import KDAState
 
 # (same-width integer view, the bit an unordered reduction leaves nondeterministic): the last one of
@@ -263,3 +263,14 @@ class GraphPaddingKeepsSlots(TorchKDA):
 
     def decode_graph(self, w, pool, max_batch):
         return _PaddingKeepsSlots(self, w, pool, max_batch)
+
+
+# reachable on the CPU since the interpreter's K tile is 16 (impl/kda.py INTERPRETER_TILE): head dim 32 spans two
+@mutant("kda.chunked", "output", base="triton")
+class IntraKTilesNotAccumulated(TritonKDA):
+    """The intra-chunk kernel restarts the kk and qk products at every K tile, so only the head dim's last tile counts (the head dim cut to one tile: triton-lang/triton #621)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "b_gc, b_A, b_Aqk, 0, BT",
+                           "b_gc, b_A * 0., b_Aqk * 0., 0, BT"):
+            return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)

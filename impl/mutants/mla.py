@@ -1,13 +1,14 @@
-"""MLA mutants: each a TorchMLA (impl/baseline/mla.py) overriding ONE small method."""
+"""MLA mutants: each a TorchMLA (impl/baseline/mla.py) overriding ONE small method, or (a kernel mutant)
+a TritonMLA whose `absorbed` launches our sparse kernel with one planted source edit."""
 from __future__ import annotations
 
 import torch
 
+from impl import mla as im
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
-from impl.mutants.catalogue import flip_last_bits, mutant
 from impl.graph import MLAAbsorbedStep
-from impl.mutants.catalogue import mutant
+from impl.mutants.catalogue import flip_last_bits, kernel_edited, mutant
 
 
 @mutant("mla.absorbed", "output")
@@ -111,3 +112,44 @@ class MlaGraphWidthAtCapture(TorchMLA):
 
     def absorbed_graph(self, w, latent, max_batch, width):
         return _WidthAtCapture(self._attend_rows, w, latent, max_batch, width)
+
+
+class TritonMLA:
+    """Our Triton mla namespace (impl/mla.py) as a class: the base of mutants that plant one edit in a kernel
+    its `absorbed` launches, so the bug is in the kernel the product runs, not in a torch re-implementation."""
+
+    project = staticmethod(im.project)
+    absorbed = staticmethod(im.absorbed)
+    absorbed_paged = staticmethod(im.absorbed_paged)
+    expanded = staticmethod(im.expanded)
+    sublayer = staticmethod(im.sublayer)
+
+
+# the split path runs on the CPU since the interpreter splits as a 4-SM device (impl/mla.py _splits): before
+# that these three kernel mutants (and anything else wrong in the split path) escaped every CPU check
+@mutant("mla.absorbed", "output", base="triton")
+class MlaSplitEmptyLseZero(TritonMLA):
+    """A selection split with no valid entry writes log-sum-exp 0, not -inf, so the combine weighs its zero output in (ROCm/aiter #3641)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "1.)), float(\"-inf\"))", "1.)), 0.)"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaCombineDropsLastSplit(TritonMLA):
+    """The split-KV combine merges one split fewer than the kernel wrote, dropping the last (a stale split count: NVIDIA/recsys-examples #379)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_combine_kernel", "for j in range(0, NS):", "for j in range(0, NS - 1):"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaOnlineSoftmaxNoRescale(TritonMLA):
+    """The online softmax's correction factor is exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight (paiml/aprender #2753)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "b_alpha = tl.exp(b_m - b_mn)",
+                           "b_alpha = tl.exp(b_mn - b_mn)"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
