@@ -18,7 +18,7 @@ reallocation). What keeps a fresh request clean is its first forward, which star
 its slot holds (`has_initial_state` false: no tokens covered yet) and then writes into the slot.
 
 The small hooks `_restore`, `_fork_state`, `_slot`, `_prefix_state`, `_pad`, `_initial_state` and
-`_forward_packed` are what the serving mutants (impl/mutants/serving.py) override, one each.
+`_forward_packed` are what the serving mutants (impl/mutants/serving.py) override, one hook each.
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ def _cold(history: tuple):
 def _decodes(history: tuple, tokens: tuple) -> np.ndarray:
     """Logits [len(tokens), V] of the oracle decoding `tokens` ONE AT A TIME after a cold run over
     `history`: what a verify row's positions must equal (never-speculated single-token decodes)."""
-    _, state = _cold(history)
+    state = _cold(history)[1] if history else None          # a fork of a request that fed nothing yet
     rows = []
     for t in tokens:
         logits, state = oracle_model().forward(np.asarray([[t]]), state=state)
@@ -320,7 +320,7 @@ class _Run:
             self.all(lambda e, rid=rid, a=a: e.accept(rid, a))
         self.verified = set(accepts)
 
-    def reorder(self, spec, pick, where):
+    def reorder(self, spec, pick, *, where):
         """The same rows in a permuted order: the oracle's per-request results equal the drawn order's."""
         rows = self.rows(spec)
         if not rows:
@@ -445,7 +445,10 @@ def _fill_nan(state) -> bool:
     for e in state.layers:
         if isinstance(e, KDAState):
             for a in e:
-                a.fill(np.nan) if isinstance(a, np.ndarray) else a.fill_(float("nan"))
+                if isinstance(a, np.ndarray):
+                    a.fill(np.nan)
+                else:
+                    a.fill_(float("nan"))
             filled = True
     return filled
 
@@ -456,9 +459,7 @@ def run_state_machine(case: ServingCase, cand: Target, base: Target) -> list:
     for k, op in enumerate(case.ops):
         kind, args = op[0], list(op[1:])
         where = f"after op {k} ({kind})"
-        if kind == "reorder":
-            args.append(where)
-        getattr(run, kind)(*args, **({"where": where} if kind in ("cancel", "verify") else {}))
+        getattr(run, kind)(*args, **({"where": where} if kind in ("reorder", "cancel", "verify") else {}))
         run.compare(where)
     return run.out
 
