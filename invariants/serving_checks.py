@@ -137,8 +137,11 @@ _prompts = st.lists(_tokens, min_size=1, max_size=MAX_PROMPT)
 _live = st.integers(0, 7)                       # a live request by position (modulo the live count)
 _rows = st.lists(st.tuples(_live, st.integers(0, 4), st.lists(_tokens, max_size=2)), min_size=1,
                  max_size=MAX_ROWS)
-# a verify op's rows: as _rows, tokens up to 1 + MAX_DRAFT, and the drafts to accept
-_vrows = st.lists(st.tuples(_live, st.integers(0, 4), st.lists(_tokens, max_size=MAX_DRAFT + 1),
+# a verify op's rows: as _rows, then the drafts to accept; a row's tokens are a verify row's (the last
+# sampled token and 1..MAX_DRAFT drafts: the branch it shrinks to) or a decode row's (0 or 1 token)
+_vrows = st.lists(st.tuples(_live, st.integers(0, 4),
+                            st.one_of(st.lists(_tokens, min_size=2, max_size=MAX_DRAFT + 1),
+                                      st.lists(_tokens, max_size=1)),
                             st.integers(0, MAX_DRAFT)), min_size=1, max_size=MAX_ROWS)
 OPS = {
     "admit": st.tuples(st.just("admit"), _prompts),
@@ -216,13 +219,16 @@ class _Run:
     def rows(self, spec, accepts=None) -> list:
         """Distinct live requests with a prefill chunk (pending prompt) or decode tokens (a row may be
         empty); with `accepts` (a verify op), a row of 2+ tokens on a prefilled request is a verify row,
-        and accepts[rid] the drafts it keeps: min(a, k)."""
+        and accepts[rid] the drafts it keeps: min(a, k); there a request with its prompt pending and a
+        chunk length 0 has its prefill finished first (in a forward of its own) to join as a decode-phase row."""
         rows, seen = [], set()
         for i, n, toks, *a in spec:
             rid = self.live(i)
             if rid is None or rid in seen:
                 continue
             seen.add(rid)
+            if accepts is not None and n == 0:
+                self.finish_prefill(rid)
             pending = self.oracle.requests[rid].prompt
             if pending:
                 rows.append((rid, pending[:min(n, len(pending))]))
