@@ -19,11 +19,13 @@ torch baseline's (the error scale of the contract). Operations (OPS; a program i
                      {0, 1, k-1, k}); consecutive verify ops are speculate/accept cycles in a row
     reorder rows o   the same rows stepped in the permuted order o
     speculate i d a  draft d, then accept a of them (rollback = restore + replay)
-    fork i s         a new request from request i's state (a prefix-cache hit) with the suffix s of its
-                     prompt still to prefill (empty: none; sglang #29368 ran a short one from zeros)
-    cancel i p x     cancel; a step naming it must be refused and move nothing; p: a fresh request
+    fork i s c       a new request from request i's state (a prefix-cache hit) with the suffix s of its
+                     prompt still to prefill (empty: none; sglang #29368 ran a short one from zeros),
+                     its first c suffix tokens prefilled at once (0: by a later operation)
+    cancel i p x c   cancel; a step naming it must be refused and move nothing; p: a fresh request
                      reusing the id, or None; x: the request's slot is left holding NaN first (an owner
-                     whose state blew up: the next request admitted takes that slot)
+                     whose state blew up: the next request admitted takes that slot); c: the reusing
+                     request's first chunk prefilled at once (c = 1: vllm #51483's one-token first chunk)
 
 Requests are named by their position among the live ones at the time (modulo their count), so a
 program stays valid when the shrinker drops operations. Comparisons after each operation, per live
@@ -153,9 +155,13 @@ OPS = {
     "verify": st.tuples(st.just("verify"), _vrows),
     "reorder": st.tuples(st.just("reorder"), _rows, st.floats(0, 1, exclude_max=True)),
     "speculate": st.tuples(st.just("speculate"), _live, st.lists(_tokens, min_size=1, max_size=3), st.integers(0, 3)),
-    "fork": st.tuples(st.just("fork"), _live, st.lists(_tokens, max_size=3)),
-    "cancel": st.tuples(st.just("cancel"), _live, st.one_of(st.none(), _prompts), st.booleans()),
+    "fork": st.tuples(st.just("fork"), _live, st.lists(_tokens, max_size=3), st.integers(0, 3)),
+    "cancel": st.tuples(st.just("cancel"), _live, st.one_of(st.none(), _prompts), st.booleans(), st.integers(0, 3)),
 }
+# drawn twice as often: the verify, prefix-hit-with-suffix and recycled-slot families each need their
+# operation AND a later one on the same request, which 12 CPU examples of ten-way draws rarely combine
+# (a second, distinct strategy object each: one_of drops repeated ones)
+TWICE = ("verify", "fork", "cancel")
 
 
 @st.composite
@@ -163,7 +169,7 @@ def serving_cases(draw, base=None, *, max_ops: int = MAX_OPS) -> ServingCase:
     """A program: an admit first (most operations need a live request), then up to max_ops - 1
     operations of any kind; `base` is ignored (the serving geometry is fixed: `geometry()`)."""
     first = draw(OPS["admit"])
-    rest = draw(st.lists(st.one_of(*OPS.values()), max_size=max_ops - 1))
+    rest = draw(st.lists(st.one_of(*OPS.values(), *(OPS[k].map(tuple) for k in TWICE)), max_size=max_ops - 1))
     return ServingCase(tuple(_plain(op) for op in [first, *rest]))
 
 
@@ -357,18 +363,21 @@ class _Run:
         self.all(lambda e: e.speculate(rid, draft))
         self.all(lambda e: e.accept(rid, a))
 
-    def fork(self, i, suffix=()):
+    def fork(self, i, suffix=(), chunk=0):
+        """A prefix hit with `suffix` pending; its first `chunk` tokens prefilled at once (0: later)."""
         src = self.live(i)
         if src is not None:
             rid = self.fresh()
             if suffix:
                 label("prefix hit: a suffix shorter than a chunk to prefill")
             self.all(lambda e: e.fork(src, rid, list(suffix)))
+            if suffix and chunk:
+                self.all(lambda e: e.prefill_chunk(rid, chunk))
 
-    def cancel(self, i, reuse, poison=False, *, where):
+    def cancel(self, i, reuse, poison=False, chunk=0, *, where):
         """Cancel (its slot left holding NaN first when `poison`); a step naming the cancelled request
-        is refused before any request moves; maybe a fresh request reuses the id and must start from
-        nothing, whatever the recycled slot it is given holds."""
+        is refused before any request moves; maybe a fresh request reuses the id (and the slot) and must
+        start from nothing, whatever the slot holds: its first `chunk` tokens prefilled at once (0: later)."""
         rid = self.live(i)
         if rid is None:
             return
@@ -391,6 +400,9 @@ class _Run:
             label("cancelled id reused by a fresh request")
             self.all(lambda e: e.admit(rid, reuse))
             _label_slot(self.oracle, rid)
+            if chunk:
+                _label_rows([(rid, reuse[:chunk])], self.oracle)
+                self.all(lambda e: e.prefill_chunk(rid, chunk))
 
 
 def _copy(a) -> np.ndarray:
