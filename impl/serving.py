@@ -6,22 +6,30 @@ persistent slots updated IN PLACE after every forward (DSA caches grow, so they 
 and forks must therefore deep-copy, or later steps of one branch reach the other.
 
 Scenario operations: admit, prefill_chunk, decode, speculate / accept (rollback is restore + replay),
-fork (prefix-cache hit), cancel; `step` advances several requests in ONE packed forward (a flat token
-stream cut by cu_seqlens: prefill chunks, 1-token decode rows, zero-length rows), `admit_padded`
-prefills several new requests as ONE left-padded batch and splits the batch state per request. The
-small `_restore`, `_fork_state`, `_prefix_state`, `_pad` hooks are what the serving mutants
-(impl/mutants/serving.py) override, one each.
+fork (prefix-cache hit, maybe with a suffix still to prefill), cancel; `step` advances several requests
+in ONE packed forward (a flat token stream cut by cu_seqlens: prefill chunks, 1-token decode rows,
+zero-length rows, and speculative VERIFY rows: the last sampled token and k draft tokens, whose logits
+at every position come back, accept() following), `admit_padded` prefills several new requests as ONE
+left-padded batch and splits the batch state per request.
+
+Slots are recycled as vLLM / SGLang state pools recycle them: a cancelled request's KDA buffers go to a
+free list, and the next request admitted takes them back UNCLEARED (vLLM does not zero a state page on
+reallocation). What keeps a fresh request clean is its first forward, which starts from zeros whatever
+its slot holds (`has_initial_state` false: no tokens covered yet) and then writes into the slot.
+
+The small hooks `_restore`, `_fork_state`, `_slot`, `_prefix_state`, `_pad`, `_initial_state` and
+`_forward_packed` are what the serving mutants (impl/mutants/serving.py) override, one hook each.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from oracle.types import KDAState
 
-__all__ = ["Engine", "Request"]
+__all__ = ["Engine", "Request", "Speculation"]
 
 
 def _write(dst, src) -> None:
@@ -39,7 +47,18 @@ class Request:
     state: Any                         # HybridState covering `history`
     history: list                      # tokens the state covers
     logits: Any = None                 # logits row [V] of the last history token (None while empty)
-    spec: Optional[tuple] = None       # (snapshot state, snapshot logits, draft tokens) during speculation
+    spec: Optional["Speculation"] = None   # between speculate() / a verify row of step() and accept()
+    slot: Optional[list] = None        # a recycled slot's KDA buffers (per layer, None on DSA layers), held
+                                       # until the first forward writes into them; never read as state
+
+
+class Speculation(NamedTuple):
+    """An open speculation: what accept() keeps or rolls back."""
+
+    snapshot: Any                      # deep copy of the state before the draft ran
+    logits: Any                        # the logits row before the draft ran
+    tokens: list                       # the tokens run: speculate()'s draft, or a verify row's tokens
+    verified: Any = None               # a verify row's logits at every position [1 + k, V]; None: speculate()
 
 
 class Engine:
@@ -48,6 +67,7 @@ class Engine:
     def __init__(self, model):
         self.model = model
         self.requests: dict = {}
+        self.free_slots: list = []      # freed requests' KDA buffers, reused last-freed first
 
     # ------------------------------------------------------------------ hooks (one per mutant)
 
@@ -69,6 +89,17 @@ class Engine:
         """The state a prefix-cache hit starts from, given the (copied) donor state."""
         return state
 
+    def _initial_state(self, req: Request, n: int):
+        """The state request `req`'s next n tokens run from: its own when it covers tokens, else None
+        (zeros: a first chunk has no initial state, whatever its recycled slot holds)."""
+        return req.state if req.state.seq_len else None
+
+    def _forward_packed(self, ids, cu, states, drafts: list):
+        """ONE packed forward of a step: (logits [T, V], one new state per row). drafts[i]: the draft
+        tokens of row i when it is a verify row (0: a prefill chunk or decode row), which a real engine
+        routes to its decode path; the product runs every row through the same forward."""
+        return self.model.forward_packed(ids, cu, states)
+
     def _pad(self, prompt: list, S: int) -> tuple[list, list]:
         """(ids row, mask row) of `prompt` in a padded batch of width S: LEFT padding (SPEC §3), so
         the pads precede every real token and leave the request's KDA state untouched."""
@@ -84,18 +115,20 @@ class Engine:
             raise KeyError(f"request {rid!r} is not live") from None
 
     def _run(self, req: Request, tokens: Sequence[int]):
-        """Forward `tokens` from req.state; commit the new state in place; return the last logits row."""
+        """Forward `tokens` from req's initial state; commit the new state in place; return the last logits row."""
         ids = np.asarray([list(tokens)], dtype=np.int64)
-        state = None if req.state.seq_len == 0 else req.state
-        logits, new = self.model.forward(ids, state=state)
+        logits, new = self.model.forward(ids, state=self._initial_state(req, len(tokens)))
         self._commit(req, new)
         req.history.extend(int(t) for t in tokens)
         req.logits = logits[0, -1]
         return req.logits
 
     def _commit(self, req: Request, new) -> None:
-        old, layers = req.state, []
-        for o, n in zip(old.layers, new.layers):
+        """req.state = new, its KDA arrays written into the request's slot buffers (its state's, or a
+        recycled slot's before the first forward) in place."""
+        old = req.state.layers if req.state.seq_len or not req.slot else req.slot
+        layers = []
+        for o, n in zip(old, new.layers):
             if isinstance(o, KDAState) and isinstance(n, KDAState) and tuple(o.recurrent.shape) == \
                     tuple(n.recurrent.shape) and tuple(o.conv.shape) == tuple(n.conv.shape):
                 _write(o.recurrent, n.recurrent)          # persistent slot buffers
@@ -103,7 +136,14 @@ class Engine:
                 layers.append(o)
             else:
                 layers.append(n)
-        req.state = type(new)(new.layer_types, layers, new.seq_len)
+        req.state, req.slot = type(new)(new.layer_types, layers, new.seq_len), None
+
+    def _release(self, req: Request) -> None:
+        """Put req's KDA buffers on the free list (the slot a later admit takes back, uncleared)."""
+        held = req.state.layers if req.state.seq_len else (req.slot or [])
+        slot = [e if isinstance(e, KDAState) else None for e in held]
+        if any(e is not None for e in slot):
+            self.free_slots.append(slot)
 
     # ------------------------------------------------------------------ API
 
@@ -112,7 +152,8 @@ class Engine:
             raise ValueError(f"request {rid!r} already live")
         if len(prompt) == 0:
             raise ValueError("empty prompt")
-        self.requests[rid] = Request(rid, [int(t) for t in prompt], self._slot(rid), [])
+        slot = self.free_slots.pop() if self.free_slots else None
+        self.requests[rid] = Request(rid, [int(t) for t in prompt], self._slot(rid), [], slot=slot)
 
     def pending(self, rid) -> int:
         """Prompt tokens not yet prefilled."""
@@ -123,10 +164,12 @@ class Engine:
         req = self._req(rid)
         if req.spec is not None:
             raise RuntimeError("prefill during speculation")
-        chunk, req.prompt = req.prompt[:n], req.prompt[n:]
+        chunk = req.prompt[:n]
         if not chunk:
             return req.logits
-        return self._run(req, chunk)
+        self._run(req, chunk)
+        del req.prompt[:len(chunk)]         # after the forward: the hooks see the chunk still pending
+        return req.logits
 
     def decode(self, rid, token: int):
         req = self._req(rid)
@@ -142,30 +185,49 @@ class Engine:
         snap, logits, n = req.state.snapshot(), req.logits, len(req.history)
         self._run(req, draft_tokens)
         del req.history[n:]                            # the draft is not committed yet
-        req.spec = (snap, logits, [int(t) for t in draft_tokens])
+        req.spec = Speculation(snap, logits, [int(t) for t in draft_tokens])
 
     def accept(self, rid, a: int):
-        """Keep the first a draft tokens: restore the snapshot and replay them."""
+        """Close the open speculation keeping a draft tokens; returns the request's logits row.
+
+        After speculate(): the first a of the draft; rollback restores the snapshot and replays them.
+        After a verify row of step(): its first token (the last sampled one) and its first a drafts;
+        all kept (a = k) keeps the state the verify pass left, else the snapshot is restored and the
+        kept tokens replayed; the logits row is the verify pass's at the last kept position (what the
+        next token is sampled from), not the replay's.
+        """
         req = self._req(rid)
         if req.spec is None:
             raise RuntimeError(f"accept on request {rid!r} without speculation")
-        snap, logits, draft = req.spec
-        if not 0 <= a <= len(draft):
-            raise ValueError(f"accept: a={a} not in [0, {len(draft)}]")
+        snap, logits, tokens, verified = req.spec
+        k = len(tokens) if verified is None else len(tokens) - 1
+        if not 0 <= a <= k:
+            raise ValueError(f"accept: a={a} not in [0, {k}]")
         req.spec = None
-        req.state, req.logits = self._restore(snap, req.state), logits
-        if a:
-            self._run(req, draft[:a])
+        if verified is None:
+            req.state, req.logits = self._restore(snap, req.state), logits
+            if a:
+                self._run(req, tokens[:a])
+            return req.logits
+        if a < k:
+            req.state = self._restore(snap, req.state)
+            self._run(req, tokens[:a + 1])
+        else:
+            req.history.extend(tokens)
+        req.logits = verified[a]
         return req.logits
 
-    def fork(self, src_rid, new_rid) -> None:
-        """Prefix-cache hit: new_rid starts from a copy of src's state and history (no pending prompt)."""
+    def fork(self, src_rid, new_rid, suffix: Sequence[int] = ()) -> None:
+        """Prefix-cache hit: new_rid starts from a copy of src's state and history (what src has fed so
+        far); `suffix`, the rest of its prompt after the cached prefix, is pending (prefill_chunk / step
+        feed it)."""
         src = self._req(src_rid)
         if new_rid in self.requests:
             raise ValueError(f"request {new_rid!r} already live")
         if src.spec is not None:
             raise RuntimeError("fork during speculation")
-        self.requests[new_rid] = Request(new_rid, [], self._prefix_state(self._fork_state(src.state)),
+        self.requests[new_rid] = Request(new_rid, [int(t) for t in suffix],
+                                         self._prefix_state(self._fork_state(src.state)),
                                          list(src.history), src.logits)
 
     def step(self, rows: Sequence[tuple]) -> list:
@@ -173,34 +235,48 @@ class Engine:
 
         rows: (rid, tokens) pairs, tokens may be empty (scheduled, nothing to feed). A request with a
         pending prompt must be given its next prompt tokens (a prefill chunk); otherwise the tokens are
-        decode / continuation tokens. Every row is checked before anything runs, so a bad row (rid not
-        live, named twice, open speculation) leaves every request as it was. Returns each row's last
-        logits row (unchanged for an empty row).
+        decode / continuation tokens. A row (rid, tokens, True) is a speculative VERIFY row (SERVING.md
+        B3.7): tokens are the request's last sampled token followed by k >= 1 draft tokens; its state
+        is snapshotted, nothing of it is committed to the history, and accept(rid, a) must follow.
+        Every row is checked before anything runs, so a bad row (rid not live, named twice, open
+        speculation) leaves every request as it was. Returns each row's last logits row (unchanged for
+        an empty row); for a verify row, the logits at every position [1 + k, V].
         """
-        reqs, feeds = self._step_rows(rows)
+        reqs, feeds, verify = self._step_rows(rows)
         if not any(feeds):
             return [r.logits for r in reqs]
         cu = np.cumsum([0] + [len(f) for f in feeds])
         ids = np.asarray([t for f in feeds for t in f], dtype=np.int64)
-        states = [None if r.state.seq_len == 0 else r.state for r in reqs]
-        logits, new = self.model.forward_packed(ids, cu, states)
+        states = [self._initial_state(r, len(f)) for r, f in zip(reqs, feeds)]
+        logits, new = self._forward_packed(ids, cu, states, [len(f) - 1 if v else 0 for f, v in zip(feeds, verify)])
+        out = []
         for i, (req, feed) in enumerate(zip(reqs, feeds)):
+            if verify[i]:
+                rows_i = logits[int(cu[i]):int(cu[i + 1])]
+                req.spec = Speculation(req.state.snapshot(), req.logits, feed, rows_i)
+                out.append(rows_i)
             # zero-length rows commit too: their state came back through the kernels and must be unchanged
             self._commit(req, new[i])
-            if feed:
+            if feed and not verify[i]:
                 del req.prompt[:len(feed)]
                 req.history.extend(feed)
                 req.logits = logits[int(cu[i + 1]) - 1]
-        return [r.logits for r in reqs]
+            if not verify[i]:
+                out.append(req.logits)
+        return out
 
-    def _step_rows(self, rows) -> tuple[list, list]:
-        """The live Request and the token list of every row; raises on a bad row before any change."""
-        reqs, feeds, seen = [], [], set()
+    def _step_rows(self, rows) -> tuple[list, list, list]:
+        """The live Request, the token list and the verify flag of every row; raises on a bad row before
+        any change."""
+        reqs, feeds, verify, seen = [], [], [], set()
         for j, row in enumerate(rows):
             try:
-                rid, tokens = row
+                rid, tokens, *flag = row
+                if len(flag) > 1:
+                    raise ValueError
             except (TypeError, ValueError):
-                raise ValueError(f"step: row {j} is {row!r}, expected a (rid, tokens) pair") from None
+                raise ValueError(f"step: row {j} is {row!r}, expected a (rid, tokens) pair or a "
+                                 f"(rid, tokens, verify) triple") from None
             req = self._req(rid)
             if rid in seen:
                 raise ValueError(f"step: request {rid!r} appears in two rows of one batch")
@@ -211,9 +287,14 @@ class Engine:
             if req.prompt and feed != req.prompt[:len(feed)]:
                 raise ValueError(f"step: request {rid!r} has {len(req.prompt)} pending prompt tokens; its row "
                                  f"must be the next of them (a prefill chunk), got {feed}")
+            if flag and flag[0] and (req.prompt or len(feed) < 2):
+                raise ValueError(f"step: verify row of request {rid!r} needs a finished prompt and the last "
+                                 f"sampled token plus at least one draft token, got {feed} with "
+                                 f"{len(req.prompt)} prompt tokens pending")
             reqs.append(req)
             feeds.append(feed)
-        return reqs, feeds
+            verify.append(bool(flag and flag[0]))
+        return reqs, feeds, verify
 
     def admit_padded(self, items: Sequence[tuple]) -> None:
         """SPEC §3 / SERVING.md P4: admit several requests and prefill their whole prompts as ONE padded
@@ -236,7 +317,10 @@ class Engine:
             self.requests[rid] = Request(rid, [], state, prompt, logits[i, int(real[-1])])
 
     def cancel(self, rid) -> None:
-        del self.requests[self._req(rid).rid]
+        """Drop the request; its slot goes on the free list (uncleared: see the module docstring)."""
+        req = self._req(rid)
+        self._release(req)
+        del self.requests[req.rid]
 
     def logits(self, rid):
         return self._req(rid).logits

@@ -23,12 +23,12 @@ def no_subprocess(monkeypatch):
 
 def test_a_serving_mutant_is_caught_in_process_on_a_pinned_program_in_its_records_dtype(no_subprocess, capsys):
     # the record declares float32 (Check.dtype): a bf16 zoo still judges it under the float32 contract
-    assert cli.main(["zoo", "--dtype", "bfloat16", "--mutant", "serving_rollback_keeps_conv_window"]) == 0
+    assert cli.main(["zoo", "--dtype", "bfloat16", "--mutant", "serving_fresh_slot_times_zero"]) == 0
     out = capsys.readouterr().out
-    assert "serving_rollback_keeps_conv_window: caught by serving.state_machine: " in out, out
+    assert "serving_fresh_slot_times_zero: caught by serving.state_machine: " in out, out
     assert "serving.state_machine.state [kernel_replacement, float32]" in out, out
-    # the pinned rollback program fails first (svc.EXAMPLES order): the scenario reported, unshrunk
-    assert svc.EXAMPLES[0] is svc.ROLLBACK and '"ServingCase"' in out and '"speculate"' in out, out
+    # the pinned slot-reuse program fails first (svc.EXAMPLES order): the scenario reported, unshrunk
+    assert svc.EXAMPLES[0] is svc.SLOT_REUSE and '"ServingCase"' in out and '"cancel"' in out, out
 
 
 def test_a_matrix_mutant_is_caught_with_a_shrunk_scenario(no_subprocess, capsys):

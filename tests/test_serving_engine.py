@@ -6,10 +6,12 @@ run by tests/test_matrix.py on every target; its mutants are caught in tests/tes
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from impl.serving import Engine
-from invariants.serving_checks import oracle_model
+from invariants.serving_checks import _decodes, oracle_model
+from oracle.types import KDAState
 
 
 def _engine():
@@ -27,6 +29,8 @@ BAD_STEPS = [
     ("step([(2, [1]), (2, [])])", [(2, [1]), (2, [])], ValueError, "two rows"),
     ("step([(2, [5]), (1, [4])])", [(2, [5]), (1, [4])], ValueError, "next of them"),
     ("step([(1, [3]), (2,)])", [(1, [3]), (2,)], ValueError, "pair"),
+    ("step([(2, [5]), (1, [3, 1], True)])", [(2, [5]), (1, [3, 1], True)], ValueError, "finished prompt"),
+    ("step([(1, [3]), (2, [5], True)])", [(1, [3]), (2, [5], True)], ValueError, "at least one draft"),
 ]
 
 
@@ -53,3 +57,32 @@ def test_admit_padded_refuses_bad_items(items, match):
     with pytest.raises(ValueError, match=match):
         e.admit_padded(items)
     assert e.live() == [1, 2]
+
+
+def test_a_verify_row_returns_every_position_and_accept_keeps_the_sampled_token_and_a_drafts():
+    e = _engine()
+    out = e.step([(1, [3]), (2, [5, 1, 4], True)])
+    assert out[1].shape[0] == 3
+    np.testing.assert_allclose(out[1], _decodes((2, 7), (5, 1, 4)), rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match=r"a=3 not in \[0, 2\]"):
+        e.accept(2, 3)
+    e.accept(2, 1)
+    assert e.history(2) == [2, 7, 5, 1]
+    np.testing.assert_array_equal(e.logits(2), out[1][1])
+
+
+def test_a_recycled_slot_is_handed_out_uncleared_and_the_first_chunk_ignores_it():
+    e = _engine()
+    old = e.state(2)
+    for layer in old.layers:
+        if isinstance(layer, KDAState):
+            layer.recurrent.fill(np.nan)
+    e.cancel(2)
+    e.admit(5, [8])
+    assert e.requests[5].slot is not None and not e.state(5).layers[0]   # recycled, not yet its state
+    e.prefill_chunk(5, 1)
+    clean = Engine(oracle_model())
+    clean.admit(5, [8])
+    clean.prefill_chunk(5, 1)
+    assert e.state(5).layers[0] is old.layers[0]                         # the same buffers, now written
+    assert e.state(5).equal(clean.state(5)) and np.isfinite(e.logits(5)).all()

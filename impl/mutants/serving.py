@@ -7,6 +7,12 @@ builds it over its own model), so every mechanism stays the product's and only t
 """
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+import torch
+
+from impl import kda as ik
 from impl.mutants.catalogue import mutant
 from impl.serving import Engine
 from oracle.types import DSACache, KDAState
@@ -66,3 +72,74 @@ class ServingSlotReuseKeepsState(Engine):
 
     def _slot(self, rid):
         return self.__dict__.get("_freed", {}).pop(rid, None) or super()._slot(rid)
+
+
+@mutant("serving.state_machine", "state", factory=_engine_class, base="triton")
+class ServingFirstChunkRoutedAsDecode(Engine):
+    """A fresh request's first chunk of one token is routed as a decode, which reads its recycled slot's old state as if it were its own (vllm #51483)."""
+
+    def _initial_state(self, req, n):
+        if n == 1 and req.state.seq_len == 0 and req.slot:
+            return type(req.state)(req.state.layer_types, list(req.slot), 0)
+        return super()._initial_state(req, n)
+
+
+@mutant("serving.state_machine", "state", factory=_engine_class, base="triton")
+class ServingShortExtendDropsInitialState(Engine):
+    """A prefill chunk after cached tokens that is shorter than a 64-token chunk runs its KDA layers from a zero state: has_initial_state AND-ed with the tracking mask (sglang #29368)."""
+
+    def _initial_state(self, req, n):
+        state = super()._initial_state(req, n)
+        if state is None or not req.prompt or n >= 64:
+            return state
+        return type(state)(state.layer_types, [e.map(_zeros_like) if isinstance(e, KDAState) else e
+                                               for e in state.layers], state.seq_len)
+
+
+@mutant("serving.state_machine", "state", factory=_engine_class, base="triton")
+class ServingFreshSlotTimesZero(Engine):
+    """A fresh request's zero initial state is its recycled slot multiplied by 0, so NaN its previous owner left survives into it (the poisoned-slot inheritance of vllm #51483)."""
+
+    def _initial_state(self, req, n):
+        if req.state.seq_len or not req.slot:
+            return super()._initial_state(req, n)
+        return type(req.state)(req.state.layer_types, [None if e is None else e.map(lambda t: t * 0)
+                                                       for e in req.slot], 0)
+
+
+@mutant("serving.state_machine", "verify_logits", factory=_engine_class, base="triton")
+class ServingVerifyConvFirstTokenOnly(Engine):
+    """A verify row's KDA short conv takes the previous step's accepted count (one) as its own, so the row's draft positions read a zero conv output (vllm-ascend #15885; the verify-only collapse of vllm-ascend #15329)."""
+
+    def _forward_packed(self, ids, cu, states, drafts):
+        dropped = [(int(cu[i]) + 1, int(cu[i + 1])) for i, k in enumerate(drafts) if k]
+        if not dropped:
+            return super()._forward_packed(ids, cu, states, drafts)
+        be = self.model.backend
+        model = type(self.model)(self.model.weights, dataclasses.replace(be, kda=_RowsFellOut(be.kda, dropped)))
+        return model.forward_packed(ids, cu, states)
+
+
+class _RowsFellOut:
+    """A kda namespace whose chunked core gets zero q, k, v (a zero post-conv output) at packed positions
+    [s, e) of `dropped`: the rows the conv did not process."""
+
+    def __init__(self, kda, dropped):
+        self.kda, self.dropped = kda, dropped
+
+    def __getattr__(self, name):
+        return getattr(self.kda, name)
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        return ik.sublayer(w, x, state, mask, cu_seqlens, ops=self)
+
+    def chunked(self, q, k, v, g, beta, *args, **kwargs):
+        keep = torch.ones(q.shape[1], dtype=q.dtype, device=q.device)
+        for s, e in self.dropped:
+            keep[s:e] = 0
+        keep = keep[None, :, None, None]                               # [1, T, 1, 1]
+        return self.kda.chunked(q * keep, k * keep, v * keep, g, beta, *args, **kwargs)
+
+
+def _zeros_like(a):
+    return torch.zeros_like(a) if isinstance(a, torch.Tensor) else np.zeros_like(a)
