@@ -37,6 +37,7 @@ from strategies.geometry import KDAGeometry, kda_geometries
 from strategies.sequences import (
     chunk_splits,
     cu_seqlens,
+    left_pads,
     packed_lengths,
     sequence_lengths,
 )
@@ -132,7 +133,7 @@ def sublayer_cases(draw, base, *, max_len: int = 140, padded: bool = True) -> Su
     g = draw(kda_geometries(base))
     length = draw(sequence_lengths(max_len=max_len))
     batch = draw(st.integers(1, 2))
-    pad = tuple(draw(st.integers(0, min(length - 1, 9))) if padded else 0 for _ in range(batch))
+    pad = draw(left_pads(batch, length)) if padded else (0,) * batch
     splits = draw(chunk_splits(length))
     return SublayerCase(g, batch, length, pad, splits, draw(st.booleans()), draw(families()),
                         draw(SEEDS))
@@ -208,6 +209,8 @@ def run_chunked(case: CoreCase, cand: Target, base: Target):
 
 
 CAUSAL_INPUTS = ("g", "k", "v", "beta", "q", "all")
+# what a message names an element by: core outputs [B, T, H, V], a recurrent state's [H, K, V] after its row
+OUT_AXES, STATE_AXES = ("batch", "token", "head", "dim"), ("head", "key", "value")
 
 
 def _spliced(case: CausalCase):
@@ -250,11 +253,12 @@ def run_causal(case: CausalCase, cand: Target, base: Target):
         kw = {"chunk": 64} if fn == "chunked" else {}
         a = _core_call(cand, fn, x, state, cu, **kw)
         b = _core_call(cand, fn, y, state, cu, **kw)
-        res += [Comparison(fn, "causal", b[0][:, :case.cut], a[0][:, :case.cut], kind="exact"),
-                Comparison(fn, "causal", b[1][finals], a[1][finals], kind="exact")]
+        res += [Comparison(fn, "causal", b[0][:, :case.cut], a[0][:, :case.cut], kind="exact", axes=OUT_AXES),
+                Comparison(fn, "causal", b[1][finals], a[1][finals], kind="exact", axes=("sequence", *STATE_AXES))]
         if fn == "chunked" and b[2] is not None:
             flat = (lambda s: s.reshape(-1, *s.shape[2:])) if c.docs is None else (lambda s: s)
-            res.append(Comparison(fn, "causal", flat(b[2])[bounds], flat(a[2])[bounds], kind="exact"))
+            res.append(Comparison(fn, "causal", flat(b[2])[bounds], flat(a[2])[bounds], kind="exact",
+                                  axes=("boundary", *STATE_AXES)))
     return res
 
 
@@ -354,8 +358,8 @@ def run_rerun(case: SublayerCase, cand: Target, base: Target):
     for path, xs, s0 in (("sublayer", x, state), ("decode", x[:, :1], call_sublayer(ORACLE, w, x, state, mask)[1])):
         a = call_sublayer(cand, w, xs, s0)
         b = call_sublayer(cand, w, xs, s0)
-        res += [Comparison(path, "rerun", a[0], b[0], kind="exact"),
-                Comparison(path, "rerun", a[1].recurrent, b[1].recurrent, kind="exact")]
+        res += [Comparison(path, "rerun", a[0], b[0], kind="exact", axes=("batch", "token", "channel")),
+                Comparison(path, "rerun", a[1].recurrent, b[1].recurrent, kind="exact", axes=("batch", *STATE_AXES))]
     return res
 
 

@@ -3,6 +3,9 @@
 Everything here draws STRUCTURE (integers and tuples), never tensor elements, so a failure shrinks to
 e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn boolean the shrinker can
 drop, and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
+Every draw's range is fixed (never a function of an earlier draw: a length, a batch size), and values
+that must fit are cut to fit afterwards: the shrinker can then shorten a stream or drop a row without
+turning the draws after it into different, unrelated ones (which stalls it on big cases).
 """
 from __future__ import annotations
 
@@ -31,25 +34,45 @@ def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrate
     return st.booleans().flatmap(lambda pick: st.sampled_from(boundary) if pick else uniform)
 
 
+# a cut drawn off the boundary list takes this fraction of the tokens left: its draw's range never depends
+# on the stream's length, so shrinking the length (or an earlier part) keeps every later draw meaningful
+_FRACTION = 1 << 16
+
+
 @st.composite
 def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
     """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls.
 
-    Drawn as a list of leading parts (the last part is what remains), so the shrinker simplifies by
-    dropping parts (towards one call) and by shortening them.
+    Designed to shrink (STYLE 11): max_parts - 1 cut slots, each drawn whatever `total` is (a boolean
+    that keeps it, a boolean that makes it a boundary part 1, 63, 64, 65, ..., else a fraction of the
+    tokens left), so every draw keeps its range while the shrinker drops cuts (towards one call), moves
+    them towards 1-token parts, or shortens the stream (the parts scale down with it and stay valid).
+    A cut that does not fit what is left is skipped; the last part is what remains.
     """
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         raise ValueError(f"total: expected a positive int, got {total!r}")
     if max_parts < 1:
         raise ValueError(f"max_parts: expected >= 1, got {max_parts}")
-    lead = draw(st.lists(sequence_lengths(min_len=1, max_len=total), max_size=max_parts - 1))
     parts, left = [], total
-    for n in lead:
-        if n >= left:
-            break
-        parts.append(n)
-        left -= n
+    for _ in range(max_parts - 1):
+        keep, pick = draw(st.booleans()), draw(st.booleans())
+        boundary, frac = draw(st.sampled_from(BOUNDARY_LENGTHS)), draw(st.integers(0, _FRACTION - 1))
+        n = boundary if pick else 1 + frac * (left - 1) // _FRACTION
+        if keep and n < left:
+            parts.append(n)
+            left -= n
     return tuple(parts) + (left,)
+
+
+@st.composite
+def left_pads(draw, batch: int, length: int, *, max_pad: int = 9, max_batch: int = 2) -> tuple[int, ...]:
+    """Left padding of each of `batch` rows of `length` tokens: max_batch draws in [0, max_pad] whatever
+    batch and length are (shrinking either keeps every other draw in place), each cut to length - 1 (a
+    row keeps at least one real token)."""
+    if not 1 <= batch <= max_batch:
+        raise ValueError(f"batch: expected 1..{max_batch}, got {batch!r}")
+    pads = [draw(st.integers(0, max_pad)) for _ in range(max_batch)]
+    return tuple(min(p, length - 1) for p in pads[:batch])
 
 
 @st.composite

@@ -181,6 +181,7 @@ class TritonKDA:
     chunked = staticmethod(ik.chunked)
     decode = staticmethod(ik.decode)
     sublayer = staticmethod(ik.sublayer)
+    checkpoint = staticmethod(ik.checkpoint)
 
 
 # float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
@@ -207,3 +208,21 @@ class DecodeInPlacePastState(TorchKDA):
         n = state.recurrent.numel()
         torch.as_strided(state.recurrent, (n + 1,), (1,))[n] = 0.0
         return o, state
+
+
+# ---------------------------------------------------------------- prefix-cache checkpoints (issue 13 item 5)
+@mutant("kda.checkpoint", "state")
+class CheckpointCacheChunkUnits(TorchKDA):
+    """The checkpoint's boundary state is indexed in 128-token cache-chunk units: h[d // 128 - 1] for h[d // 64 - 1] (sglang #33515)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        row = depth // (2 * chunk) - 1
+        return (boundary_states[:, row] if row >= 0 else state).float(), depth // chunk * chunk
+
+
+@mutant("kda.checkpoint", "state")
+class CheckpointAlignedForUnaligned(TorchKDA):
+    """A checkpoint at a depth off the 64-token grid is the aligned state below it, taken as is: no error, no NaN, a wrong state (tt-metal #54962)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        return super()._saved(boundary_states, state, depth, chunk)[0], depth
