@@ -19,7 +19,7 @@ import traceback
 from typing import Callable, NamedTuple, Optional
 
 from hypothesis import Phase, example, given, settings, target
-from hypothesis.errors import Flaky, HypothesisException
+from hypothesis.errors import Flaky, FlakyFailure, HypothesisException
 from hypothesis.reporting import with_reporter
 
 from invariants import labels
@@ -198,16 +198,24 @@ class _Abort(BaseException):
 
 
 class ShrinkBudget:
-    """Bounds the time Hypothesis spends shrinking a check's first failure.
+    """Remembers every case's outcome and bounds the time Hypothesis spends shrinking a failure.
 
-    Every failing case is remembered with its exception. Once `limit` seconds have passed since the
-    first failure, a case seen failing fails again at once (Hypothesis replays the smallest one at the
-    end) and any other returns at once: the shrinker, finding nothing new that fails, stops within a
-    few cheap calls, and the smallest case found by then is the one reported."""
+    A case already judged is not run again: it fails again at once with its exception, or passes. The
+    shrinker reaches one case through many choice sequences (a draw that no longer matters, such as a
+    dropped cut's length), and an example costs seconds on the interpreter. Once `limit` seconds have
+    passed since the first failure, a case never seen returns at once too: the shrinker, finding
+    nothing new that fails, stops within a few cheap calls, and the smallest failing case found by
+    then is the one reported (Hypothesis replays it at the end: it fails again from memory)."""
 
     def __init__(self, limit: float):
-        self.limit, self.first, self.end, self.failed = limit, None, None, {}
+        self.limit, self.first, self.end, self.failed, self.passed = limit, None, None, {}, set()
         self.stopped = False
+
+    def replay(self, key: str) -> bool:
+        """True when the case's outcome is known (or the budget is spent): raise its failure, if any."""
+        if key in self.failed:
+            raise self.failed[key]
+        return key in self.passed or self.spent()
 
     def spent(self) -> bool:
         """True once the budget is used up (and says so from then on)."""
@@ -302,9 +310,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             # Hypothesis would still replay the other pinned ones (a serving program: 15-40 s on the CPU)
             return
         key = json.dumps(case_to_json(case), sort_keys=True, default=str)
-        if budget.spent():
-            if key in budget.failed:
-                raise budget.failed[key]
+        if budget.replay(key):
             return
         n[0] += 1
         on_example()
@@ -315,17 +321,31 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             _fallback_only(e)
             tally.add(e.verdicts, case_to_json(case))
             tally.closed = True
-            budget.failing(key, e)
+            _failing(case, key, e)
             raise
         except UndeclaredContract as e:       # a property of the check, the same for every example
             raise _Abort(e) from e
         except Exception as e:
             _fallback_only(e)
             tally.closed = True
-            budget.failing(key, e)
+            _failing(case, key, e)
             raise
         tally.add(verdicts, case_to_json(case))
+        budget.passed.add(key)
         target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
+
+    def _failing(case, key, e):
+        # failures are replayed from memory (ShrinkBudget): the first one is run once more here, so a
+        # candidate that fails once and then passes is still reported as non-deterministic
+        if budget.first is None:
+            try:
+                run_one(check, case, cand, base, None, recorder if isinstance(cand, Target) else None)
+            except Exception:
+                pass
+            else:
+                raise _Abort(FlakyFailure(f"{check.name}: the case failed once and passed when run again "
+                                          f"(non-deterministic): {describe_exception(e)}", [e]))
+        budget.failing(key, e)
 
     def _fallback_only(e):
         # nothing of the candidate ran in this example: the failure is our fallback's, never the candidate's

@@ -68,11 +68,12 @@ def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
 def left_pads(draw, batch: int, length: int, *, max_pad: int = 9, max_batch: int = 2) -> tuple[int, ...]:
     """Left padding of each of `batch` rows of `length` tokens: max_batch draws in [0, max_pad] whatever
     batch and length are (shrinking either keeps every other draw in place), each cut to length - 1 (a
-    row keeps at least one real token)."""
+    row keeps at least one real token). The rows take the LAST `batch` draws: the shrinker zeroes the
+    earlier ones first, so a failure that needs one padded row keeps its pad when the batch shrinks."""
     if not 1 <= batch <= max_batch:
         raise ValueError(f"batch: expected 1..{max_batch}, got {batch!r}")
     pads = [draw(st.integers(0, max_pad)) for _ in range(max_batch)]
-    return tuple(min(p, length - 1) for p in pads[:batch])
+    return tuple(min(p, length - 1) for p in pads[max_batch - batch:])
 
 
 @st.composite
