@@ -44,6 +44,8 @@ from strategies.sequences import (
 from strategies.tensors import SEEDS, families
 
 TINY = Geometry.preset("tiny")     # the pinned examples' geometry
+# what a message names an element by: core outputs [B, T, H, V], a recurrent state's [H, K, V] after its row
+OUT_AXES, STATE_AXES = ("batch", "token", "head", "dim"), ("head", "key", "value")
 
 
 # ------------------------------------------------------------------------ cases
@@ -191,8 +193,9 @@ def run_recurrent(case: CoreCase, cand: Target, base: Target):
     oh, shh = _core_call(cand.held_oracle(), "recurrent", x, state, cu)
     oc, scand = _core_call(cand, "recurrent", x, state, cu)
     ob, sb = _core_call(base, "recurrent", x, state, cu)
-    return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh),
-            Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh)]
+    rows = ("document",) if case.docs is not None else ("batch",)
+    return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh, axes=OUT_AXES),
+            Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh, axes=rows + STATE_AXES)]
 
 
 def run_chunked(case: CoreCase, cand: Target, base: Target):
@@ -202,14 +205,14 @@ def run_chunked(case: CoreCase, cand: Target, base: Target):
     oh, shh, bh = _core_call(cand.held_oracle(), "chunked", x, state, cu, chunk=64)
     oc, scand, bc = _core_call(cand, "chunked", x, state, cu, chunk=64)
     ob, sb, bb = _core_call(base, "chunked", x, state, cu, chunk=64)
-    return [Comparison("chunked", "output", oc, o, ob, held_reference=oh),
-            Comparison("chunked", "final_state", scand, s, sb, held_reference=shh),
-            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh)]
+    rows = ("document",) if case.docs is not None else ("batch",)
+    return [Comparison("chunked", "output", oc, o, ob, held_reference=oh, axes=OUT_AXES),
+            Comparison("chunked", "final_state", scand, s, sb, held_reference=shh, axes=rows + STATE_AXES),
+            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh,
+                       axes=("boundary",) + STATE_AXES if case.docs is not None else ("batch", "chunk") + STATE_AXES)]
 
 
 CAUSAL_INPUTS = ("g", "k", "v", "beta", "q", "all")
-# what a message names an element by: core outputs [B, T, H, V], a recurrent state's [H, K, V] after its row
-OUT_AXES, STATE_AXES = ("batch", "token", "head", "dim"), ("head", "key", "value")
 
 
 def _spliced(case: CausalCase):

@@ -34,8 +34,9 @@ def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrate
     return st.booleans().flatmap(lambda pick: st.sampled_from(boundary) if pick else uniform)
 
 
-# a cut drawn off the boundary list takes this fraction of the tokens left: its draw's range never depends
-# on the stream's length, so shrinking the length (or an earlier part) keeps every later draw meaningful
+# a cut drawn off the boundary list leaves this fraction of the tokens left after it: its draw's range
+# never depends on the stream's length, so shrinking the length (or an earlier part) keeps every later
+# draw meaningful
 _FRACTION = 1 << 16
 
 
@@ -45,8 +46,10 @@ def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
 
     Designed to shrink (STYLE 11): max_parts - 1 cut slots, each drawn whatever `total` is (a boolean
     that keeps it, a boolean that makes it a boundary part 1, 63, 64, 65, ..., else a fraction of the
-    tokens left), so every draw keeps its range while the shrinker drops cuts (towards one call), moves
-    them towards 1-token parts, or shortens the stream (the parts scale down with it and stay valid).
+    tokens left), so every draw keeps its range while the shrinker drops cuts (towards one call), or
+    shortens the stream (the parts scale down with it and stay valid). A fraction shrinks towards a
+    part that leaves ONE token after it: a 1-token tail is a boundary case of its own, and the paths
+    decode the tokens after the first part one call each, so the cheapest cut is also the simplest.
     A cut that does not fit what is left is skipped; the last part is what remains.
     """
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
@@ -57,8 +60,8 @@ def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
     for _ in range(max_parts - 1):
         keep, pick = draw(st.booleans()), draw(st.booleans())
         boundary, frac = draw(st.sampled_from(BOUNDARY_LENGTHS)), draw(st.integers(0, _FRACTION - 1))
-        n = boundary if pick else 1 + frac * (left - 1) // _FRACTION
-        if keep and n < left:
+        n = boundary if pick else left - 1 - frac * (left - 1) // _FRACTION
+        if keep and 1 <= n < left:
             parts.append(n)
             left -= n
     return tuple(parts) + (left,)
