@@ -335,9 +335,10 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
 
     def _failing(case, key, e):
-        # failures are replayed from memory (ShrinkBudget): the first one is run once more here, so a
-        # candidate that fails once and then passes is still reported as non-deterministic
-        if budget.first is None:
+        # failures are replayed from memory (ShrinkBudget): the first drawn one is run once more here, so
+        # a candidate that fails once and then passes is still reported as non-deterministic (Hypothesis
+        # never re-runs a failing explicit example: a pinned serving program costs 15-40 s)
+        if budget.first is None and calls[0] > len(explicit):
             try:
                 run_one(check, case, cand, base, None, recorder if isinstance(cand, Target) else None)
             except Exception:
