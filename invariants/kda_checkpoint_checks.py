@@ -28,9 +28,6 @@ CHUNK = 64
 # depths around the chunk grid: where a checkpoint is (not) a saved boundary state, and where a
 # boundary row read in another unit (128-token pages) or the aligned state taken as is first differs
 GRID_DEPTHS = (0, 1, 2, 63, 64, 65, 127, 128, 129, 191, 192)
-# a depth drawn off the list is this fraction of the prefill (a fixed range: shrinking the length
-# keeps the draw meaningful)
-_FRACTION = 1 << 16
 
 
 class CheckpointCase(NamedTuple):
@@ -44,10 +41,11 @@ class CheckpointCase(NamedTuple):
 def checkpoint_cases(draw, base, *, max_len: int = 200) -> CheckpointCase:
     # the draws that set an example's cost first: the shrinker simplifies in draw order
     length, batch = draw(sequence_lengths(max_len=max_len)), draw(st.integers(1, 2))
-    on_grid, grid, frac = draw(st.booleans()), draw(st.sampled_from(GRID_DEPTHS)), draw(st.integers(0, _FRACTION - 1))
+    # any depth is drawn in a fixed range and cut to the prefill: shrinking the prefill keeps the depth
+    on_grid, grid, anywhere = draw(st.booleans()), draw(st.sampled_from(GRID_DEPTHS)), draw(st.integers(0, max_len))
     g = draw(kda_geometries(base))
     core = CoreCase(g.heads, g.head_dim, batch, length, None, draw(st.booleans()), draw(families()), draw(SEEDS))
-    return CheckpointCase(core, min(grid, length) if on_grid else frac * (length + 1) // _FRACTION)
+    return CheckpointCase(core, min(grid if on_grid else anywhere, length))
 
 
 def _label(case: CheckpointCase) -> None:
