@@ -3,15 +3,17 @@
 A prefix cache persists a HybridState snapshot (serialize) and a later request restores it (the model
 namespace's deserialize). Two declared persisted dtypes for the KDA recurrent state, judged differently:
 
-  continuation       the state's own dtype (float32, SPEC §2): the hand-off is EXACT. Every restored
-                     array must equal the snapshot's bit for bit (model.continuation.handoff [exact]):
-                     a cache that persists in bf16 where float32 is declared changes greedy tokens
-                     and passes every tolerance of the continuation's logits.
-  continuation_bfloat16  persisted in bfloat16: a QUANTIZATION, never a kernel replacement. The restored
-                     recurrent state must be the snapshot rounded to nearest (max relative error at
-                     most bf16's unit roundoff 2^-8, kind `persisted`), every other array exact, and the
-                     later logits are held to the oracle's never-persisted prefill by the quantization
-                     gate (KL / top-1), not by the continuation's kernel_replacement bound.
+  continuation           the state's own dtype (float32, SPEC §2): the hand-off is EXACT. Every
+                         restored array must equal the snapshot's bit for bit
+                         (model.continuation.handoff [exact]): a cache that persists in bf16 where
+                         float32 is declared changes greedy tokens and passes every tolerance of the
+                         continuation's logits.
+  continuation_bfloat16  persisted in bfloat16: a QUANTIZATION, never a kernel replacement. The
+                         restored recurrent state must be a faithful bf16 rounding of the snapshot
+                         (relative error below one bf16 ulp, 2^-7; round to nearest stays within
+                         2^-8; kind `persisted`), every other array exact, and the later logits are
+                         held to the oracle's never-persisted prefill by the quantization gate (KL /
+                         top-1), not by the continuation's kernel_replacement bound.
 
 model_checks.py imports this module; the helpers it needs from there are imported where used.
 """
