@@ -41,11 +41,12 @@ class CheckpointCase(NamedTuple):
 def checkpoint_cases(draw, base, *, max_len: int = 200) -> CheckpointCase:
     # the draws that set an example's cost first: the shrinker simplifies in draw order
     length, batch = draw(sequence_lengths(max_len=max_len)), draw(st.integers(1, 2))
-    # any depth is drawn in a fixed range and cut to the prefill: shrinking the prefill keeps the depth
+    # any depth is drawn in a fixed range and wrapped into the prefill: shrinking the prefill keeps a
+    # depth that still fits (a fraction of the prefill would shrink with it, to 0, where nothing fails)
     on_grid, grid, anywhere = draw(st.booleans()), draw(st.sampled_from(GRID_DEPTHS)), draw(st.integers(0, max_len))
     g = draw(kda_geometries(base))
     core = CoreCase(g.heads, g.head_dim, batch, length, None, draw(st.booleans()), draw(families()), draw(SEEDS))
-    return CheckpointCase(core, min(grid if on_grid else anywhere, length))
+    return CheckpointCase(core, min(grid, length) if on_grid else anywhere % (length + 1))
 
 
 def _label(case: CheckpointCase) -> None:
