@@ -132,12 +132,13 @@ def causal_cases(draw, base, *, max_len: int = 160) -> CausalCase:
 
 @st.composite
 def sublayer_cases(draw, base, *, max_len: int = 140, padded: bool = True) -> SublayerCase:
-    # the draws that set an example's cost first: the shrinker simplifies in draw order
+    # the draws that set an example's cost first (the shrinker simplifies in draw order), the pads last
+    g = draw(kda_geometries(base))
     length, batch = draw(sequence_lengths(max_len=max_len)), draw(st.integers(1, 2))
     splits = draw(chunk_splits(length))
+    initial_state, family, seed = draw(st.booleans()), draw(families()), draw(SEEDS)
     pad = draw(left_pads(batch, length)) if padded else (0,) * batch
-    return SublayerCase(draw(kda_geometries(base)), batch, length, pad, splits, draw(st.booleans()),
-                        draw(families()), draw(SEEDS))
+    return SublayerCase(g, batch, length, pad, splits, initial_state, family, seed)
 
 
 @st.composite

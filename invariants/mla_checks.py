@@ -43,11 +43,10 @@ class MLACase(NamedTuple):
 @st.composite
 def mla_cases(draw, base, *, max_len: int = 70) -> MLACase:
     g = draw(dsa_geometries(base))
-    # the draws that set an example's cost first: the shrinker simplifies in draw order
+    # the draws that set an example's cost first (the shrinker simplifies in draw order), the pads last
     length, batch = draw(dsa_lengths(g, max_len=max_len)), draw(st.integers(1, 2))
-    splits = draw(chunk_splits(length))
-    return MLACase(g, batch, length, draw(left_pads(batch, length)), splits,
-                   draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
+    splits, family, seed = draw(chunk_splits(length)), draw(st.sampled_from(("normal", "large"))), draw(SEEDS)
+    return MLACase(g, batch, length, draw(left_pads(batch, length)), splits, family, seed)
 
 
 class MLACausalCase(NamedTuple):

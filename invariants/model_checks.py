@@ -139,13 +139,12 @@ def model_cases(draw, base: Geometry, *, max_len: Optional[int] = None, seeds: i
         max_len = MAX_LEN["interpreter" if interpreted() else "compiled"]
     name, layers = base_name(base), model_cut(base)
     g = geometry_of(name, layers)
-    # the draws that set an example's cost first: the shrinker simplifies in draw order
+    # the draws that set an example's cost first (the shrinker simplifies in draw order), the pads last
     length, batch = draw(model_lengths(g, max_len)), draw(st.integers(1, 2))
-    splits = draw(chunk_splits(length, max_parts=3))
+    splits, model_seed = draw(chunk_splits(length, max_parts=3)), draw(st.integers(0, seeds - 1))
+    steps, seed = draw(st.integers(0, MAX_DECODE_STEPS)), draw(SEEDS)
     pad = draw(left_pads(batch, length, max_pad=6))
-    splits = legal_splits(splits, max(pad))
-    return ModelCase(name, layers, draw(st.integers(0, seeds - 1)), batch, length, pad, splits,
-                     draw(st.integers(0, MAX_DECODE_STEPS)), draw(SEEDS))
+    return ModelCase(name, layers, model_seed, batch, length, pad, legal_splits(splits, max(pad)), steps, seed)
 
 
 def legal_splits(splits, max_pad: int) -> tuple[int, ...]:

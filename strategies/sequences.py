@@ -34,49 +34,54 @@ def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrate
     return st.booleans().flatmap(lambda pick: st.sampled_from(boundary) if pick else uniform)
 
 
-# a cut drawn off the boundary list leaves this fraction of the tokens left after it: its draw's range
-# never depends on the stream's length, so shrinking the length (or an earlier part) keeps every later
-# draw meaningful
+# the resolution of a cut drawn as a fraction of the tokens left
 _FRACTION = 1 << 16
+
+
+# what a cut is: a boundary part length, or (simpler: first) the fraction of the tokens left that stays
+# after it. Neither range depends on the stream's length, so shrinking the length (or an earlier part)
+# keeps every later draw meaningful
+_CUTS = st.one_of(st.tuples(st.just("fraction"), st.integers(0, _FRACTION - 1)),
+                  st.tuples(st.just("boundary"), st.sampled_from(BOUNDARY_LENGTHS)))
 
 
 @st.composite
 def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
     """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls.
 
-    Designed to shrink (STYLE 11): max_parts - 1 cut slots, each drawn whatever `total` is (a boolean
-    that keeps it, a boolean that makes it a boundary part 1, 63, 64, 65, ..., else a fraction of the
-    tokens left), so every draw keeps its range while the shrinker drops cuts (towards one call), or
-    shortens the stream (the parts scale down with it and stay valid). A fraction shrinks towards a
-    part that leaves ONE token after it: a 1-token tail is a boundary case of its own, and the paths
-    decode the tokens after the first part one call each, so the cheapest cut is also the simplest.
-    A cut that does not fit what is left is skipped; the last part is what remains.
+    Designed to shrink (STYLE 11): a list of up to max_parts - 1 cuts, each a boundary part (1, 63, 64,
+    65, ...) or a fraction of the tokens left, drawn whatever `total` is, so the shrinker drops cuts
+    (towards one call) or shortens the stream (the parts scale down with it and stay valid) without
+    turning the draws after them into other ones. A fraction shrinks towards a part that leaves ONE
+    token after it: a 1-token tail is a boundary case of its own, and the paths decode the tokens
+    after the first part one call each, so the cheapest cut is also the simplest. A cut that does not
+    fit what is left is skipped; the last part is what remains.
     """
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         raise ValueError(f"total: expected a positive int, got {total!r}")
     if max_parts < 1:
         raise ValueError(f"max_parts: expected >= 1, got {max_parts}")
     parts, left = [], total
-    for _ in range(max_parts - 1):
-        keep, pick = draw(st.booleans()), draw(st.booleans())
-        boundary, frac = draw(st.sampled_from(BOUNDARY_LENGTHS)), draw(st.integers(0, _FRACTION - 1))
-        n = boundary if pick else left - 1 - frac * (left - 1) // _FRACTION
-        if keep and 1 <= n < left:
+    for kind, v in draw(st.lists(_CUTS, max_size=max_parts - 1)):
+        n = v if kind == "boundary" else left - 1 - v * (left - 1) // _FRACTION
+        if 1 <= n < left:
             parts.append(n)
             left -= n
     return tuple(parts) + (left,)
 
 
 @st.composite
-def left_pads(draw, batch: int, length: int, *, max_pad: int = 9, max_batch: int = 2) -> tuple[int, ...]:
-    """Left padding of each of `batch` rows of `length` tokens: max_batch draws in [0, max_pad] whatever
-    batch and length are (shrinking either keeps every other draw in place), each cut to length - 1 (a
-    row keeps at least one real token). The rows take the LAST `batch` draws: the shrinker zeroes the
-    earlier ones first, so a failure that needs one padded row keeps its pad when the batch shrinks."""
-    if not 1 <= batch <= max_batch:
-        raise ValueError(f"batch: expected 1..{max_batch}, got {batch!r}")
-    pads = [draw(st.integers(0, max_pad)) for _ in range(max_batch)]
-    return tuple(min(p, length - 1) for p in pads[max_batch - batch:])
+def left_pads(draw, batch: int, length: int, *, max_pad: int = 9) -> tuple[int, ...]:
+    """Left padding of each of `batch` rows of `length` tokens, each drawn in [0, max_pad] whatever the
+    length is and cut to length - 1 (a row keeps at least one real token). The LAST row's pad is drawn
+    first and the others' after it: dropping rows drops trailing draws only, and a failure that needs
+    one padded row keeps its pad when the batch shrinks. Draw it last in a case (nothing after it then
+    moves when the batch shrinks)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch: expected a positive int, got {batch!r}")
+    last = draw(st.integers(0, max_pad))
+    pads = [draw(st.integers(0, max_pad)) for _ in range(batch - 1)] + [last]
+    return tuple(min(p, length - 1) for p in pads)
 
 
 @st.composite
