@@ -1,8 +1,8 @@
 """Sequence structure: lengths, chunk splits, packed documents (STYLE 10-11).
 
 Everything here draws STRUCTURE (integers and tuples), never tensor elements, so a failure shrinks to
-e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn boolean the shrinker can
-drop, and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
+e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn choice the shrinker can
+drop (a boolean, or the later branch of a one_of), and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
 Every draw's range is fixed (never a function of an earlier draw: a length, a batch size), and values
 that must fit are cut to fit afterwards: the shrinker can then shorten a stream or drop a row without
 turning the draws after it into different, unrelated ones (which stalls it on big cases).
