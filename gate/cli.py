@@ -279,7 +279,7 @@ def _report(results, args, console) -> None:
         console.print(f"  {r.message}", markup=False)
         if r.repro is None:                        # model.reference: fixed paths, nothing to shrink
             continue
-        console.print(f"  shrunk scenario: {json.dumps(r.shrunk_case)}", markup=False)
+        console.print(f"  shrunk scenario ({r.shrink_seconds:.0f} s shrinking): {json.dumps(r.shrunk_case)}", markup=False)
         console.print(f"  worst case seen: {json.dumps(r.worst_case)}", markup=False)
         console.print(f"  {r.repro}", soft_wrap=True, markup=False)
 

@@ -24,13 +24,14 @@ from impl.kernels.kda import (
     kda_recurrent_fused_fwd_kernel,
     kda_state_chunked_fwd_kernel,
 )
+from oracle.state import checkpoint_shapes
 from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
 CHUNK = 64
 # the compositions of this module and the functions of the namespace they call through `ops`: a
 # candidate that provides only some of them runs inside ours (impl/compose.py)
-COMPOSITIONS = {"sublayer": ("chunked", "decode")}
+COMPOSITIONS = {"sublayer": ("chunked", "decode"), "checkpoint": ("chunked",)}
 _SELF = sys.modules[__name__]
 # bitwise batch invariance (impl.registry.batch_invariant; the check kda.batch): every kernel's grid and
 # tiles come from per-row quantities (the state pass's segment count too, `_state_config`), so a row's
@@ -435,3 +436,26 @@ def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_s
     y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T
     return y, new
 
+
+
+def checkpoint(q, k, v, g, beta, boundary_states, state=None, depth=0, chunk=64, *, ops=None):
+    """The state after exactly the first `depth` tokens of a prefill, from its chunked pass's boundary
+    states (a prefix-cache checkpoint at any depth); must match oracle.kda.checkpoint.
+
+    ops: the namespace whose `chunked` replays the tokens after the boundary (default this module's).
+
+    Args:
+        q, k, v, g, beta: the prefill's inputs [B, T, ...];  boundary_states: [B, T // 64, H, K, V] float32
+        (chunked's);  state: [B, H, K, V] float32 or None;  depth: 0 <= depth <= T
+    Returns:
+        [B, H, K, V] float32
+    """
+    B, T, H, K, V = checkpoint_shapes(q, k, v, g, beta, boundary_states, state, depth, chunk)
+    ops = _SELF if ops is None else ops
+    at = depth // chunk * chunk
+    saved = (boundary_states[:, at // chunk - 1] if at else
+             q.new_zeros(B, H, K, V, dtype=torch.float32) if state is None else state).float()
+    if at == depth:
+        return saved.clone()
+    part = (a[:, at:depth].contiguous() for a in (q, k, v, g, beta))
+    return ops.chunked(*part, saved.contiguous(), chunk, boundary_states=False)[1]

@@ -18,7 +18,7 @@ MECHANISMS = ("kda", "dsa", "mla", "mhc", "moe", "nvfp4")
 # dsa.index_rows / index; moe.forward -> route / experts / shared_expert; the decoder -> mhc.expand /
 # reduce and moe.dense_mlp on its dense layers); tests/test_framework_functions.py holds it to that.
 # `glmgate run` lists per check the ones it called
-FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer"),
+FUNCTIONS = {"kda": ("recurrent", "chunked", "decode", "sublayer", "checkpoint"),
              "dsa": ("index_rows", "index"),
              "mla": ("project", "absorbed", "sublayer"),
              "mhc": ("coefficients", "collapse", "write_back", "expand", "reduce"),

@@ -45,6 +45,16 @@ class HybridState(_OracleState):
     def _load(data: bytes, device="cpu") -> dict:
         return {k: a.to(device) for k, a in st_load(data).items()}
 
+    @staticmethod
+    def _persist(a, dtype: str):
+        """`a` stored as a `dtype` tensor (2 bytes an element for bfloat16; torch rounds to nearest even)."""
+        return a.detach().to(getattr(torch, dtype))
+
+    @staticmethod
+    def _restore(a):
+        """A persisted recurrent tensor back in float32, the state's own dtype (SPEC §2)."""
+        return a.float()
+
     @property
     def device(self) -> Optional[torch.device]:
         for e in self.layers:

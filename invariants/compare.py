@@ -93,18 +93,43 @@ def bitwise_equal(a, b) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
-def first_difference(candidate, reference) -> str:
-    """Where two arrays held to bit-exactness differ: how many elements, the first index and both values
-    (hexadecimal for integer data: packed NVFP4 codes read as bytes)."""
+# axes a message names after the others, in parentheses ("token 3, expert 1 (batch 0)"): the row an
+# element belongs to matters less than where in that row it sits
+CONTEXT_AXES = ("batch",)
+
+
+def check_axes(axes: tuple, shape: tuple, what: str = "comparison") -> None:
+    """ValueError unless `axes` (names, one per dimension) fits `shape`; () names nothing (always fits)."""
+    if axes and len(axes) != len(shape):
+        raise ValueError(f"{what}: axes {tuple(axes)} name {len(axes)} dimensions, the reference has "
+                         f"{len(shape)} (shape {tuple(shape)})")
+
+
+def name_index(idx, axes: tuple = ()) -> str:
+    """An element's index in the check's own terms: "token 3, expert 1 (batch 0)" (CONTEXT_AXES last,
+    in parentheses); the plain tuple when no axes are named."""
+    if idx is None or not axes:
+        return f"{idx}"
+    main = [f"{a} {i}" for a, i in zip(axes, idx) if a not in CONTEXT_AXES]
+    rest = [f"{a} {i}" for a, i in zip(axes, idx) if a in CONTEXT_AXES]
+    text = ", ".join(main) or ", ".join(rest)
+    return f"{text} ({', '.join(rest)})" if main and rest else text
+
+
+def first_difference(candidate, reference, axes: tuple = ()) -> str:
+    """Where two arrays held to bit-exactness differ: how many elements, the first one (named by `axes`,
+    one name per dimension: "first at token 3, expert 1 (batch 0)") and both values (hexadecimal for
+    integer data: packed NVFP4 codes read as bytes). One line."""
     from invariants import device_metrics
     device = device_metrics.device_of(candidate, reference)
     if device is not None:
-        found = device_metrics.first_difference(candidate, reference, device)
+        found = device_metrics.first_difference(candidate, reference, device, axes)
         if found is not None:
             return found
     c, r = to_numpy(candidate), to_numpy(reference)
     if c.shape != r.shape:
         return f"shape {c.shape} vs reference {r.shape}"
+    check_axes(axes, r.shape)
     differ = ~((c == r) | (np.isnan(c) & np.isnan(r)))
     if not differ.any():
         return "equal"
@@ -113,8 +138,8 @@ def first_difference(candidate, reference) -> str:
     ints = (not dtype.is_floating_point) if hasattr(dtype, "is_floating_point") else \
         np.issubdtype(np.asarray(candidate).dtype, np.integer)            # a torch dtype, else NumPy's
     fmt = (lambda x: f"0x{int(x):02x}") if ints else (lambda x: f"{x:.9g}")
-    return (f"{int(differ.sum())} of {differ.size} elements differ; first at {idx}: candidate {fmt(c[idx])} "
-            f"vs reference {fmt(r[idx])}")
+    return (f"{int(differ.sum())} of {differ.size} elements differ; first at {name_index(idx, axes)}: "
+            f"candidate {fmt(c[idx])} vs reference {fmt(r[idx])}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +152,8 @@ class Comparison:
     held_reference: the float64 oracle run on the inputs exactly as the candidate's working dtype holds
     them: its distance to `reference` is the error exact arithmetic makes from those rounded inputs, a
     floor under the baseline's error (a baseline can land closer by luck on a small or cancelling output).
+    axes: one name per dimension of `reference` ("batch", "token", "head", "dim"): messages name the first
+    differing (exact) or worst (tolerance) element in those terms; () prints the index tuple.
     """
 
     path: str
@@ -138,6 +165,7 @@ class Comparison:
     baseline_reference: Any = None
     where: str = ""
     held_reference: Any = None
+    axes: tuple = ()
 
 
 class SelectionReport(NamedTuple):

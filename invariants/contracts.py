@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional
 
 import tomllib
 
-from invariants.compare import METRICS, Metrics, bitwise_equal, first_difference, metrics
+from invariants.compare import METRICS, Metrics, bitwise_equal, check_axes, first_difference, metrics
 from invariants.labels import label
 
 # a directory, not `contracts/`: that would sit beside this module under the same name
@@ -22,9 +22,9 @@ CONTRACTS_DIR = pathlib.Path(__file__).with_name("contracts.d")
 # the directory's file of tables ([defaults], [caps], [float64], [float32]); it holds no contract
 DEFAULTS_FILE = "defaults.toml"
 KINDS = ("kernel_replacement", "self_consistency", "exact", "bench_gate", "selection", "routing", "reference",
-         "quantization_gate", "kernel_unit", "baseline_unit")
+         "quantization_gate", "kernel_unit", "baseline_unit", "persisted")
 # kinds whose limit is a fixed bound[dtype] (no baseline scales it)
-BOUND_KINDS = ("self_consistency", "bench_gate", "reference", "kernel_unit", "baseline_unit")
+BOUND_KINDS = ("self_consistency", "bench_gate", "reference", "kernel_unit", "baseline_unit", "persisted")
 # the named tolerances of identities a test holds in one precision ([float64], [float32] of defaults.toml):
 # no implementation is measured against them, only the same math computed twice
 TOLERANCE_TABLES = ("float64", "float32")
@@ -322,6 +322,7 @@ class Verdict(NamedTuple):
     detail: str = ""
     flips: int = 0                # legal decision differences (ties within eps) seen in this comparison
     ill_conditioned: bool = False  # the baseline's error exceeded its cap: the limit took the cap
+    axes: tuple = ()              # names of the compared arrays' dimensions (Comparison.axes), for messages
 
     @property
     def ok(self) -> bool:
@@ -336,19 +337,22 @@ class Verdict(NamedTuple):
 
 
 def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None,
-          held_reference=None) -> Verdict:
+          held_reference=None, axes: tuple = ()) -> Verdict:
     """Evaluate one comparison under its contract (see the kinds in contracts.d/defaults.toml).
 
     baseline_reference: what the baseline's error is measured against when it differs from the
     candidate's reference (the oracle re-run with the BASELINE's discrete decisions); default reference.
     held_reference: the oracle on the inputs as the working dtype holds them; the baseline's error is
     taken as at least its distance to `reference` (the error exact arithmetic makes from those inputs).
+    axes: a name per dimension of `reference` (compare.Comparison.axes): the first differing or the worst
+    element is named in those terms.
     """
+    check_axes(axes, tuple(getattr(reference, "shape", ())), contract.key)
     if contract.kind == "exact":
         same = bitwise_equal(candidate, reference)
         where = " on rerun" if contract.quantity == "rerun" else ""
-        detail = "" if same else f"NOT bitwise equal{where}: {first_difference(candidate, reference)}"
-        return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None, detail)
+        detail = "" if same else f"NOT bitwise equal{where}: {first_difference(candidate, reference, axes)}"
+        return Verdict(contract, dtype, 0.0 if same else float("inf"), 0.0, None, None, detail, axes=axes)
     if contract.kind == "quantization_gate":
         return judge_gate(contract, dtype, candidate, reference)
     cs, rs = tuple(getattr(candidate, "shape", ())), tuple(getattr(reference, "shape", ()))
@@ -376,7 +380,7 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
     if held is not None and contract.capped(dtype, held):
         label("ill-conditioned inputs: exact arithmetic on the rounded inputs errs above the cap")
     return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base, held), m, base,
-                   ill_conditioned=ill)
+                   ill_conditioned=ill, axes=axes)
 
 
 def judge_gate(contract: Contract, dtype: str, candidate, reference) -> Verdict:
@@ -421,8 +425,17 @@ def judge_decision(contract: Contract, dtype: str, candidate, reference, where: 
         label(f"legal {what} flip (oracle scores tied within eps)")
     at = f"{where}: " if where else ""
     detail = (f"{at}{r.rows} {unit}, {r.tie_rows} legal flips within eps {eps:g}" if r.ok
-              else f"{at}{'query' if contract.kind == 'selection' else 'token'} {r.first_bad}: {r.reason}")
+              else f"{at}{_decision_row(contract.kind, r.first_bad)}: {r.reason}")
     return Verdict(contract, dtype, 0.0 if r.ok else float("inf"), 0.0, None, None, detail, flips=r.tie_rows)
+
+
+def _decision_row(kind: str, first_bad) -> str:
+    """The row a decision first differs in: "query 5 (batch 1)" (selection: (b, s)), "token 3" (routing)."""
+    from invariants.compare import name_index
+
+    if first_bad is None:
+        return "query" if kind == "selection" else "token"
+    return name_index(first_bad, ("batch", "query") if kind == "selection" else ("token",))
 
 
 def judge_selection(contract: Contract, dtype: str, candidate, reference) -> Verdict:
@@ -466,5 +479,5 @@ def judge_comparison(contract: Contract, dtype: str, cmp) -> Verdict:
     if cmp.kind in DECISION_KINDS:
         return judge_decision(contract, dtype, cmp.candidate, cmp.reference, cmp.where)
     v = judge(contract, dtype, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
-              cmp.held_reference)
+              cmp.held_reference, cmp.axes)
     return v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else (cmp.where or v.detail))

@@ -89,7 +89,7 @@ def bitwise_equal(candidate, reference, device) -> bool:
     return d is not None and not bool(d.any())
 
 
-def first_difference(candidate, reference, device) -> Optional[str]:
+def first_difference(candidate, reference, device, axes: tuple = ()) -> Optional[str]:
     """compare.first_difference's line for large device arrays (only the first differing element comes to
     the host); None when they do not differ or differ in shape (the NumPy path says so)."""
     d = differ(candidate, reference, device)
@@ -98,4 +98,7 @@ def first_difference(candidate, reference, device) -> Optional[str]:
     idx = _unravel(int(torch.argmax(d.reshape(-1).to(torch.uint8))), d.shape)
     c, r = (float(_f64(a[idx] if isinstance(a, torch.Tensor) else np.asarray(a)[idx], device)) for a in
             (candidate, reference))
-    return f"{int(d.sum())} of {d.numel()} elements differ; first at {idx}: candidate {c:.9g} vs reference {r:.9g}"
+    from invariants.compare import check_axes, name_index
+    check_axes(axes, tuple(d.shape))
+    return (f"{int(d.sum())} of {d.numel()} elements differ; first at {name_index(idx, axes)}: candidate {c:.9g} "
+            f"vs reference {r:.9g}")

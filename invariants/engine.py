@@ -18,8 +18,8 @@ import time
 import traceback
 from typing import Callable, NamedTuple, Optional
 
-from hypothesis import example, given, settings, target
-from hypothesis.errors import Flaky, HypothesisException
+from hypothesis import Phase, example, given, settings, target
+from hypothesis.errors import Flaky, FlakyFailure, HypothesisException
 from hypothesis.reporting import with_reporter
 
 from invariants import labels
@@ -35,6 +35,9 @@ from invariants.target import OracleTarget, Target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NO_MARGIN = {"p50": None, "p99": None, "max": None}
+# seconds a check may spend shrinking its first failure (Hypothesis's own limit is 300 s): past it,
+# the smallest failing case found by then is the one reported, and the result says so
+SHRINK_SECONDS = 60.0
 
 
 class CheckCrashed(AssertionError):
@@ -66,6 +69,8 @@ class CheckResult(NamedTuple):
     not_provided: tuple = ()     # quantities not judged: outputs the candidate declares it does not provide
     candidate_seconds: float = 0.0   # wall time inside the candidate's functions, over all examples
     judged_in: tuple = ()        # precision islands that set the judged dtype ("kda.sublayer float32")
+    shrink_seconds: float = 0.0  # wall time from the first failure to the end of shrinking
+    shrink_stopped: bool = False  # shrinking hit its time budget (SHRINK_SECONDS): the case may shrink further
 
     def to_json(self) -> dict:
         return self._asdict()
@@ -106,11 +111,12 @@ class Tally:
 
     def result(self, check: str, mechanism: str, status: str, examples: int, t0: float, shrunk=None,
                message: str = "", repro=None, events=None, covered=(), crashed=False,
-               not_provided=(), candidate_seconds=0.0, judged_in=()) -> CheckResult:
+               not_provided=(), candidate_seconds=0.0, judged_in=(), shrink=None) -> CheckResult:
+        shrink_s, stopped = (0.0, False) if shrink is None else (shrink.seconds(), shrink.stopped)
         return CheckResult(check, mechanism, status, examples, self.worst, self.line, self.case, shrunk, message,
                            repro, dict(events or {}), time.time() - t0, self.margin(), self.flips, self.ill,
                            tuple(sorted(covered)), crashed, tuple(sorted(not_provided)), candidate_seconds,
-                           tuple(sorted(judged_in)))
+                           tuple(sorted(judged_in)), shrink_s, stopped)
 
 
 def _where(frame: traceback.FrameSummary) -> str:
@@ -191,6 +197,49 @@ class _Abort(BaseException):
         self.exc = exc
 
 
+class ShrinkBudget:
+    """Remembers every case's outcome and bounds the time Hypothesis spends shrinking a failure.
+
+    A case already judged is not run again: it fails again at once with its exception, or passes. The
+    shrinker reaches one case through many choice sequences (a draw that no longer matters, such as a
+    dropped cut's length), and an example costs seconds on the interpreter. Once `limit` seconds have
+    passed since the first failure, a case never seen returns at once too: the shrinker, finding
+    nothing new that fails, stops within a few cheap calls, and the smallest failing case found by
+    then is the one reported (Hypothesis replays it at the end: it fails again from memory)."""
+
+    def __init__(self, limit: float):
+        self.limit, self.first, self.end, self.failed, self.passed = limit, None, None, {}, set()
+        self.stopped = False
+
+    def replay(self, key: str) -> bool:
+        """True when the case's outcome is known (or the budget is spent): raise its failure, if any."""
+        if key in self.failed:
+            raise self.failed[key]
+        return key in self.passed or self.spent()
+
+    def spent(self) -> bool:
+        """True once the budget is used up (and says so from then on)."""
+        if self.first is not None and time.time() - self.first > self.limit:
+            self.stopped = True
+        return self.stopped
+
+    def failing(self, key: str, exc: BaseException) -> None:
+        self.first = time.time() if self.first is None else self.first
+        self.failed.setdefault(key, exc)
+
+    def close(self) -> None:
+        """The run is over: shrinking (if anything failed) ended now."""
+        self.end = time.time() if self.end is None else self.end
+
+    def seconds(self) -> float:
+        """From the first failure to the end of the run: the shrink phase and the final replay."""
+        return 0.0 if self.first is None or self.end is None else self.end - self.first
+
+    def note(self) -> str:
+        return (f"; shrinking stopped at its {self.limit:.0f} s budget: the case shown is the smallest found "
+                f"by then" if self.stopped else "")
+
+
 def derandomized_seed(check_name: str) -> int:
     """The seed of a derandomized profile's draws for one check: a function of its name alone.
 
@@ -248,10 +297,10 @@ def examples_for(check: Check, profile: str, device: str, max_examples: Optional
 
 def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
               max_examples: Optional[int] = None, on_example: Callable[[], None] = lambda: None,
-              seed: Optional[int] = None, replay=()) -> CheckResult:
+              seed: Optional[int] = None, replay=(), shrink_seconds: float = SHRINK_SECONDS) -> CheckResult:
     """Run one record under Hypothesis: the `replay` cases (recorded failures: invariants/failures.py),
-    then its pinned examples, then drawn ones (examples_for), the first failure shrunk; never raises (a
-    broken check is a result with status "error").
+    then its pinned examples, then drawn ones (examples_for), the first failure shrunk for at most
+    `shrink_seconds` (ShrinkBudget); never raises (a broken check is a result with status "error").
 
     Replayed cases are explicit examples like the pinned ones, so derandomized profiles run them too
     (they take no example database), and they count like pinned ones; one equal to a pinned example
@@ -267,6 +316,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     if isinstance(cand, Target):
         cand = cand._replace(impl=recording(cand.impl, recorder))
     tally, n, calls, skipped, islands = Tally(), [0], [0], set(), set()
+    budget = ShrinkBudget(shrink_seconds)
     labels.COUNTS.clear()
     t0 = time.time()
     explicit = check.examples
@@ -277,6 +327,9 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             # an explicit example already failed, and only the first failure is reported (_run_test):
             # Hypothesis would still replay the other pinned ones (a serving program: 15-40 s on the CPU)
             return
+        key = json.dumps(case_to_json(case), sort_keys=True, default=str)
+        if budget.replay(key):
+            return
         n[0] += 1
         on_example()
         try:
@@ -286,15 +339,32 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             _fallback_only(e)
             tally.add(e.verdicts, case_to_json(case))
             tally.closed = True
+            _failing(case, key, e)
             raise
         except UndeclaredContract as e:       # a property of the check, the same for every example
             raise _Abort(e) from e
         except Exception as e:
             _fallback_only(e)
             tally.closed = True
+            _failing(case, key, e)
             raise
         tally.add(verdicts, case_to_json(case))
+        budget.passed.add(key)
         target(min(max(v.ratio for v in verdicts), 1e9), label="error / limit")
+
+    def _failing(case, key, e):
+        # failures are replayed from memory (ShrinkBudget): the first drawn one is run once more here, so
+        # a candidate that fails once and then passes is still reported as non-deterministic (Hypothesis
+        # never re-runs a failing explicit example: a pinned serving program costs 15-40 s)
+        if budget.first is None and calls[0] > len(explicit):
+            try:
+                run_one(check, case, cand, base, None, recorder if isinstance(cand, Target) else None)
+            except Exception:
+                pass
+            else:
+                raise _Abort(FlakyFailure(f"{check.name}: the case failed once and passed when run again "
+                                          f"(non-deterministic): {describe_exception(e)}", [e]))
+        budget.failing(key, e)
 
     def _fallback_only(e):
         # nothing of the candidate ran in this example: the failure is our fallback's, never the candidate's
@@ -302,10 +372,10 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             raise _Abort(FallbackFailed(e)) from e
 
     def done(status, **kw):
+        budget.close()
         return tally.result(check.name, check.mechanism, status, n[0], t0, events=labels.COUNTS,
                             covered=recorder.called, not_provided=skipped, candidate_seconds=recorder.seconds,
-                            judged_in=islands,
-                            **kw)
+                            judged_in=islands, shrink=budget, **kw)
 
     try:
         n_ex = examples_for(check, profile, str(cand.device), max_examples)
@@ -314,7 +384,10 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         explicit = _explicit(check, replay, pins_for(check, str(cand.device), profile))
         for ex in reversed(explicit):
             test = example(ex)(test)
-        test = settings(settings.get_profile(profile), max_examples=n_ex)(test)
+        # no explain phase: it re-runs variants of the shrunk case only to annotate Hypothesis's own
+        # report (seconds an example here), which the CLI does not print
+        prof = settings.get_profile(profile)
+        test = settings(prof, max_examples=n_ex, phases=[p for p in prof.phases if p != Phase.explain])(test)
         if seed is None and settings.get_profile(profile).derandomize:
             seed = derandomized_seed(check.name)
         if seed is not None:
@@ -324,7 +397,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     except (ContractBroken, CheckCrashed) as e:
         # a crash says where it was raised: in the candidate's code, or in ours fed the candidate's output
         message = ("; ".join(describe(v) for v in e.verdicts if not v.ok) if isinstance(e, ContractBroken)
-                   else f"{e.check}: raised {describe_exception(e.exc)}")
+                   else f"{e.check}: raised {describe_exception(e.exc)}") + budget.note()
         return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,
                     crashed=isinstance(e, CheckCrashed))
     except _Abort as a:

@@ -37,12 +37,15 @@ from strategies.geometry import KDAGeometry, kda_geometries
 from strategies.sequences import (
     chunk_splits,
     cu_seqlens,
+    left_pads,
     packed_lengths,
     sequence_lengths,
 )
 from strategies.tensors import SEEDS, families
 
 TINY = Geometry.preset("tiny")     # the pinned examples' geometry
+# what a message names an element by: core outputs [B, T, H, V], a recurrent state's [H, K, V] after its row
+OUT_AXES, STATE_AXES = ("batch", "token", "head", "dim"), ("head", "key", "value")
 
 
 # ------------------------------------------------------------------------ cases
@@ -129,13 +132,13 @@ def causal_cases(draw, base, *, max_len: int = 160) -> CausalCase:
 
 @st.composite
 def sublayer_cases(draw, base, *, max_len: int = 140, padded: bool = True) -> SublayerCase:
+    # the draws that set an example's cost first (the shrinker simplifies in draw order), the pads last
     g = draw(kda_geometries(base))
-    length = draw(sequence_lengths(max_len=max_len))
-    batch = draw(st.integers(1, 2))
-    pad = tuple(draw(st.integers(0, min(length - 1, 9))) if padded else 0 for _ in range(batch))
+    length, batch = draw(sequence_lengths(max_len=max_len)), draw(st.integers(1, 2))
     splits = draw(chunk_splits(length))
-    return SublayerCase(g, batch, length, pad, splits, draw(st.booleans()), draw(families()),
-                        draw(SEEDS))
+    initial_state, family, seed = draw(st.booleans()), draw(families()), draw(SEEDS)
+    pad = draw(left_pads(batch, length)) if padded else (0,) * batch
+    return SublayerCase(g, batch, length, pad, splits, initial_state, family, seed)
 
 
 @st.composite
@@ -194,8 +197,9 @@ def run_recurrent(case: CoreCase, cand: Target, base: Target):
     oh, shh = _core_call(cand.held_oracle(), "recurrent", x, state, cu)
     oc, scand = _core_call(cand, "recurrent", x, state, cu)
     ob, sb = _core_call(base, "recurrent", x, state, cu)
-    return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh),
-            Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh)]
+    rows = ("document",) if case.docs is not None else ("batch",)
+    return [Comparison("recurrent", "output", oc, o, ob, held_reference=oh, axes=OUT_AXES),
+            Comparison("recurrent", "final_state", scand, s, sb, held_reference=shh, axes=rows + STATE_AXES)]
 
 
 def run_chunked(case: CoreCase, cand: Target, base: Target):
@@ -205,9 +209,11 @@ def run_chunked(case: CoreCase, cand: Target, base: Target):
     oh, shh, bh = _core_call(cand.held_oracle(), "chunked", x, state, cu, chunk=64)
     oc, scand, bc = _core_call(cand, "chunked", x, state, cu, chunk=64)
     ob, sb, bb = _core_call(base, "chunked", x, state, cu, chunk=64)
-    return [Comparison("chunked", "output", oc, o, ob, held_reference=oh),
-            Comparison("chunked", "final_state", scand, s, sb, held_reference=shh),
-            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh)]
+    rows = ("document",) if case.docs is not None else ("batch",)
+    return [Comparison("chunked", "output", oc, o, ob, held_reference=oh, axes=OUT_AXES),
+            Comparison("chunked", "final_state", scand, s, sb, held_reference=shh, axes=rows + STATE_AXES),
+            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh,
+                       axes=("boundary",) + STATE_AXES if case.docs is not None else ("batch", "chunk") + STATE_AXES)]
 
 
 CAUSAL_INPUTS = ("g", "k", "v", "beta", "q", "all")
@@ -253,11 +259,12 @@ def run_causal(case: CausalCase, cand: Target, base: Target):
         kw = {"chunk": 64} if fn == "chunked" else {}
         a = _core_call(cand, fn, x, state, cu, **kw)
         b = _core_call(cand, fn, y, state, cu, **kw)
-        res += [Comparison(fn, "causal", b[0][:, :case.cut], a[0][:, :case.cut], kind="exact"),
-                Comparison(fn, "causal", b[1][finals], a[1][finals], kind="exact")]
+        res += [Comparison(fn, "causal", b[0][:, :case.cut], a[0][:, :case.cut], kind="exact", axes=OUT_AXES),
+                Comparison(fn, "causal", b[1][finals], a[1][finals], kind="exact", axes=("sequence", *STATE_AXES))]
         if fn == "chunked" and b[2] is not None:
             flat = (lambda s: s.reshape(-1, *s.shape[2:])) if c.docs is None else (lambda s: s)
-            res.append(Comparison(fn, "causal", flat(b[2])[bounds], flat(a[2])[bounds], kind="exact"))
+            res.append(Comparison(fn, "causal", flat(b[2])[bounds], flat(a[2])[bounds], kind="exact",
+                                  axes=("boundary", *STATE_AXES)))
     return res
 
 
@@ -357,8 +364,8 @@ def run_rerun(case: SublayerCase, cand: Target, base: Target):
     for path, xs, s0 in (("sublayer", x, state), ("decode", x[:, :1], call_sublayer(ORACLE, w, x, state, mask)[1])):
         a = call_sublayer(cand, w, xs, s0)
         b = call_sublayer(cand, w, xs, s0)
-        res += [Comparison(path, "rerun", a[0], b[0], kind="exact"),
-                Comparison(path, "rerun", a[1].recurrent, b[1].recurrent, kind="exact")]
+        res += [Comparison(path, "rerun", a[0], b[0], kind="exact", axes=("batch", "token", "channel")),
+                Comparison(path, "rerun", a[1].recurrent, b[1].recurrent, kind="exact", axes=("batch", *STATE_AXES))]
     return res
 
 

@@ -14,13 +14,15 @@ from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_che
 from invariants import model_causal_checks, paged_checks, scale_checks, serving_checks
 from invariants import batch_checks, batch_ffn_checks, rerun_checks
 from invariants import graph_checks
+from invariants import kda_checkpoint_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import Verdict, judge_comparison, lookup
 from invariants.precision import judged
 from invariants.target import Target
 
-MODULES = (kda_checks, scale_checks, dsa_checks, mla_checks, paged_checks, mhc_checks, moe_checks, nvfp4_checks,
-           model_checks, model_causal_checks, serving_checks, batch_checks, batch_ffn_checks, rerun_checks)
+MODULES = (kda_checks, kda_checkpoint_checks, scale_checks, dsa_checks, mla_checks, paged_checks, mhc_checks,
+           moe_checks, nvfp4_checks, model_checks, model_causal_checks, serving_checks, batch_checks,
+           batch_ffn_checks, rerun_checks)
 # CUDA-graph replay of the decode steps (kda.graph_replay, mla.graph_replay)
 MODULES += (graph_checks,)
 CHECKS: tuple[Check, ...] = tuple(c for m in MODULES for c in m.CHECKS)

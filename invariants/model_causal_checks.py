@@ -39,7 +39,8 @@ def run_model_causal(case: CausalModelCase, cand: Target, base: Target) -> list:
     side = target_side(cand, c)
     a = chunked_prefill(side, ids, mask, c.splits)
     b = chunked_prefill(side, changed, mask, c.splits)
-    return [Comparison("chunked_prefill", "causal", b.logits[:, :cut], a.logits[:, :cut], kind="exact")]
+    return [Comparison("chunked_prefill", "causal", b.logits[:, :cut], a.logits[:, :cut], kind="exact",
+                       axes=("batch", "token", "vocab"))]
 
 
 _TINY = Geometry.preset("tiny")

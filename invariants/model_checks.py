@@ -39,8 +39,9 @@ from oracle import model as om
 from oracle.config import DENSE, LINEAR, PRESETS, SHARED, Geometry
 from oracle.state import HybridState as OracleState
 from oracle.types import DSACache, KDAState, LayerDecisions
-from strategies.sequences import chunk_splits
+from strategies.sequences import chunk_splits, left_pads
 from strategies.tensors import SEEDS
+from invariants.model_handoff import PERSISTED, handoff_comparisons, persisted_continuation
 
 PATHS = ("chunked_prefill", "token_decode", "continuation")
 MAX_DECODE_STEPS = 3
@@ -138,12 +139,12 @@ def model_cases(draw, base: Geometry, *, max_len: Optional[int] = None, seeds: i
         max_len = MAX_LEN["interpreter" if interpreted() else "compiled"]
     name, layers = base_name(base), model_cut(base)
     g = geometry_of(name, layers)
-    length = draw(model_lengths(g, max_len))
-    batch = draw(st.integers(1, 2))
-    pad = tuple(draw(st.integers(0, min(length - 1, 6))) for _ in range(batch))
-    splits = legal_splits(draw(chunk_splits(length, max_parts=3)), max(pad))
-    return ModelCase(name, layers, draw(st.integers(0, seeds - 1)), batch, length, pad, splits,
-                     draw(st.integers(0, MAX_DECODE_STEPS)), draw(SEEDS))
+    # the draws that set an example's cost first (the shrinker simplifies in draw order), the pads last
+    length, batch = draw(model_lengths(g, max_len)), draw(st.integers(1, 2))
+    splits, model_seed = draw(chunk_splits(length, max_parts=3)), draw(st.integers(0, seeds - 1))
+    steps, seed = draw(st.integers(0, MAX_DECODE_STEPS)), draw(SEEDS)
+    pad = draw(left_pads(batch, length, max_pad=6))
+    return ModelCase(name, layers, model_seed, batch, length, pad, legal_splits(splits, max(pad)), steps, seed)
 
 
 def legal_splits(splits, max_pad: int) -> tuple[int, ...]:
@@ -200,7 +201,7 @@ class Side(NamedTuple):
 
 def oracle_side(weights) -> Side:
     return Side(lambda ids, mask, state: om.forward(weights, ids, state, mask),
-                lambda s: s.serialize(), OracleState.deserialize, [])
+                lambda s, kda_dtype=None: s.serialize(kda_dtype), OracleState.deserialize, [])
 
 
 class _Passthrough:
@@ -257,7 +258,8 @@ def target_side(t: Target, case: ModelCase) -> Side:
         calls.append(list(log))
         return out
 
-    return Side(forward, lambda s: s.serialize(), lambda b: ops.deserialize(b, device=t.device), calls)
+    return Side(forward, lambda s, kda_dtype=None: s.serialize(kda_dtype), lambda b: ops.deserialize(b, device=t.device),
+                calls)
 
 
 # ----------------------------------------------------------------------------- paths
@@ -274,6 +276,7 @@ class PathRun(NamedTuple):
     logits: object
     state: object
     calls: list
+    handoff: Optional[tuple] = None   # a restored path: (state arrays at the snapshot, the same restored)
 
 
 def chunked_prefill(side: Side, ids, mask, splits) -> PathRun:
@@ -286,8 +289,10 @@ def chunked_prefill(side: Side, ids, mask, splits) -> PathRun:
     return PathRun(_cat(logits), state, side.log[first:])
 
 
-def prefix_paths(side: Side, ids, mask, k: int) -> dict:
-    """token_decode and continuation from one shared prefix of S - k tokens (k = 0: one prefill)."""
+def prefix_paths(side: Side, ids, mask, k: int, persisted: tuple = ()) -> dict:
+    """token_decode and continuation from one shared prefix of S - k tokens (k = 0: one prefill); for
+    each KDA dtype of `persisted` ("bfloat16") also the continuation from a snapshot persisted in it
+    (invariants/model_handoff.py)."""
     S = ids.shape[1]
     first = len(side.log)
     if k == 0:
@@ -297,21 +302,24 @@ def prefix_paths(side: Side, ids, mask, k: int) -> dict:
     P = S - k
     lp, sp = side.forward(ids[:, :P], mask[:, :P], None)
     blob = side.serialize(sp)                      # before any later call could touch the buffers
+    blobs, held = {d: side.serialize(sp, d) for d in persisted}, state_arrays(sp)
     logits, state = [lp], sp
     for t in range(P, S):
         lg, state = side.forward(ids[:, t:t + 1], mask[:, :t + 1], state)
         logits.append(lg)
     decode = side.log[first:]
-    lc, sc_ = side.forward(ids[:, P:], mask, side.deserialize(blob))
+    restored = side.deserialize(blob)
+    lc, sc_ = side.forward(ids[:, P:], mask, restored)
     # the prefix call, then the continuation call (the oracle's side logs nothing)
     cont = decode[:1] + side.log[first + len(decode):]
-    return {"token_decode": PathRun(_cat(logits), state, decode),
-            "continuation": PathRun(_cat([lp, lc]), sc_, cont)}
+    out = {"token_decode": PathRun(_cat(logits), state, decode),
+           "continuation": PathRun(_cat([lp, lc]), sc_, cont, (held, state_arrays(restored)))}
+    return out | {f"continuation_{d}": persisted_continuation(side, blobs[d], held, ids, mask, P) for d in persisted}
 
 
-def run_paths(side: Side, ids, mask, case: ModelCase) -> dict:
+def run_paths(side: Side, ids, mask, case: ModelCase, persisted: tuple = ()) -> dict:
     out = {"chunked_prefill": chunked_prefill(side, ids, mask, case.splits)}
-    out.update(prefix_paths(side, ids, mask, decode_steps(case)))
+    out.update(prefix_paths(side, ids, mask, decode_steps(case), persisted))
     return out
 
 
@@ -451,6 +459,10 @@ def state_arrays(state, row=None, pad: int = 0) -> dict:
 
 
 EXACT = ("valid_flags", "seq_len")
+# each state quantity's dimensions (state_arrays stacks the layers of one kind first), for messages
+STATE_AXES = {"kda_recurrent": ("layer", "batch", "head", "key", "value"), "kda_conv": ("layer", "batch", "channel", "tap"),
+              "dsa_latent": ("layer", "batch", "token", "rank"), "index_rows": ("layer", "batch", "token", "channel"),
+              "valid_flags": ("layer", "batch", "token"), "seq_len": ("count",)}
 
 
 def _state_comparisons(path: str, ac: dict, ar: dict, ab, kind: str, abr=None) -> list:
@@ -459,7 +471,8 @@ def _state_comparisons(path: str, ac: dict, ar: dict, ab, kind: str, abr=None) -
     for q, r in ar.items():
         k = "exact" if q in EXACT else kind
         res.append(Comparison(path, q, ac.get(q), r, None if ab is None or k == "exact" else ab.get(q), kind=k,
-                              baseline_reference=None if abr is None or k == "exact" else abr.get(q)))
+                              baseline_reference=None if abr is None or k == "exact" else abr.get(q),
+                              axes=STATE_AXES.get(q, ())))
     return res
 
 
@@ -537,7 +550,7 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
     whole = oracle_run(weights, ids, mask)
     pads = padded_rows(case)
     alone = {(r, p): oracle_run(weights, ids[r:r + 1, p:], mask[r:r + 1, p:]) for r, p in pads}
-    runs = {n: run_paths(s, ids, mask, case) for n, s in
+    runs = {n: run_paths(s, ids, mask, case, PERSISTED if n == "cand" else ()) for n, s in
             (("cand", target_side(cand, case)), ("base", target_side(base, case)), ("oracle", oracle))}
     B, S = ids.shape
     dec = {(n, path): path_decisions(g, runs[n][path].calls, B) for n in ("cand", "base") for path in PATHS}
@@ -548,6 +561,7 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
         res += compare(path, runs["cand"][path], ref["cand", path], real, runs["base"][path],
                        base_ref=ref["base", path])
         res += compare(f"oracle_{path}", runs["oracle"][path], whole, real, kind="self_consistency")
+    res += handoff_comparisons(runs["cand"], whole.logits, ids.shape[1] - k)
 
     def alone_given(n):
         return {(r, p): conditioned_on(weights, ids[r:r + 1, p:], mask[r:r + 1, p:],

@@ -112,8 +112,9 @@ def _nv_target(t: Target, q: NVFP4Tensor) -> NVFP4Tensor:
                        torch.as_tensor(np.asarray(q.global_decode, np.float32), device=dev), None)
 
 
-def _bits(t: NVFP4Tensor):
-    """The quantized tensor as integers (codes, scale bytes, global-scale bits), for exact comparison."""
+def _bits(t: NVFP4Tensor) -> tuple:
+    """The quantized tensor as integers, for exact comparison: codes [rows, cols / 2] (packed bytes),
+    block scales [rows, cols / 16] (fp8 bytes), the global scale's float32 bits [1]."""
     if hasattr(t.packed, "detach"):
         packed = t.packed.cpu().numpy()
         scale = t.block_scale.cpu().view(torch.uint8).numpy()
@@ -121,14 +122,18 @@ def _bits(t: NVFP4Tensor):
     else:
         packed, scale = np.asarray(t.packed), np.asarray(t.block_scale).view(np.uint8)
         g = np.asarray(t.global_decode, np.float32)
-    return np.concatenate([packed.ravel().astype(np.int64), scale.ravel().astype(np.int64),
-                           np.atleast_1d(g).view(np.int32).astype(np.int64)])
+    return packed.astype(np.int64), scale.astype(np.int64), np.atleast_1d(g).view(np.int32).astype(np.int64)
+
+
+# what each part of _bits is, and its dimensions, for messages ("first at row 2, byte 5")
+_BITS = (("packed codes", ("row", "byte")), ("block scales", ("row", "block")), ("global scale", ("value",)))
 
 
 def run_quantize(case: NVFP4Case, cand: Target, base: Target):
     w = nvfp4_weights(case)
     ref, q = (quantize_on(t, w) for t in (ORACLE, cand))
-    return [Comparison("quantize", "codes", _bits(q), _bits(ref), kind="exact")]
+    return [Comparison("quantize", "codes", c, r, kind="exact", where=what, axes=axes)
+            for (what, axes), c, r in zip(_BITS, _bits(q), _bits(ref))]
 
 
 def quantize_on(t: Target, w):
@@ -148,8 +153,10 @@ def run_dequantize(case: NVFP4Case, cand: Target, base: Target):
     with cand.poisoned():
         got = cand.impl.nvfp4.dequantize(qt)
         got_sw = cand.impl.nvfp4.dequantize_swizzled(qt.packed, sw_t, qt.global_decode)
-    return [Comparison("dequantize", "weights", got.float(), torch.as_tensor(want), kind="exact"),
-            Comparison("dequantize", "weights_from_swizzled", got_sw.float(), torch.as_tensor(want), kind="exact")]
+    return [Comparison("dequantize", "weights", got.float(), torch.as_tensor(want), kind="exact",
+                       axes=("row", "column")),
+            Comparison("dequantize", "weights_from_swizzled", got_sw.float(), torch.as_tensor(want), kind="exact",
+                       axes=("row", "column"))]
 
 
 def _calibrated_scales(w, nv, x_cal):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from invariants.compare import name_index
 from invariants.contracts import Verdict
 
 
@@ -31,10 +32,10 @@ def describe(v: Verdict) -> str:
         base += f" (ILL-CONDITIONED: above its cap {c.cap.get(v.dtype, float('nan')):g}, which the limit took instead)"
     if m.nonfinite_mismatch:
         detail = (f"{m.nonfinite_mismatch} entries non-finite in one side only; first at "
-                  f"{m.worst_index}: candidate {m.worst_candidate!r}, reference {m.worst_reference!r}")
+                  f"{name_index(m.worst_index, v.axes)}: candidate {m.worst_candidate!r}, reference {m.worst_reference!r}")
     else:
         detail = (f"max_abs_scaled {m.max_abs_scaled:.3g}, cosine {m.cosine:.9f}, worst at "
-                  f"{m.worst_index}: candidate {m.worst_candidate:.6g} vs reference {m.worst_reference:.6g}")
+                  f"{name_index(m.worst_index, v.axes)}: candidate {m.worst_candidate:.6g} vs reference {m.worst_reference:.6g}")
     return f"{head}: {c.metric} {v.value:.3g} {'<=' if v.ok else '>'} limit {v.limit:.3g}{base}; {detail}"
 
 

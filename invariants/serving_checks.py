@@ -250,12 +250,12 @@ class _Run:
     def compare(self, where: str) -> None:
         live = self.oracle.live()
         self.out.append(Comparison("state_machine", "live_requests", np.asarray(self.cand.live(), float),
-                                   np.asarray(live, float), kind="exact", where=where))
+                                   np.asarray(live, float), kind="exact", where=where, axes=("slot",)))
         for rid in live:
             at = f"{where}, request {rid}"
             hist = self.oracle.history(rid)
             self.out.append(Comparison("state_machine", "history", np.asarray(self.cand.history(rid), float),
-                                       np.asarray(hist, float), kind="exact", where=at))
+                                       np.asarray(hist, float), kind="exact", where=at, axes=("token",)))
             ref, got, bas = (_arrays(e.state(rid)) for e in self.engines)
             self.out.append(Comparison("state_machine", "layout", np.asarray([len(got)], float),
                                        np.asarray([len(ref)], float), kind="exact", where=at))

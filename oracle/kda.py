@@ -21,6 +21,7 @@ import numpy as np
 import scipy.linalg
 import scipy.special
 
+from oracle.state import checkpoint_shapes
 from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
@@ -142,6 +143,31 @@ def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None):
         flat = [m for doc in bounds for m in doc]
         boundary = np.stack(flat) if flat else np.zeros((0, H, K, V))
     return o, final, boundary
+
+
+def checkpoint(q, k, v, g, beta, boundary_states, state=None, depth=0, chunk=64):
+    """The state after exactly the first `depth` tokens of a prefill, rebuilt from what its chunked pass
+    saved: a prefix-cache checkpoint at ANY depth (SERVING.md B2). The saved state at the deepest chunk
+    boundary at or below depth (boundary row depth // chunk - 1; the initial state below one chunk),
+    then the depth % chunk tokens after that boundary replayed from it.
+
+    Args:
+        q, k, v, g, beta: the prefill's inputs [B, T, ...] (batch rows; T >= depth; only the tokens
+            between the boundary and depth are read)
+        boundary_states: [B, T // chunk, H, K, V] what `chunked` returned for that prefill (None is
+            allowed below one chunk)
+        state: [B, H, K, V] the prefill's initial state, or None (zeros);  depth: 0 <= depth <= T
+    Returns:
+        [B, H, K, V]: the state after token `depth`
+    """
+    B, T, H, K, V = checkpoint_shapes(q, k, v, g, beta, boundary_states, state, depth, chunk)
+    at = depth // chunk * chunk
+    saved = (_f64("boundary_states", boundary_states)[:, at // chunk - 1] if at else
+             np.zeros((B, H, K, V)) if state is None else _f64("state", state))
+    if at == depth:
+        return saved.copy()
+    part = (a[:, at:depth] for a in (q, k, v, g, beta))
+    return recurrent(*part, saved)[1]
 
 
 def _chunk_step(q, k, v, g, beta, M):

@@ -13,16 +13,19 @@ import dataclasses
 import json
 from typing import Optional, Sequence, Union
 
+import ml_dtypes
 import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from oracle.config import INDEXED, LINEAR, Geometry
-from oracle.types import DSACache, KDAState
+from oracle.types import DSACache, KDAState, core_shapes
 
 __all__ = ["HybridState", "StateError"]
 
 _VERSION = "1"
+# the dtypes a KDA recurrent state may be persisted in (serialize): None is its own (float32, exact)
+PERSISTED = (None, "bfloat16")
 
 Entry = Union[KDAState, DSACache, None]
 
@@ -194,18 +197,37 @@ class HybridState:
 
     # ------------------------------------------------------------------ bytes
 
-    def serialize(self) -> bytes:
-        """safetensors bytes of every cached array (exact), with the layer types and seq_len."""
+    def serialize(self, kda_dtype: Optional[str] = None) -> bytes:
+        """safetensors bytes of every cached array, with the layer types and seq_len.
+
+        kda_dtype: the dtype the KDA recurrent states are persisted in. None: each array in its own dtype
+        (the recurrent state is float32 on every implementation, SPEC §2: the hand-off is exact, bitwise);
+        "bfloat16": rounded to nearest even (a prefix cache at half the bytes: a QUANTIZATION of the
+        hand-off, restored as the rounded values in the state's own dtype)."""
+        if kda_dtype not in PERSISTED:
+            raise StateError(f"serialize: kda_dtype={kda_dtype!r}, expected one of {PERSISTED}")
         tensors = {}
         for i, e in enumerate(self.layers):
             if e is None:
                 continue
             for field, a in zip(e._fields, e):
                 if a is not None:
-                    tensors[f"layers.{i}.{field}"] = a
+                    persisted = kda_dtype is not None and isinstance(e, KDAState) and field == "recurrent"
+                    tensors[f"layers.{i}.{field}"] = self._persist(a, kda_dtype) if persisted else a
         meta = {"format": self.FORMAT, "version": _VERSION, "seq_len": str(self.seq_len),
-                "layer_types": json.dumps(list(self.layer_types))}
+                "layer_types": json.dumps(list(self.layer_types)), "kda_dtype": str(kda_dtype)}
         return self._save(tensors, meta)
+
+    @staticmethod
+    def _persist(a, dtype: str):
+        """`a` rounded to `dtype` (round to nearest even), kept in float64: the values a cache persisted
+        in that dtype gives back."""
+        return np.asarray(a, dtype=np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+    @staticmethod
+    def _restore(a):
+        """A persisted recurrent array back in the state's own dtype (the oracle's: float64)."""
+        return a
 
     @classmethod
     def deserialize(cls, data: bytes, **kw) -> "HybridState":
@@ -232,7 +254,7 @@ class HybridState:
             if kind == LINEAR:
                 if got["recurrent"] is None or got["conv"] is None:
                     raise StateError(f"deserialize: layer {i} (KDA) needs both recurrent and conv")
-                layers[i] = KDAState(got["recurrent"], got["conv"])
+                layers[i] = KDAState(cls._restore(got["recurrent"]), got["conv"])
             else:
                 if got["latent"] is None:
                     raise StateError(f"deserialize: layer {i} (DSA) has index_rows but no latent")
@@ -241,6 +263,24 @@ class HybridState:
         if extra:
             raise StateError(f"deserialize: unexpected tensor {extra[0]!r}")
         return cls(types, layers, int(meta["seq_len"]))
+
+
+def checkpoint_shapes(q, k, v, g, beta, boundary_states, state, depth, chunk) -> tuple:
+    """The argument rules of a KDA checkpoint taken from a chunked prefill (oracle.kda.checkpoint), shared
+    by every side: the core's shapes (batch rows, no cu_seqlens), depth an int in [0, T], chunk a
+    positive int, boundary_states [B, T // chunk, H, K, V] once depth reaches a chunk boundary, state
+    [B, H, K, V] or None. Returns (B, T, H, K, V); ValueError naming the argument otherwise."""
+    B, T, H, K, V, _, _ = core_shapes(q, k, v, g, beta, state, None)
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk: expected a positive integer, got {chunk!r}")
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or not 0 <= depth <= T:
+        raise ValueError(f"depth: expected an int in [0, T={T}], got {depth!r}")
+    want = (B, T // chunk, H, K, V)
+    if depth >= chunk and (boundary_states is None or tuple(boundary_states.shape) != want):
+        got = None if boundary_states is None else tuple(boundary_states.shape)
+        raise ValueError(f"boundary_states: expected chunked's {want} over the T={T} tokens (depth {depth} "
+                         f"reaches a chunk boundary), got {got}")
+    return B, T, H, K, V
 
 
 def _metadata(data: bytes) -> dict:

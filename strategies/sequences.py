@@ -1,8 +1,11 @@
 """Sequence structure: lengths, chunk splits, packed documents, a row among companions (STYLE 10-11).
 
 Everything here draws STRUCTURE (integers and tuples), never tensor elements, so a failure shrinks to
-e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn boolean the shrinker can
-drop, and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
+e.g. `length=65, splits=(64, 1)`. Boundary-biased picks sit behind a drawn choice the shrinker can
+drop (a boolean, or the later branch of a one_of), and splits are drawn as part lengths (a shorter part is a simpler case), not cut positions.
+Every draw's range is fixed (never a function of an earlier draw: a length, a batch size), and values
+that must fit are cut to fit afterwards: the shrinker can then shorten a stream or drop a row without
+turning the draws after it into different, unrelated ones (which stalls it on big cases).
 """
 from __future__ import annotations
 
@@ -33,25 +36,54 @@ def sequence_lengths(*, min_len: int = 1, max_len: int = 160) -> st.SearchStrate
     return st.booleans().flatmap(lambda pick: st.sampled_from(boundary) if pick else uniform)
 
 
+# the resolution of a cut drawn as a fraction of the tokens left
+_FRACTION = 1 << 16
+
+
+# what a cut is: a boundary part length, or (simpler: first) the fraction of the tokens left that stays
+# after it. Neither range depends on the stream's length, so shrinking the length (or an earlier part)
+# keeps every later draw meaningful
+_CUTS = st.one_of(st.tuples(st.just("fraction"), st.integers(0, _FRACTION - 1)),
+                  st.tuples(st.just("boundary"), st.sampled_from(BOUNDARY_LENGTHS)))
+
+
 @st.composite
 def chunk_splits(draw, total: int, *, max_parts: int = 6) -> tuple[int, ...]:
     """Part lengths (each >= 1) summing to `total`: how a prefill is cut into calls.
 
-    Drawn as a list of leading parts (the last part is what remains), so the shrinker simplifies by
-    dropping parts (towards one call) and by shortening them.
+    Designed to shrink (STYLE 11): a list of up to max_parts - 1 cuts, each a boundary part (1, 63, 64,
+    65, ...) or a fraction of the tokens left, drawn whatever `total` is, so the shrinker drops cuts
+    (towards one call) or shortens the stream (the parts scale down with it and stay valid) without
+    turning the draws after them into other ones. A fraction shrinks towards a part that leaves ONE
+    token after it: a 1-token tail is a boundary case of its own, and the paths decode the tokens
+    after the first part one call each, so the cheapest cut is also the simplest. A cut that does not
+    fit what is left is skipped; the last part is what remains.
     """
     if not isinstance(total, int) or isinstance(total, bool) or total < 1:
         raise ValueError(f"total: expected a positive int, got {total!r}")
     if max_parts < 1:
         raise ValueError(f"max_parts: expected >= 1, got {max_parts}")
-    lead = draw(st.lists(sequence_lengths(min_len=1, max_len=total), max_size=max_parts - 1))
     parts, left = [], total
-    for n in lead:
-        if n >= left:
-            break
-        parts.append(n)
-        left -= n
+    for kind, v in draw(st.lists(_CUTS, max_size=max_parts - 1)):
+        n = v if kind == "boundary" else left - 1 - v * (left - 1) // _FRACTION
+        if 1 <= n < left:
+            parts.append(n)
+            left -= n
     return tuple(parts) + (left,)
+
+
+@st.composite
+def left_pads(draw, batch: int, length: int, *, max_pad: int = 9) -> tuple[int, ...]:
+    """Left padding of each of `batch` rows of `length` tokens, each drawn in [0, max_pad] whatever the
+    length is and cut to length - 1 (a row keeps at least one real token). The LAST row's pad is drawn
+    first and the others' after it: dropping rows drops trailing draws only, and a failure that needs
+    one padded row keeps its pad when the batch shrinks. Draw it last in a case (nothing after it then
+    moves when the batch shrinks)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch: expected a positive int, got {batch!r}")
+    last = draw(st.integers(0, max_pad))
+    pads = [draw(st.integers(0, max_pad)) for _ in range(batch - 1)] + [last]
+    return tuple(min(p, length - 1) for p in pads)
 
 
 @st.composite

@@ -63,7 +63,7 @@ def test_a_partial_namespace_is_completed_from_triton_and_says_what_came_from_wh
 
 def test_a_complete_namespace_is_used_as_it_is_and_an_empty_one_is_refused():
     assert compose("kda", ik, registry.FUNCTIONS["kda"]) is ik
-    with pytest.raises(ValueError, match=r"provides none of \['recurrent', 'chunked', 'decode', 'sublayer'\]"):
+    with pytest.raises(ValueError, match=r"provides none of \['recurrent', 'chunked', 'decode', 'sublayer', 'checkpoint'\]"):
         registry.get("test_compose:Nothing")
 
 

@@ -111,6 +111,18 @@ def test_a_failing_check_counts_its_first_failure_but_not_the_shrinking_after_it
     assert r.flip_examples < r.examples, (r.flip_examples, r.examples)
 
 
+def test_shrinking_stops_at_its_time_budget_and_says_so(monkeypatch):
+    seen = judged_by(monkeypatch, lambda x: [FakeVerdict(2.0 if x >= 40 else 0.1)])
+    r = runner.run_check(fake_check(), TINY, CAND, CAND, "ci", max_examples=30, shrink_seconds=0.0)
+    first = next(x for x in seen if x >= 40)
+    # nothing is judged after the first failure: the budget is spent, and that failure is the one reported
+    assert seen[-1] == first and r.status == "fail" and r.shrunk_case == {"type": "FakeCase", "x": first}, (seen, r)
+    assert r.shrink_stopped and "shrinking stopped at its 0 s budget" in r.message, r.message
+    unbounded = run()
+    assert unbounded.shrunk_case == {"type": "FakeCase", "x": 40} and not unbounded.shrink_stopped
+    assert 0.0 < unbounded.shrink_seconds < unbounded.seconds and "shrinking stopped" not in unbounded.message
+
+
 def test_flips_and_ill_conditioning_count_examples_not_verdicts(monkeypatch):
     seen = judged_by(monkeypatch, lambda x: [FakeVerdict(0.5, flips=3 * (x % 3 == 0), ill_conditioned=x % 5 == 0),
                                              FakeVerdict(0.1, flips=2 * (x % 3 == 0), ill_conditioned=x % 5 == 0)])

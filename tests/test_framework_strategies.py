@@ -21,14 +21,40 @@ def test_sequence_lengths_shrink_to_the_smallest_failing_length():
     assert find(sequence_lengths(), lambda x: x > 64, settings=FIND) == 65
 
 
-def test_chunk_splits_sum_to_the_total_and_shrink_to_two_parts():
+def test_chunk_splits_sum_to_the_total_and_shrink_to_two_parts_with_a_one_token_tail():
     parts = find(chunk_splits(130), lambda p: len(p) >= 2, settings=FIND)
-    assert parts == (1, 129)
+    assert parts == (129, 1)
 
 
 def test_chunk_splits_reach_a_cut_off_the_chunk_grid():
     parts = find(chunk_splits(129), lambda p: len(p) >= 2 and p[0] == 63, settings=FIND)
     assert parts[0] == 63
+
+
+def test_chunk_splits_shrink_every_cut_to_a_one_token_part():
+    assert find(chunk_splits(3), lambda p: len(p) == 3, settings=FIND) == (1, 1, 1)
+
+
+def test_left_pads_keep_the_last_rows_draws_so_a_padded_row_survives_a_smaller_batch():
+    from strategies.sequences import left_pads
+    pads = find(left_pads(1, 5), lambda p: p[0] > 0, settings=FIND)
+    assert pads == (1,)
+    assert find(left_pads(2, 3, max_pad=9), lambda p: p[0] == 2, settings=FIND) == (2, 0)
+
+
+def test_path_cases_shrink_to_the_smallest_stream_batch_and_padding():
+    # the kda, mla and model path strategies share chunk_splits and left_pads (one of them is enough)
+    case = find(kc.sublayer_cases(Geometry.preset("tiny")), lambda c: len(c.splits) >= 2 and any(c.left_pad),
+                settings=FIND)
+    assert (case.batch, case.length, case.left_pad, case.splits, case.initial_state, case.seed) == \
+        (1, 2, (1,), (1, 1), False, 0), case
+
+
+def test_checkpoint_depths_reach_past_two_chunks_off_the_grid():
+    from invariants import kda_checkpoint_checks as kcc
+    case = find(kcc.checkpoint_cases(Geometry.preset("tiny")), lambda c: c.depth % 64 and c.depth > 128,
+                settings=FIND)
+    assert case.depth % 64 and case.depth > 128
 
 
 def test_packed_lengths_reach_zero_length_and_one_token_documents():

@@ -169,6 +169,23 @@ def test_serialize_round_trip_is_exact(model):
         HybridState.deserialize(b"not a state")
 
 
+def test_a_snapshot_persisted_in_bf16_restores_rounded_kda_states_and_every_other_array_exactly(model):
+    import ml_dtypes
+    _, state = model.forward(_ids(9, (2, 11)))
+    back = HybridState.deserialize(state.serialize("bfloat16"))
+    for e, b in zip(state.layers, back.layers):
+        if e.__class__.__name__ == "KDAState":
+            want = e.recurrent.astype(ml_dtypes.bfloat16).astype(np.float64)
+            np.testing.assert_array_equal(b.recurrent, want)
+            assert np.abs(b.recurrent - e.recurrent).max() > 0          # a real rounding, not a copy
+            assert np.all(np.abs(b.recurrent - e.recurrent) <= 2.0 ** -8 * np.abs(e.recurrent))
+            np.testing.assert_array_equal(b.conv, e.conv)
+        else:
+            assert all(np.array_equal(x, y) for x, y in zip(e, b) if x is not None)
+    with pytest.raises(StateError, match=r"kda_dtype='float16', expected one of \(None, 'bfloat16'\)"):
+        state.serialize("float16")
+
+
 def test_truncate_refuses_kda_layers(model):
     _, state = model.forward(_ids(8, (1, 10)))
     with pytest.raises(StateError, match=r"layer 0 .*KDA.*cannot be truncated"):

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from impl.graph import KDADecodeStep, capturing
+from oracle.state import checkpoint_shapes
 from oracle.types import KDAState, KDAWeights, core_shapes
 
 L2_EPS = 1e-6
@@ -166,6 +167,22 @@ class TorchKDA:
         if cu_seqlens is None:
             boundary = boundary.reshape(B, T // chunk, H, K, V)
         return o.to(q.dtype), final, boundary
+
+    def checkpoint(self, q, k, v, g, beta, boundary_states, state=None, depth=0, chunk=64):
+        """oracle.kda.checkpoint: the state [B, H, K, V] (float32) after exactly `depth` tokens, from the
+        saved boundary state at or below depth (`_saved`) and the tokens after it replayed."""
+        B, _, H, K, V = checkpoint_shapes(q, k, v, g, beta, boundary_states, state, depth, chunk)
+        zero = torch.zeros(B, H, K, V, dtype=torch.float32, device=q.device)
+        saved, at = self._saved(boundary_states, zero if state is None else state, depth, chunk)
+        if at == depth:
+            return saved.clone()
+        return self.chunked(*(a[:, at:depth] for a in (q, k, v, g, beta)), saved, chunk, boundary_states=False)[1]
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        """(the state saved at the deepest chunk boundary at or below depth, that boundary's depth);
+        state: the prefill's initial state (zeros when it had none)."""
+        at = depth // chunk * chunk
+        return (boundary_states[:, at // chunk - 1] if at else state).float(), at
 
     def _chunked_document(self, q, k, v, g, beta, M, chunk):
         """One sequence [n, H, *] -> (o [n,H,V], M, states after tokens L, 2L, ... <= n)."""

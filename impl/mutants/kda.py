@@ -185,6 +185,7 @@ class TritonKDA:
     sublayer = staticmethod(ik.sublayer)
     BATCH_INVARIANT = ik.BATCH_INVARIANT
     decode_graph = staticmethod(ik.decode_graph)
+    checkpoint = staticmethod(ik.checkpoint)
 
 
 # float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
@@ -274,3 +275,21 @@ class IntraKTilesNotAccumulated(TritonKDA):
         with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "b_gc, b_A, b_Aqk, 0, BT",
                            "b_gc, b_A * 0., b_Aqk * 0., 0, BT"):
             return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+# ---------------------------------------------------------------- prefix-cache checkpoints (issue 13 item 5)
+@mutant("kda.checkpoint", "state")
+class CheckpointCacheChunkUnits(TorchKDA):
+    """The checkpoint's boundary state is indexed in 128-token cache-chunk units: h[d // 128 - 1] for h[d // 64 - 1] (sglang #33515)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        row = depth // (2 * chunk) - 1
+        return (boundary_states[:, row] if row >= 0 else state).float(), depth // chunk * chunk
+
+
+@mutant("kda.checkpoint", "state")
+class CheckpointAlignedForUnaligned(TorchKDA):
+    """A checkpoint at a depth off the 64-token grid is the aligned state below it, taken as is: no error, no NaN, a wrong state (tt-metal #54962)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        return super()._saved(boundary_states, state, depth, chunk)[0], depth

@@ -138,3 +138,26 @@ class ModelExpertGemmOverRoutedRows(ModelOps):
     def forward(self, weights, input_ids, state=None, attention_mask=None, backend=None):
         be = backend if backend is not None else im.backend_for("triton")
         return super().forward(weights, input_ids, state, attention_mask, dataclasses.replace(be, moe=_RoutedRowsExperts(be.moe)))
+
+
+# ---------------------------------------------------------------- the state hand-off (issue 13 item 5)
+def _restored_kda(state, fn):
+    """`state` with fn applied to every KDA layer's recurrent tensor (a restore that changes it)."""
+    state.layers = [KDAState(fn(e.recurrent), e.conv) if isinstance(e, KDAState) else e for e in state.layers]
+    return state
+
+
+@mutant("model.paths", "handoff")
+class ModelRestoreBf16Recurrent(ModelOps):
+    """A restored snapshot's KDA recurrent state comes back rounded to bf16 where float32 is declared (sglang #33515)."""
+
+    def deserialize(self, data, device="cpu"):
+        return _restored_kda(super().deserialize(data, device), lambda r: r.to(torch.bfloat16).to(r.dtype))
+
+
+@mutant("model.paths", "handoff")
+class ModelRestoreTransposedKdaState(ModelOps):
+    """A restored KDA recurrent state is read in the other layout, [V, K] for [K, V] (vllm #41292)."""
+
+    def deserialize(self, data, device="cpu"):
+        return _restored_kda(super().deserialize(data, device), lambda r: r.transpose(-1, -2).contiguous())
