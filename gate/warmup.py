@@ -21,7 +21,8 @@ def add_flags(p) -> None:
                    help="do not call warmup: first-call compile and autotune time is charged to the examples")
     p.add_argument("--fixed-shapes", action="store_true",
                    help="draw only the base geometry's dimensions (KDA heads and head dim, the DSA pool size) "
-                        "instead of variations around them: one shape per mechanism to compile or autotune")
+                        "instead of variations around them: one shape per mechanism to compile or autotune, "
+                        "plus the shapes of the checks' pinned examples (they run as written; warmed too)")
 
 
 @contextlib.contextmanager
@@ -37,17 +38,21 @@ def fixed_shapes(fixed: bool):
         sg.VARY_SHAPES = before
 
 
-def shapes(mechanism: str, geometry, device: str, dtype: str) -> list[dict]:
+def shapes(mechanism: str, geometry, device: str, dtype: str, checks=()) -> list[dict]:
     """Every shape the checks of `mechanism` draw, as the dicts `warmup` receives: device and dtype (a
-    torch dtype) always; KDA adds heads, head_dim and varlen; the others get the base `geometry`."""
+    torch dtype) always; KDA adds heads, head_dim and varlen; the others get the base `geometry`. KDA's
+    pinned examples of `checks` (explicit cases: --fixed-shapes does not reshape them) add theirs."""
     from invariants.target import DTYPES
 
     common = {"device": device, "dtype": DTYPES[dtype]}
     if mechanism == "kda":
         from strategies.geometry import kda_variations
 
-        return [dict(common, heads=g.heads, head_dim=g.head_dim, varlen=varlen)
-                for g in kda_variations(geometry) for varlen in (False, True)]
+        dims = [(g.heads, g.head_dim) for g in kda_variations(geometry)]
+        pinned = [(c.heads, c.head_dim) for ch in checks if ch.mechanism == "kda" for c in ch.examples
+                  if isinstance(getattr(c, "heads", None), int) and isinstance(getattr(c, "head_dim", None), int)]
+        return [dict(common, heads=h, head_dim=k, varlen=varlen)
+                for h, k in dict.fromkeys(dims + pinned) for varlen in (False, True)]
     return [dict(common, geometry=geometry)]
 
 
@@ -62,7 +67,7 @@ def run(impl, checks, geometry, device: str, dtype: str, console) -> dict:
         hook = getattr(getattr(impl, m, None), "warmup", None)
         if not callable(hook):
             continue
-        todo = shapes(m, geometry, device, dtype)
+        todo = shapes(m, geometry, device, dtype, checks)
         console.print(f"warm-up: {m}.warmup over {len(todo)} shapes (outside the examples) ...", markup=False)
         t0 = time.time()
         try:

@@ -355,8 +355,10 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
     def _failing(case, key, e):
         # failures are replayed from memory (ShrinkBudget): the first drawn one is run once more here, so
         # a candidate that fails once and then passes is still reported as non-deterministic (Hypothesis
-        # never re-runs a failing explicit example: a pinned serving program costs 15-40 s)
-        if budget.first is None and calls[0] > len(explicit):
+        # never re-runs a failing explicit example: a pinned serving program costs 15-40 s). A run-twice
+        # comparison that failed has seen two runs differ already: that is its verdict (_run_test)
+        raced = isinstance(e, ContractBroken) and _rerun_only(e)
+        if budget.first is None and calls[0] > len(explicit) and not raced:
             try:
                 run_one(check, case, cand, base, None, recorder if isinstance(cand, Target) else None)
             except Exception:

@@ -122,7 +122,7 @@ PATHS: tuple[Path, ...] = (
     Path("kda_state_chunked_fwd_kernel", "segment-local pass (two-level scan)", lambda a: a["IS_LOCAL"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),
     Path("kda_state_chunked_fwd_kernel", "segment-local pass, a second V block (the transition's columns)",
-         lambda a: a["IS_LOCAL"] and _cdiv(a["VS"], a["BV"]) >= 2, by=("kda.chunked", "kda.sublayer", "kda.paths")),
+         lambda a: a["IS_LOCAL"] and _cdiv(a["VS"], a["BV"]) >= 2, by=("kda.chunked", "kda.sublayer")),
     Path("kda_state_chunked_fwd_kernel", "carry pass from a given state",
          lambda a: not a["IS_LOCAL"] and a["USE_INITIAL_STATE"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
@@ -147,7 +147,7 @@ PATHS: tuple[Path, ...] = (
     Path("kda_state_chunked_fwd_kernel", "a zero-length document",
          lambda a: a["IS_VARLEN"] and 0 in _rows(a), by=("kda.chunked", "kda.causal", "kda.packed")),
     Path("kda_state_chunked_fwd_kernel", "several chunks in one program", _chunks_in_a_program,
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.packed")),
     Path("kda_state_chunked_fwd_kernel", "a partial last chunk (no boundary state for it)",
          lambda a: a["STORE_BOUNDARY"] and any(n % a["BT"] for n in _rows(a)), by=("kda.chunked", "kda.causal")),
     Path("kda_state_chunked_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
@@ -303,7 +303,8 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
 # values (their loops are paths above); every other constexpr must be read by one of the kernel's paths
 KERNELS: dict[str, tuple[str, ...]] = {
     "kda_intra_chunked_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV",
-                                     "ANCHOR"),   # the decay anchor row: 0 (a mutant plants 7)
+                                     "ANCHOR",    # the decay anchor row: 0 (a mutant plants 7)
+                                     "OFFSET64"),  # 64-bit element offsets: always (a mutant plants 32-bit)
     "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS"),
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),

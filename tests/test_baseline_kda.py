@@ -344,8 +344,9 @@ def _rerun_probe(m):
 # float64 probes judge outputs against the oracle; the exact properties (bitwise causality, inputs left
 # unwritten, in-place margins) are caught by their checks (tests/test_framework_mutants.py) and probed in
 # tests/test_kda_causal.py and tests/test_integrity.py; batch invariance and graph replay compare the same
-# implementation with itself (a row alone, the eager step), which no call against the oracle sees
-EXACT_PROPERTIES = ("causal", "inputs_unchanged", "in_bounds", "batch", "vs_eager", "per_sample")
+# implementation with itself (a row alone, the eager step), which no call against the oracle sees; a
+# checkpoint's state (quantity "state") is judged by kda.checkpoint (tests/test_kda_checkpoint.py)
+EXACT_PROPERTIES = ("causal", "inputs_unchanged", "in_bounds", "batch", "vs_eager", "per_sample", "state")
 KDA_MUTANTS = sorted(n for n, m in MUTANTS.items() if m.mechanism == "kda" and m.base == "torch"
                      and m.quantity not in EXACT_PROPERTIES)
 

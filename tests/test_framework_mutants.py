@@ -109,7 +109,7 @@ def test_a_mutant_pinned_to_a_dtype_names_one_its_contract_declares():
     ("check", "kda.chunk", "is not a check of the matrix"),             # a prefix of kda.chunked
     ("check", "kda.chunked.output", "is not a check of the matrix"),    # the old caught_by, prefixed by a check
     ("check", "moe.route", "quantity 'final_state' has no contract of mechanism 'moe'"),
-    ("quantity", "state", "quantity 'state' has no contract of mechanism 'kda'"),
+    ("quantity", "states", "quantity 'states' has no contract of mechanism 'kda'"),    # the plural of state
 ])
 def test_a_mutant_naming_no_exact_check_and_contract_is_refused_when_the_table_is_built(field, value, why):
     m = mutants.get("kda_padded_steps_update_state")

@@ -67,7 +67,7 @@ def test_the_check_compares_every_path_and_quantity():
     assert {"chunked_prefill", "token_decode", "continuation", "padded_row", "oracle_token_decode"} <= paths
     quantities = {v.contract.quantity for v in verdicts}
     assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "valid_flags", "seq_len",
-                          "selection", "expert_ids"}
+                          "selection", "expert_ids", "handoff"}
 
 
 def test_the_baseline_passes_drawn_cases():
@@ -96,7 +96,8 @@ def test_each_model_mutant_breaks_the_path_it_was_planted_for(name, case, must_b
 
 def test_every_model_mutant_is_listed():
     assert MODEL_MUTANTS == ["model_decode_forgets_padding", "model_expert_gemm_over_routed_rows",
-                             "model_mask_first_columns", "model_restore_drops_conv_window",
+                             "model_mask_first_columns", "model_restore_bf16_recurrent",
+                             "model_restore_drops_conv_window", "model_restore_transposed_kda_state",
                              "model_stale_shared_selection_in_decode"]
     assert all(mutants.MUTANTS[n].check == ("model.causal" if n == "model_expert_gemm_over_routed_rows"
                                             else "model.paths") for n in MODEL_MUTANTS)
