@@ -524,7 +524,7 @@ CHECKS = (
     Check("kda.paths", "kda", SublayerCase, sublayer_cases, run_paths,
           "prefix/chunk/continuation invariant: split prefill, token decode, serialize+restore",
           examples=(SublayerCase(G0, 1, 70, (0,), (64, 1, 5), True, "normal", 0),
-                    SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1)), cpu_examples=10),
+                    SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1)), cpu_examples=6),
     Check("kda.packed", "kda", PackedCase, packed_cases, run_packed,
           "cu_seqlens packing == each document alone; a NaN stays in its document",
           examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),)),

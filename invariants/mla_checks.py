@@ -237,14 +237,16 @@ CHECKS = (
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),
                     MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1)),
-          # the MLA sublayer composes the indexer: an indexer-only candidate runs here too
-          needs=("mla", "dsa")),
+          # the MLA sublayer composes the indexer: an indexer-only candidate runs here too; ~2 s an
+          # example on the interpreter
+          needs=("mla", "dsa"), cpu_examples=10),
     Check("mla.causal", "mla", MLACausalCase, mla_causal_cases, run_mla_causal,
           "bitwise causality: both DSA layers' outputs, the selection and the caches before a cut do not "
           "change when only later tokens do",
           examples=(MLACausalCase(MLACase(G0, 1, 13, (0,), (13,), "normal", 0), 9),
                     MLACausalCase(MLACase(G0, 2, 17, (3, 0), (8, 9), "large", 1), 8)),
-          needs=("mla", "dsa"), cpu_examples=10),
+          # two runs of both layers an example (~6 s on the interpreter)
+          needs=("mla", "dsa"), cpu_examples=6),
 )
 
 

@@ -522,6 +522,6 @@ CHECKS = (
           "speculative verify rows and accept, speculate and roll back, fork with a suffix, cancel, reorder) "
           "on oracle, candidate and baseline engines, compared after every operation: every state array, "
           "the cached logits, every verify position, the history, a cold rerun",
-          examples=EXAMPLES, cpu_examples=2, dtype="float32"),
+          examples=EXAMPLES, cpu_examples=1, dtype="float32"),
 )
 

@@ -35,7 +35,10 @@ run handoff_s0 --check kda.checkpoint --check kda.paths --check model.paths --ex
 # the CUDA pins: kda.scale at H = 64, K = 128, T = 16K and 2 x 64K; the released indexer (2051 slots) at
 # lengths around its budget; 4096 tokens through the released router
 run scale --check kda.scale --check dsa.index --check mla.absorbed --check moe.route --examples 4 --seed 0
-group paths $G run --device cuda --no-failures --kernel-paths --mechanism kda,dsa,mla,mhc,moe,nvfp4 --examples 6
+# the kernels' paths on CUDA (the checks whose CUDA pins are the scale group's left out)
+group paths $G run --device cuda --no-failures --kernel-paths --examples 6 --check kda.chunked --check kda.decode \
+  --check kda.recurrent --check kda.packed --check mla.paths --check mla.absorbed_paged --check dsa.index_paged \
+  --check mhc.coefficients --check mhc.write_back --check moe.forward --check nvfp4.gate
 # every mutant added since issue 13 began (the GPU-only one below)
 NEW="dsa_anchor_from_batch dsa_paged_page_past_row dsa_paged_whole_last_page dsa_topk_ties_raced
 kda_checkpoint_aligned_for_unaligned kda_checkpoint_cache_chunk_units kda_decode_in_place_past_state
@@ -55,8 +58,9 @@ group zoo_b $G zoo --device cuda $B
 group zoo_c $G zoo --device cuda $C
 # the nightly pin (5 x 64K x 64 heads x 128: past 2^31 elements) with the 32-bit offset mutant
 group zoo_int32 $G zoo --device cuda --mutant kda_intra_offsets_int32
-group pytest_gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_framework_mutants.py tests/test_device_metrics.py \
-  tests/test_graph.py
+# the CUDA-only tests but the GPU-only mutant's (zoo_int32 runs the same)
+group pytest_gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_framework_mutants.py tests/test_kda_gpu.py \
+  -k "not gpu_only_mutant_is_caught"
 wait
 cat "$OUT/summary.txt"
 for f in "$OUT"/*.log; do

@@ -44,10 +44,14 @@ class Nothing:
     """A kda namespace with none of the kda functions (a typo, a wrong object)."""
 
 
-def _run(name: str, check: str, n: int = 2):
+def _run(name: str, check: str, n: int = 2, pinned: bool = True):
+    """`pinned=False` leaves the record's pinned examples out (model.paths' pin costs ~24 s on the
+    interpreter, its first drawn example ~5 s: either reaches every function these tests watch). A test
+    expecting a failure keeps the pin: a pinned failure is not shrunk, a drawn one is (a minute here)."""
     cand = Target(registry.get(f"test_compose:{name}"), "cpu", torch.float32)
     base = Target(registry.get("torch"), "cpu", torch.float32)
-    return run_check(BY_NAME[check], TINY, cand, base, "ci", max_examples=n)
+    check = BY_NAME[check] if pinned else BY_NAME[check]._replace(examples=())
+    return run_check(check, TINY, cand, base, "ci", max_examples=n)
 
 
 def test_a_partial_namespace_is_completed_from_triton_and_says_what_came_from_where():
@@ -156,7 +160,7 @@ class OnlyCoefficients:
 def test_a_candidates_coefficients_reach_the_decoder_instead_of_our_fused_kernel():
     ns = registry.get("test_compose:OnlyCoefficients").mhc
     assert not hasattr(ns, "fused_coefficients_collapse")
-    r = _run("OnlyCoefficients", "model.paths", n=1)
+    r = _run("OnlyCoefficients", "model.paths", n=1, pinned=False)
     assert r.status == "pass" and r.covered == ("mhc.coefficients",), r
 
 

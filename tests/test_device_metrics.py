@@ -43,6 +43,8 @@ def test_device_bitwise_and_first_difference_agree_with_numpy():
     assert device_metrics.bitwise_equal(c.copy(), c, CPU) and compare.bitwise_equal(c.copy(), c)
     assert not device_metrics.bitwise_equal(c, r, CPU)
     assert device_metrics.first_difference(torch.tensor(c), r, CPU) == compare.first_difference(c, r)
+    axes = ("batch", "token", "head")
+    assert device_metrics.first_difference(torch.tensor(c), r, CPU, axes) == compare.first_difference(c, r, axes)
     assert device_metrics.first_difference(torch.tensor(c), c, CPU) is None
     assert device_metrics.differ(c, r[:1], CPU) is None
 

@@ -99,8 +99,10 @@ def test_a_model_port_is_composed_from_impl_model_and_only_runs_the_checks_of_it
 
 
 def test_a_model_port_is_judged_by_the_model_paths_and_its_padding_bug_is_caught():
+    # the pass on one drawn example (the record's pin costs ~24 s on the interpreter, that one ~5 s); the
+    # failure on the pin, which crosses the padding and, pinned, is not shrunk
     cand, base = _targets("ModelPort")
-    r = run_check(BY_NAME["model.paths"], TINY, cand, base, "ci", max_examples=1)
+    r = run_check(BY_NAME["model.paths"]._replace(examples=()), TINY, cand, base, "ci", max_examples=1)
     assert r.status == "pass" and r.covered == ("model.forward",), r
     cand, base = _targets("ModelPortForgetsPadding")
     bad = run_check(BY_NAME["model.paths"], TINY, cand, base, "ci", max_examples=1)
