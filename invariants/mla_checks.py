@@ -244,7 +244,10 @@ CHECKS = (
           "bitwise causality: both DSA layers' outputs, the selection and the caches before a cut do not "
           "change when only later tokens do",
           examples=(MLACausalCase(MLACase(G0, 1, 13, (0,), (13,), "normal", 0), 9),
-                    MLACausalCase(MLACase(G0, 2, 17, (3, 0), (8, 9), "large", 1), 8)),
+                    MLACausalCase(MLACase(G0, 2, 17, (3, 0), (8, 9), "large", 1), 8),
+                    # one 24-row call over a 20-wide selection: the split path (2 splits, some empty for
+                    # the first rows) and its combine, the cut inside the second split's keys
+                    MLACausalCase(MLACase(G0._replace(topk=16), 1, 24, (0,), (24,), "normal", 2), 17)),
           # two runs of both layers an example (~6 s on the interpreter)
           needs=("mla", "dsa"), cpu_examples=6),
 )
