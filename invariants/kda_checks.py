@@ -507,17 +507,17 @@ CHECKS = (
                     CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3),
                     # one head over 3 chunks: the interpreter cuts it into 3 segments, combined from zero;
                     # head dim 32 spans two K tiles of the interpreter's 16
-                    CoreCase(1, 32, 1, 140, None, False, "normal", 4))),
+                    CoreCase(1, 32, 1, 140, None, False, "normal", 4)), cpu_examples=10),
     Check("kda.causal", "kda", CausalCase, causal_cases, run_causal,
           "bitwise causality: outputs before a cut and the states settled by then do not change when "
           "only later g, k, v, beta or q do (chunked and recurrent)",
           examples=(CausalCase(CoreCase(2, 8, 1, 64, None, False, "normal", 0), 53, "g"),
                     CausalCase(CoreCase(2, 8, 2, 129, None, True, "gate_low", 1), 115, "all"),
                     CausalCase(CoreCase(2, 8, 1, 140, (64, 9, 67), True, "normal", 2), 83, "g"),
-                    CausalCase(CoreCase(2, 8, 1, 70, None, True, "gate_high", 3), 64, "k")), cpu_examples=8),
+                    CausalCase(CoreCase(2, 8, 1, 70, None, True, "gate_high", 3), 64, "k")), cpu_examples=5),
     Check("kda.decode", "kda", DecodeCase, decode_cases, run_decode,
           "fused decode step: conv window, SiLU, L2, gate, delta step, output",
-          examples=(DecodeCase(G0, 2, 5, "tiny_qk", 0),)),
+          examples=(DecodeCase(G0, 2, 5, "tiny_qk", 0),), cpu_examples=10),
     Check("kda.sublayer", "kda", SublayerCase, sublayer_cases, run_sublayer,
           "projections..o_proj with left padding and an incoming state",
           examples=(SublayerCase(G0, 2, 65, (0, 3), (65,), True, "normal", 0),)),
@@ -527,7 +527,7 @@ CHECKS = (
                     SublayerCase(G0, 2, 9, (2, 0), (3, 6), False, "gate_low", 1)), cpu_examples=6),
     Check("kda.packed", "kda", PackedCase, packed_cases, run_packed,
           "cu_seqlens packing == each document alone; a NaN stays in its document",
-          examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),)),
+          examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),), cpu_examples=10),
     Check("kda.rerun", "kda", SublayerCase, lambda g: sublayer_cases(g, padded=False), run_rerun,
           "run-twice determinism of prefill and decode", cpu_examples=3),
 )

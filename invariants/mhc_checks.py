@@ -94,7 +94,8 @@ CHECKS = (
     Check("mhc.coefficients", "mhc", MHCCase, mhc_cases, run_coefficients,
           "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse", examples=PINNED),
     Check("mhc.write_back", "mhc", MHCCase, mhc_cases, run_write_back,
-          "X_new = post x y + C^T X with the candidate's own coefficients", examples=PINNED),
+          "X_new = post x y + C^T X with the candidate's own coefficients", examples=PINNED,
+          cpu_examples=10),
 )
 
 

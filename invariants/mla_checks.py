@@ -239,7 +239,7 @@ CHECKS = (
                     MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1)),
           # the MLA sublayer composes the indexer: an indexer-only candidate runs here too; ~2 s an
           # example on the interpreter
-          needs=("mla", "dsa"), cpu_examples=10),
+          needs=("mla", "dsa"), cpu_examples=6),
     Check("mla.causal", "mla", MLACausalCase, mla_causal_cases, run_mla_causal,
           "bitwise causality: both DSA layers' outputs, the selection and the caches before a cut do not "
           "change when only later tokens do",

@@ -270,7 +270,7 @@ CHECKS = (
     Check("moe.forward", "moe", MoECase, moe_cases, run_forward,
           "routed experts + shared expert with the clamps firing",
           examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),
-                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2))),
+                    MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2)), cpu_examples=10),
 )
 
 

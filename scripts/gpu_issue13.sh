@@ -65,5 +65,7 @@ wait
 cat "$OUT/summary.txt"
 for f in "$OUT"/*.log; do
   echo "=== $(basename "$f")"
-  grep -v "Warn\|warn(\|: example " "$f" | grep -E "^  [a-z]|checks:|worst|caught|ESCAPED|escaped|GPU only|Error|FAIL|passed|failed|kernel paths|not reached" | head -40
+  grep -v "Warn\|warn(\|: example " "$f" | grep -E "^  [a-z]|checks:|caught|ESCAPED|escaped|GPU only|Error|FAIL|passed|failed|kernel paths" | cut -c1-160 | head -60
 done
+# the device tool brings back a few files only: everything in one archive beside the summary
+tar czf /tmp/issue13_all.tgz -C "$OUT" . && rm -f "$OUT"/*.json "$OUT"/*.log && mv /tmp/issue13_all.tgz "$OUT/"

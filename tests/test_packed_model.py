@@ -38,7 +38,7 @@ from oracle.types import DSACache, KDAState
 from test_model import _geometry
 
 # generated examples per property (the @example rows run on top): the interpreter's cost bounds ci
-EXAMPLES = {"dev": 3, "ci": 5, "nightly": 60, "gpu": 20}.get(default_profile(), 3)
+EXAMPLES = {"dev": 3, "ci": 3, "nightly": 60, "gpu": 20}.get(default_profile(), 3)
 SETTINGS = settings(settings.default, max_examples=EXAMPLES, deadline=None)
 
 
