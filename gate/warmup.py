@@ -41,7 +41,9 @@ def fixed_shapes(fixed: bool):
 def shapes(mechanism: str, geometry, device: str, dtype: str, checks=()) -> list[dict]:
     """Every shape the checks of `mechanism` draw, as the dicts `warmup` receives: device and dtype (a
     torch dtype) always; KDA adds heads, head_dim and varlen; the others get the base `geometry`. KDA's
-    pinned examples of `checks` (explicit cases: --fixed-shapes does not reshape them) add theirs."""
+    pinned examples of `checks` on `device` (explicit cases, the CUDA pins included on a GPU:
+    --fixed-shapes does not reshape them) add theirs."""
+    from invariants.engine import pins_for
     from invariants.target import DTYPES
 
     common = {"device": device, "dtype": DTYPES[dtype]}
@@ -49,7 +51,8 @@ def shapes(mechanism: str, geometry, device: str, dtype: str, checks=()) -> list
         from strategies.geometry import kda_variations
 
         dims = [(g.heads, g.head_dim) for g in kda_variations(geometry)]
-        pinned = [(c.heads, c.head_dim) for ch in checks if ch.mechanism == "kda" for c in ch.examples
+        # the gate runs the derandomized profiles (ci, gpu): never the nightly pins
+        pinned = [(c.heads, c.head_dim) for ch in checks if ch.mechanism == "kda" for c in pins_for(ch, device, "gpu")
                   if isinstance(getattr(c, "heads", None), int) and isinstance(getattr(c, "head_dim", None), int)]
         return [dict(common, heads=h, head_dim=k, varlen=varlen)
                 for h, k in dict.fromkeys(dims + pinned) for varlen in (False, True)]

@@ -260,24 +260,12 @@ def _run_test(test) -> None:
         with with_reporter(_hypothesis_report):
             test()
     except BaseExceptionGroup as group:
-        if isinstance(group, Flaky):
-            # a run-twice comparison that failed has seen two runs differ: that is its verdict, whether or
-            # not Hypothesis's replay of the case happened to draw two equal runs (a race among two tied
-            # pools agrees by chance); any other failure that did not replay leaves no verdict to trust
-            raced = next((e for e in _leaves(group) if isinstance(e, ContractBroken) and _rerun_only(e)), None)
-            if raced is not None:
-                raise raced from group
+        if isinstance(group, Flaky):          # a failure that did not replay: no verdict to trust
             raise
         first = next((e for e in group.exceptions if isinstance(e, (ContractBroken, CheckCrashed))), None)
         if first is None:
             raise
         raise first from group
-
-
-def _leaves(group: BaseExceptionGroup):
-    """The exceptions of a (nested) exception group, depth first."""
-    for e in group.exceptions:
-        yield from (_leaves(e) if isinstance(e, BaseExceptionGroup) else (e,))
 
 
 def _rerun_only(e: ContractBroken) -> bool:
@@ -356,7 +344,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         # failures are replayed from memory (ShrinkBudget): the first drawn one is run once more here, so
         # a candidate that fails once and then passes is still reported as non-deterministic (Hypothesis
         # never re-runs a failing explicit example: a pinned serving program costs 15-40 s). A run-twice
-        # comparison that failed has seen two runs differ already: that is its verdict (_run_test)
+        # comparison that failed has seen two runs differ already: that is its verdict, whether or not a
+        # second look happens to draw two equal runs (a race among two tied pools agrees by chance)
         raced = isinstance(e, ContractBroken) and _rerun_only(e)
         if budget.first is None and calls[0] > len(explicit) and not raced:
             try:
