@@ -561,7 +561,7 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
         res += compare(path, runs["cand"][path], ref["cand", path], real, runs["base"][path],
                        base_ref=ref["base", path])
         res += compare(f"oracle_{path}", runs["oracle"][path], whole, real, kind="self_consistency")
-    res += handoff_comparisons(runs["cand"], whole.logits, ids.shape[1] - k)
+    res += handoff_comparisons(runs["cand"], ids.shape[1] - k)
 
     def alone_given(n):
         return {(r, p): conditioned_on(weights, ids[r:r + 1, p:], mask[r:r + 1, p:],

@@ -16,6 +16,8 @@ mkdir -p "$OUT"
 G="python3 -m gate.cli"
 group() {  # group NAME COMMAND...: run in the background, its exit and seconds into summary.txt
   local name=$1; shift
+  # ONLY="serving_s0 graph_triton ...": run just those groups (a later call finishing an earlier one)
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $name "* ]] || return 0
   ( t0=$(date +%s); timeout "$T" "$@" > "$OUT/$name.log" 2>&1; rc=$?
     echo "== $name: exit $rc in $(( $(date +%s) - t0 )) s" >> "$OUT/summary.txt" ) &
 }
@@ -31,10 +33,12 @@ run batch_s1 $BATCH $RERUN --examples "$EX" --seed 1
 run graph_triton --check kda.graph_replay --check mla.graph_replay --examples $((EX * 2)) --seed 0
 run graph_torch --impl torch --check kda.graph_replay --check mla.graph_replay --examples "$EX" --seed 1
 run serving_s0 --check serving.state_machine --examples "$EX" --seed 0
+run serving_s1 --check serving.state_machine --examples "$EX" --seed 1
 run handoff_s0 --check kda.checkpoint --check kda.paths --check model.paths --examples "$EX" --seed 0
 # the CUDA pins: kda.scale at H = 64, K = 128, T = 16K and 2 x 64K; the released indexer (2051 slots) at
 # lengths around its budget; 4096 tokens through the released router
 run scale --check kda.scale --check dsa.index --check mla.absorbed --check moe.route --examples 4 --seed 0
+run scale_mla_moe --check mla.absorbed --check moe.route --examples 4 --seed 0
 # the kernels' paths on CUDA (the checks whose CUDA pins are the scale group's left out)
 group paths $G run --device cuda --no-failures --kernel-paths --examples 6 --check kda.chunked --check kda.decode \
   --check kda.recurrent --check kda.packed --check mla.paths --check mla.absorbed_paged --check dsa.index_paged \
@@ -58,6 +62,11 @@ group zoo_b $G zoo --device cuda $B
 group zoo_c $G zoo --device cuda $C
 # the nightly pin (5 x 64K x 64 heads x 128: past 2^31 elements) with the 32-bit offset mutant
 group zoo_int32 $G zoo --device cuda --mutant kda_intra_offsets_int32
+# our own product on the nightly pin (the 2^31-element case itself, not only its mutant)
+run nightly --check kda.scale --profile nightly --examples 1 --seed 0
+# the serving mutants alone (their zoo lines were cut from an earlier call's output)
+group zoo_serving $G zoo --device cuda --mutant serving_verify_conv_first_token_only \
+  --mutant serving_fresh_slot_times_zero --mutant serving_short_extend_drops_initial_state
 # the CUDA-only tests but the GPU-only mutant's (zoo_int32 runs the same)
 group pytest_gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_framework_mutants.py tests/test_kda_gpu.py \
   -k "not gpu_only_mutant_is_caught"
