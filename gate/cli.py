@@ -458,7 +458,7 @@ def cmd_kernels(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gate import failures_cmd, paths_cmd, warmup
+    from gate import cost, failures_cmd, paths_cmd, warmup
 
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -540,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mechanism", default="kda", help="kda (default), mla or dsa, moe or nvfp4, layer; "
                                                      "`glmgate bench --mechanism X -- --help` lists its options")
     b.set_defaults(fn=None)
+    cost.add_parser(sub)
     return p
 
 
