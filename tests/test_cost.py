@@ -249,3 +249,26 @@ def test_json_has_every_mechanism_and_the_memory_equation(tmp_path, capsys):
         assert key in printed
     assert "per-GPU memory = weights + B x (states + T x cache per token) + activations" in printed
     assert "PREDICTIONS" in printed
+
+
+def test_measured_side_holds_the_nvfp4_layer_as_deployed():
+    """gate/cost_measure.py: the NVFP4-only layer computes what bench_layer's layer computes (its bf16
+    masters replaced by one-element stand-ins), and tensor_bytes counts each storage once."""
+    import torch
+
+    from gate.bench_layer import _kinds, random_layer
+    from gate.cost_measure import nvfp4_only, tensor_bytes
+    from impl.model import decoder_layer
+    from oracle.config import Geometry
+
+    g = Geometry.preset("tiny")
+    i = _kinds(g)["kda+sparse"]
+    full = random_layer(g, i, "cpu", torch.float32)
+    lean = nvfp4_only(full)
+    X = torch.randn(1, 5, g.hc_mult, g.hidden_size, generator=torch.Generator().manual_seed(0))
+    m = torch.ones(1, 5, dtype=torch.bool)
+    assert torch.equal(decoder_layer(lean, g, X, m, None, None)[0], decoder_layer(full, g, X, m, None, None)[0])
+    masters = full.mlp.gate_up_proj.numel() + full.mlp.down_proj.numel()
+    assert tensor_bytes(full) - tensor_bytes(lean) == 4 * (masters - 2)
+    t = torch.zeros(8)
+    assert tensor_bytes([t, t[:4], (t,)]) == 32

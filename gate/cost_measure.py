@@ -1,0 +1,177 @@
+"""The cost model held against the GPU: one full-size decoder layer of each kind, predicted beside measured.
+
+For each layer kind of the geometry (gate/costmodel.py `layer_predictions`, the kinds gate/bench_layer.py
+builds) on ONE GPU:
+  weights      bytes the layer's tensors hold on the device (torch.cuda.memory_allocated before / after
+               building it; the sum of its tensors' bytes printed beside it) vs the predicted weights
+  state        bytes of the layer's cache after a B=1 prefill of --context tokens vs predicted
+  decode step  B=1 after that prefill: eager (host launches included) and, where the step captures,
+               replayed from one CUDA graph, vs the predicted roofline (bytes read / HBM bandwidth, or
+               FLOPs / peak, the larger); the copy ceiling measured in the same run beside it
+  transient    peak device memory of one eager decode step above what it started from (activations)
+With --tp-shard N it also builds rank 0's shard of each layer for TP = N (impl.sharded.shard_layer)
+and measures its weights and decode step ALONE: a per-GPU compute measurement with no communication
+(one GPU cannot measure the all-reduces; the model's comm column is the prediction only).
+
+    python -m gate.cost_measure --json out.json [--context 4096] [--tp-shard 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from gate.benchlib import do_bench, header, write_json
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of every torch tensor reachable from `obj` (weights containers, caches: NamedTuples,
+    dataclasses, lists), each storage counted once."""
+    seen, total, stack = set(), 0, [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, torch.Tensor):
+            key = (o.untyped_storage().data_ptr(), o.untyped_storage().nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += o.untyped_storage().nbytes()
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif hasattr(o, "__dataclass_fields__"):
+            stack.extend(getattr(o, f) for f in o.__dataclass_fields__)
+    return total
+
+
+def copy_ceiling_bps(n_bytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second) in this run: the measured
+    ceiling the roofline's HBM figure stands for."""
+    a = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device="cuda")
+    b = torch.empty_like(a)
+    ms = do_bench(lambda: b.copy_(a), warmup=5, rep=30)
+    return 2 * a.numel() * a.element_size() / (ms * 1e-3)
+
+
+def graphed_ms(step) -> float | None:
+    """The step replayed from one CUDA graph (ms), or None when it does not capture (a host sync)."""
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        return do_bench(graph.replay, warmup=5, rep=50)
+    except Exception as e:                      # the step syncs with the host: not capturable as written
+        print(f"  (CUDA graph capture failed: {type(e).__name__}: {str(e)[:160]})")
+        return None
+
+
+def nvfp4_only(lw):
+    """The layer as an NVFP4 deployment holds it: the routed experts' codes and scales only (bench_layer's
+    random_layer also keeps the bf16 masters it quantized; impl.moe.experts runs without them)."""
+    import dataclasses
+    if getattr(lw.mlp, "nvfp4", None) is None:
+        return lw
+    # shape-only stand-ins (one element, broadcast): the router's validation reads the expert width from them
+    def hollow(t):
+        return t.new_zeros(()).expand(t.shape)
+    return dataclasses.replace(lw, mlp=dataclasses.replace(lw.mlp, gate_up_proj=hollow(lw.mlp.gate_up_proj),
+                                                           down_proj=hollow(lw.mlp.down_proj)))
+
+
+def measure_layer(lw_of, g, i: int, context: int, gen, dtype) -> dict:
+    """Weights, state, decode-step time and transient memory of layer i built by lw_of(i)."""
+    from gate.bench_layer import _context, _streams, handoff
+    from impl.model import decoder_layer
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    lw = lw_of(i)
+    torch.cuda.synchronize()
+    row = {"weights_allocated": torch.cuda.memory_allocated() - before, "weights_tensors": tensor_bytes(lw)}
+    cache, _ = _context(lw, None, g, 1, context, gen, dtype)
+    row["state_bytes"] = tensor_bytes(cache)
+    x1 = _streams(1, 1, g, gen, dtype)
+    m1 = torch.ones(1, 1, dtype=torch.bool, device="cuda")
+    prev, _ = handoff(None, g, x1, m1, None)
+
+    def step():
+        return decoder_layer(lw, g, x1, m1, cache, prev)
+    step()
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    row["transient_bytes"] = torch.cuda.max_memory_allocated() - start
+    row["eager_ms"] = do_bench(step, warmup=5, rep=50)
+    row["graph_ms"] = graphed_ms(step)
+    del lw, cache
+    torch.cuda.empty_cache()
+    return row
+
+
+def _mib(b) -> str:
+    return f"{b / 2**20:9.1f} MiB"
+
+
+def _line(kind: str, tp: int, pred: dict, m: dict, ceiling: float) -> str:
+    """Predicted beside measured, one kind at one TP."""
+    floor_ms = pred["bytes_per_step"] / ceiling * 1e3
+    g = "      -  " if m["graph_ms"] is None else f"{m['graph_ms']:8.3f}"
+    return (f"{kind:16s} {tp:2d}  weights {_mib(pred['weights_bytes'])} pred / {_mib(m['weights_allocated'])} meas "
+            f"({m['weights_allocated'] / pred['weights_bytes']:5.3f}x)  state {_mib(pred['state_bytes_per_seq'])} / "
+            f"{_mib(m['state_bytes'])}  step pred {pred['roofline_s'] * 1e3:7.3f} ms (copy floor {floor_ms:7.3f}) "
+            f"eager {m['eager_ms']:7.3f} graph {g} ms  transient {_mib(m['transient_bytes'])}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gate.cost_measure", description=__doc__.split("\n")[0])
+    p.add_argument("--json", default=None, help="write predicted and measured numbers here")
+    p.add_argument("--geometry", default="full", help="preset (default full)")
+    p.add_argument("--context", type=int, default=4096, help="cached tokens before the decode step (B=1)")
+    p.add_argument("--kinds", default=None, help="only these kinds (comma-separated, e.g. kda+sparse)")
+    p.add_argument("--tp-shard", type=int, default=0, help="also rank 0's shard of each layer at this TP")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("cost_measure: no CUDA device; nothing measured", file=sys.stderr)
+        return 2
+    from gate.bench_layer import random_layer
+    from gate.costmodel import layer_predictions
+    from oracle.config import Geometry
+    g, dtype = Geometry.preset(args.geometry), torch.bfloat16
+    ceiling = copy_ceiling_bps()
+    out = header({"geometry": args.geometry, "context": args.context, "copy_ceiling_Bps": ceiling, "kinds": {}})
+    print(f"device {out['device']}; copy ceiling {ceiling / 1e12:.2f} TB/s; decode B=1 at context {args.context}")
+    tps = [1] + ([args.tp_shard] if args.tp_shard > 1 else [])
+    preds = {tp: layer_predictions(g, tp, batch=1, context=args.context, hbm_bw=ceiling) for tp in tps}
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    for kind, pr in preds[1].items():
+        if args.kinds and kind not in args.kinds.split(","):
+            continue
+        i = pr["layer"]
+        res = {}
+        for tp in tps:
+            if tp == 1:
+                def lw_of(j):
+                    return nvfp4_only(random_layer(g, j, "cuda", dtype))
+            else:
+                from impl.sharded import shard_layer
+
+                def lw_of(j, tp=tp):
+                    return shard_layer(nvfp4_only(random_layer(g, j, "cuda", dtype)), g, 0, tp)
+            m = measure_layer(lw_of, g, i, args.context, gen, dtype)
+            res[tp] = {"predicted": {k: v for k, v in preds[tp][kind].items() if k != "by_mechanism"}, "measured": m}
+            print(_line(kind, tp, preds[tp][kind], m, ceiling), flush=True)
+        out["kinds"][kind] = res
+    write_json(args.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
