@@ -9,11 +9,15 @@ builds) on ONE GPU:
                replayed from one CUDA graph, vs the predicted roofline (bytes read / HBM bandwidth, or
                FLOPs / peak, the larger); the copy ceiling measured in the same run beside it
   transient    peak device memory of one eager decode step above what it started from (activations)
-With --tp-shard N it also builds rank 0's shard of each layer for TP = N (impl.sharded.shard_layer)
-and measures its weights and decode step ALONE: a per-GPU compute measurement with no communication
-(one GPU cannot measure the all-reduces; the model's comm column is the prediction only).
+With --tp-emulate N it also measures one GPU's share of a TP = N, EP = N plan, EMULATED on one GPU:
+the layer of a geometry with 1/N of the attention and KDA heads, of the dense MLP's width, of the routed
+experts and of the experts each token visits (a rank's expected share under uniform routing), the
+replicated parts whole (the latent projection and cache, the indexer, mHC, norms). Deviations from
+a real rank, stated: the router scores E/N experts instead of all E, the shared expert stays whole
+(the plan splits it), and no communication runs (one GPU cannot measure the all-reduces: the model's
+comm column is its prediction only).
 
-    python -m gate.cost_measure --json out.json [--context 4096] [--tp-shard 2]
+    python -m gate.cost_measure --json out.json [--context 4096] [--tp-emulate 2]
 """
 from __future__ import annotations
 
@@ -116,6 +120,15 @@ def measure_layer(lw_of, g, i: int, context: int, gen, dtype) -> dict:
     return row
 
 
+def rank_geometry(g, n: int):
+    """One GPU's share of a TP = EP = n plan as a geometry (the --tp-emulate approximation above)."""
+    import dataclasses
+    return dataclasses.replace(
+        g, num_attention_heads=g.num_attention_heads // n, num_key_value_heads=g.num_key_value_heads // n,
+        linear_num_heads=g.linear_num_heads // n, intermediate_size=g.intermediate_size // n,
+        n_routed_experts=g.n_routed_experts // n, num_experts_per_tok=max(1, g.num_experts_per_tok // n))
+
+
 def _mib(b) -> str:
     return f"{b / 2**20:9.1f} MiB"
 
@@ -136,7 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--geometry", default="full", help="preset (default full)")
     p.add_argument("--context", type=int, default=4096, help="cached tokens before the decode step (B=1)")
     p.add_argument("--kinds", default=None, help="only these kinds (comma-separated, e.g. kda+sparse)")
-    p.add_argument("--tp-shard", type=int, default=0, help="also rank 0's shard of each layer at this TP")
+    p.add_argument("--tp-emulate", type=int, default=0,
+                   help="also one GPU's share of a TP = EP = N plan, emulated by a 1/N geometry (see above)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("cost_measure: no CUDA device; nothing measured", file=sys.stderr)
@@ -148,7 +162,7 @@ def main(argv=None) -> int:
     ceiling = copy_ceiling_bps()
     out = header({"geometry": args.geometry, "context": args.context, "copy_ceiling_Bps": ceiling, "kinds": {}})
     print(f"device {out['device']}; copy ceiling {ceiling / 1e12:.2f} TB/s; decode B=1 at context {args.context}")
-    tps = [1] + ([args.tp_shard] if args.tp_shard > 1 else [])
+    tps = [1] + ([args.tp_emulate] if args.tp_emulate > 1 else [])
     preds = {tp: layer_predictions(g, tp, batch=1, context=args.context, hbm_bw=ceiling) for tp in tps}
     gen = torch.Generator(device="cuda").manual_seed(7)
     for kind, pr in preds[1].items():
@@ -157,15 +171,11 @@ def main(argv=None) -> int:
         i = pr["layer"]
         res = {}
         for tp in tps:
-            if tp == 1:
-                def lw_of(j):
-                    return nvfp4_only(random_layer(g, j, "cuda", dtype))
-            else:
-                from impl.sharded import shard_layer
+            gt = g if tp == 1 else rank_geometry(g, tp)
 
-                def lw_of(j, tp=tp):
-                    return shard_layer(nvfp4_only(random_layer(g, j, "cuda", dtype)), g, 0, tp)
-            m = measure_layer(lw_of, g, i, args.context, gen, dtype)
+            def lw_of(j, gt=gt):
+                return nvfp4_only(random_layer(gt, j, "cuda", dtype))
+            m = measure_layer(lw_of, gt, i, args.context, gen, dtype)
             res[tp] = {"predicted": {k: v for k, v in preds[tp][kind].items() if k != "by_mechanism"}, "measured": m}
             print(_line(kind, tp, preds[tp][kind], m, ceiling), flush=True)
         out["kinds"][kind] = res
