@@ -310,7 +310,7 @@ def _exit_code(results, require_reference: bool) -> int:
 
 def cmd_run(args) -> int:
     from gate.failures_cmd import load_replays, open_store
-    from gate import merge_gate, paths_cmd
+    from gate import merge_gate, multigpu, paths_cmd
 
     if args.list:
         from gate.list_cmd import list_checks
@@ -328,6 +328,7 @@ def cmd_run(args) -> int:
     profile = _profile(args, default)
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cand, base = _target(args.impl, args.device, dtype)
+    workers = multigpu.workers(args)            # --gpus N: N worker processes, one per GPU
     geometry = _geometry(args)
     checks, reference = _select(args)
     # with --json - the JSON owns stdout; the human report goes to stderr
@@ -339,13 +340,16 @@ def cmd_run(args) -> int:
     replays = load_replays(store, checks, console)
     results, interrupted = list(unprovided), False
     try:
-        _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results,
-                    store, replays)
-        if reference:
-            console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (tiny config) ...")
-            results.append(run_reference())
-            r = results[-1]
-            console.print(f"  {r.check}: {r.status} ({r.examples} paths, {r.seconds:.1f}s)")
+        if workers > 1:
+            multigpu.run_split(args, workers, checks, reference, profile, console, results)
+        else:
+            _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "run", results,
+                        store, replays)
+            if reference:
+                console.print(f"  {REFERENCE_CHECK}: the float64 oracle vs transformers {VERSION} (tiny config) ...")
+                results.append(run_reference())
+                r = results[-1]
+                console.print(f"  {r.check}: {r.status} ({r.examples} paths, {r.seconds:.1f}s)")
     except KeyboardInterrupt:
         interrupted = True
         results += _interrupted_rows(checks, reference, results)
@@ -458,7 +462,7 @@ def cmd_kernels(args, rest) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gate import cost, failures_cmd, paths_cmd, warmup
+    from gate import cost, failures_cmd, multigpu, paths_cmd, warmup
 
     p = argparse.ArgumentParser(prog="glmgate", description=__doc__.split("\n")[0],
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -482,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "CPU example cap, what it holds) and exit")
     failures_cmd.add_store_flags(r)
     paths_cmd.add_flags(r, cmd_run)
+    multigpu.add_flags(r)
 
     rp = sub.add_parser("repro", help="re-run one shrunk failure from its JSON")
     rp.add_argument("scenario", help="the JSON printed after `glmgate repro` by a failure")
@@ -508,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--markdown", default=None, help="write a markdown summary (a PR comment) to this path")
     failures_cmd.add_store_flags(gt)
     warmup.add_flags(gt)
+    multigpu.add_flags(gt)
     gt.set_defaults(fn=cmd_gate)
     failures_cmd.add_parser(sub)
 

@@ -10,6 +10,9 @@ REGRESSION_FLOOR of the limit: below that both are noise) is a regression.
 Failure store (gate/failures_cmd.py): each check replays its recorded failures first, the candidate and
 the peer the same ones; a new shrunk case of either is recorded (the entry names which impl failed it).
 
+`--gpus N` (gate/multigpu.py): N worker processes, one per GPU, each this gate on its share of the checks,
+merged into the same rows, files and exit code.
+
 Outputs: the table and a summary line; `--json FILE|-`, `--junit FILE` (one testcase per check: failure
 with the message and the repro line, error, or skipped), `--markdown FILE` (a PR comment). Exit codes as
 `glmgate run`: 0 pass, 1 a broken contract or a regression, 2 a usage or input error, 3 a crash.
@@ -242,9 +245,29 @@ def cmd_gate(args) -> int:
         return _gate(args)
 
 
-def _gate(args) -> int:
-    from gate.cli import UsageError, _geometry, _profile, _rich, _run_checks, _select, _setup_device, _target
+def _verdicts(args, checks, geometry, cand, base, peer, profile, factor, dtype, console, store, replays):
+    """(one GateRow per check, in order; the warm-up seconds per mechanism) in this process."""
+    from gate.cli import UsageError, _run_checks
     from gate import warmup
+
+    try:
+        warm = warmup.run(cand.impl, checks, geometry, args.device, dtype, console) if args.warmup else {}
+    except warmup.WarmupFailed as e:
+        raise UsageError(f"--candidate: {e} (the candidate's set-up is broken before any example ran; "
+                         f"--no-warmup runs the examples without it)") from e
+    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate",
+                          store=store, replays=replays)
+    # the peer only where the candidate passed: a regression is a question about a passing candidate
+    again = [c for c, r in zip(checks, results) if r.status == "pass"]
+    peers = {r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
+                                             console, "peer", store=store, replays=replays)}
+    return [_with_worst_repro(verdict(r, peers.get(r.check), factor), cand, args.device, dtype)
+            for r in results], warm
+
+
+def _gate(args) -> int:
+    from gate.cli import UsageError, _geometry, _profile, _rich, _select, _setup_device, _target
+    from gate import multigpu
     from gate.failures_cmd import load_replays, open_store
 
     from invariants.profiles import DERANDOMIZED
@@ -260,6 +283,7 @@ def _gate(args) -> int:
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     cand, base = _target(args.candidate, args.device, dtype, "--candidate")
     peer = _target(args.baseline, args.device, dtype, "--baseline")[0]
+    workers = multigpu.workers(args)            # --gpus N: N worker processes, one per GPU
     geometry = _geometry(args)
     args.check = args.check or None
     checks, _ = _select(args)
@@ -270,18 +294,12 @@ def _gate(args) -> int:
     # read once, before the candidate records anything: the peer replays exactly the candidate's cases
     store = open_store(args)
     replays = load_replays(store, checks, console)
-    try:
-        warm = warmup.run(cand.impl, checks, geometry, args.device, dtype, console) if args.warmup else {}
-    except warmup.WarmupFailed as e:
-        raise UsageError(f"--candidate: {e} (the candidate's set-up is broken before any example ran; "
-                         f"--no-warmup runs the examples without it)") from e
-    results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate",
-                          store=store, replays=replays)
-    # the peer only where the candidate passed: a regression is a question about a passing candidate
-    again = [c for c, r in zip(checks, results) if r.status == "pass"]
-    peers = {r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
-                                             console, "peer", store=store, replays=replays)}
-    rows = [_with_worst_repro(verdict(r, peers.get(r.check), factor), cand, args.device, dtype) for r in results]
+    if workers > 1:
+        # each worker runs this gate (warm-up, candidate, peer) on its share of the checks
+        rows, warm = multigpu.gate_split(args, workers, checks, profile, console)
+    else:
+        rows, warm = _verdicts(args, checks, geometry, cand, base, peer, profile, factor, dtype, console, store,
+                               replays)
     rows += [GateRow(r.check, "not run", r, None, r.message) for r in unprovided]
     meta = {"candidate": cand.impl.name, "baseline": peer.impl.name, "device": args.device, "dtype": dtype,
             "profile": profile, "examples": args.examples, "seed": args.seed, "regression_factor": factor,
