@@ -20,7 +20,7 @@
 # compiled kernels; COLD=0 keeps the usual cache for both (the first then pays every compile).
 # Results in $OUT (default /tmp/out): <tag>.json, <tag>.log, multi.log.
 set -u
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 ARGS=("$@")
