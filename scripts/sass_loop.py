@@ -44,7 +44,7 @@ def _compile(rec, arch: int):
     fn = getattr(cc._load(rec.module), rec.name)
     sig = {n: "constexpr" if n in rec.constexprs else rec.pointers.get(n) or rec.scalars[n] for n in fn.arg_names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
-    consts = {k: (getattr(tl, {"fp32": "float32", "bf16": "bfloat16"}[v]) if k == "DOT" else v)
+    consts = {k: (getattr(tl, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[v]) if k == "DOT" else v)
               for k, v in rec.constexprs.items()}
     c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", arch, 32), options=rec.options)
@@ -89,7 +89,8 @@ def main(argv=None) -> int:
         k, v = kv.split("=", 1)
         extra[k] = v == "True" if v in ("True", "False") else int(v) if v.lstrip("-").isdigit() else v
     base = {r.name: r for r in cc.RECORDS if r.module == "moe" and r.constexprs.get("NVFP4")
-            and not r.constexprs.get("W4A4") and not r.constexprs.get("SWIZZLED") and r.constexprs["BM"] == 16}
+            and not r.constexprs.get("W4A4") and not r.constexprs.get("SWIZZLED") and not r.constexprs.get("SPLIT")
+            and r.constexprs["BM"] == 16}
     rows = []
     print(f"triton {triton.__version__}, sm_{args.arch}, overrides {extra or 'none'}")
     print(f"{'kernel':24s} {'BMxBNxBK/warps':16s} {'per K step':>10s} {'per element':>11s}  top opcodes")
