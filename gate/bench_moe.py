@@ -8,7 +8,12 @@ Timed, all in the same process:
   nvfp4    the same kernels with NVFP4 weights dequantized in registers (W4A16; gate and up each with
            its own global scale, global_decode [E, 2], as checkpoints have them)
   nvfp4_swizzled  the same with the block scales in the 128x4 swizzled layout (scale_layout "swizzled")
+  nvfp4_split  the NVFP4 weight tiles in the split form (even / odd columns, the scale product in fp16:
+           impl.moe._grouped(split=True), issue 14 step 1, docs/optimization_log.md)
   w4a4     the W4A4 emulation (activations quantize-dequantized in the GEMM prologues), if present
+`--paths` picks some of them; `--repeats R` times each path R times, round-robin over the paths (a drift
+of the clock or the temperature then falls on every path alike), and reports the median with the min and
+max of the R medians.
 Ours are replayed from CUDA graphs (the routing is an input: no host sync inside). Weight bytes are
 those of the experts the batch touches (distinct ids); bandwidth is reported against the copy
 ceiling measured in the same run (bytes per second over a device copy's bytes read + written per second).
@@ -18,6 +23,7 @@ weights as they are; NVFP4 through the oracle's exact dequantization); above the
 the benchmark refuses to time and exits 1.
 
     python -m gate.bench_moe --json out.json
+    python -m gate.bench_moe --paths bf16,nvfp4,nvfp4_split --repeats 5 --skip-torch --json out.json
 """
 from __future__ import annotations
 
@@ -82,34 +88,44 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
     ws = MoEWeights(np.zeros((len(used), D)), np.zeros(len(used)), to_np(w.gate_up_proj[used]),
                     to_np(w.down_proj[used]), None, None, None, top_k=K_TOP)
     x64 = to_np(x[n])
-    refs = {"bf16": om.experts(ws, x64, routing)}
-    if nv is not None:
+    refs = {}
+    if "bf16" in outs:
+        refs["bf16"] = om.experts(ws, x64, routing)
+    if nv is not None and set(outs) - {"bf16"}:
         sub = _sub_nvfp4(nv, used)
-        refs["nvfp4"] = om.experts(ws, x64, routing, nvfp4=sub)
-        refs["nvfp4_swizzled"] = refs["nvfp4"]           # the same scales, only their byte order differs
-        gx, gh = _static_scales(x)
-        from oracle import nvfp4 as onv
-        static = onv.with_input_scales(sub, np.full(len(used), gx), np.full(len(used), gh))
-        refs["w4a4"] = om.experts(ws, x64, routing, nvfp4=static, w4a4=True)
+        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split"}:
+            # the swizzled scales are the same bytes reordered, the split tiles the same values regrouped
+            refs["nvfp4"] = refs["nvfp4_swizzled"] = refs["nvfp4_split"] = om.experts(ws, x64, routing, nvfp4=sub)
+        if "w4a4" in outs:
+            gx, gh = _static_scales(x)
+            from oracle import nvfp4 as onv
+            static = onv.with_input_scales(sub, np.full(len(used), gx), np.full(len(used), gh))
+            refs["w4a4"] = om.experts(ws, x64, routing, nvfp4=static, w4a4=True)
     return {k: rel_l2(to_np(o[n]), refs[k]) for k, o in outs.items()}
 
 
-def _paths(w, nv, x, ids, wts, w4a4: bool):
-    """{name: callable} of our fused paths over the same routing (the graph-capturable core)."""
+PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4")
+
+
+def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
+    """{name: callable} of our fused paths over the same routing (the graph-capturable core), for `names`;
+    swz: the experts with swizzled scales (made once by the caller)."""
     from impl import moe as imoe
+    from impl import nvfp4 as inv
     paths = {"bf16": lambda: imoe._grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
     if nv is not None:
-        paths["nvfp4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv)
+        # the interleaved tiles, named explicitly: NVFP4_SPLIT must not change what "nvfp4" times
+        paths["nvfp4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=False)
         # the 128x4-swizzled block scales a CUTLASS loader leaves: a gathered scale load per tile
-        from impl import nvfp4 as inv
-        swz = inv.swizzle_experts(nv)
-        paths["nvfp4_swizzled"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=swz)
-        if w4a4:
-            from impl import nvfp4 as inv
+        if "nvfp4_swizzled" in names:
+            swz = inv.swizzle_experts(nv) if swz is None else swz
+            paths["nvfp4_swizzled"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=swz, split=False)
+        paths["nvfp4_split"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True)
+        if w4a4 and "w4a4" in names:
             gx, gh = _static_scales(x)
             static = inv.with_input_scales(nv, torch.full((E,), gx), torch.full((E,), gh))
-            paths["w4a4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=static, w4a4=True)
-    return paths
+            paths["w4a4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=static, w4a4=True, split=False)
+    return {k: f for k, f in paths.items() if k in names}
 
 
 # (BM, BN, BK, num_warps) variants the --sweep times: BM 16 drops the padded rows of decode blocks
@@ -142,7 +158,12 @@ def main(argv=None) -> int:
     p.add_argument("--skip-torch", action="store_true", help="do not time the per-expert torch loop")
     p.add_argument("--no-w4a4", action="store_true")
     p.add_argument("--sweep", action="store_true", help="also time every tile variant (SWEEP_TILES)")
+    p.add_argument("--paths", default=",".join(PATHS), help=f"the paths to time (default all: {','.join(PATHS)})")
+    p.add_argument("--repeats", type=int, default=1, help="time each path this many times, round-robin (>= 1)")
     args = p.parse_args(argv)
+    names = tuple(n for n in args.paths.split(",") if n)
+    if not names or set(names) - set(PATHS) or args.repeats < 1:
+        p.error(f"--paths: a comma list of {PATHS}; --repeats >= 1")
     if not torch.cuda.is_available():
         print("bench_moe: no CUDA device; nothing timed", file=sys.stderr)
         return 2
@@ -157,20 +178,22 @@ def main(argv=None) -> int:
     w = _weights(gen)
     nv = inv.quantize_experts(w.gate_up_proj, w.down_proj)
     per_expert = {"bf16": 3 * I * D * 2, "nvfp4": 3 * I * D // 2 + 3 * I * D // 16 + 8}
-    per_expert["w4a4"] = per_expert["nvfp4_swizzled"] = per_expert["nvfp4"]
+    per_expert["w4a4"] = per_expert["nvfp4_swizzled"] = per_expert["nvfp4_split"] = per_expert["nvfp4"]
     w4a4 = not args.no_w4a4
     bounds = {"bf16": bench_bound("moe", "experts", "output", "bfloat16"),
               "nvfp4": bench_bound("nvfp4", "experts", "output", "bfloat16")}
-    bounds["w4a4"] = bounds["nvfp4_swizzled"] = bounds["nvfp4"]
+    bounds["w4a4"] = bounds["nvfp4_swizzled"] = bounds["nvfp4_split"] = bounds["nvfp4"]
     tokens = TOKENS if args.tokens is None else [int(t) for t in args.tokens.split(",")]
-    print(f"\nfused MoE E={E} top-{K_TOP} D={D} I={I}; gate rel-L2 <= {bounds}")
+    swz = inv.swizzle_experts(nv) if "nvfp4_swizzled" in names else None
+    results.update(paths=list(names), repeats=args.repeats)
+    print(f"\nfused MoE E={E} top-{K_TOP} D={D} I={I}; gate rel-L2 <= {bounds}; {args.repeats} repeat(s) per path")
     print(f"{'N':>5} {'experts':>7} {'torch us':>9} {'bf16 us':>9} {'nvfp4 us':>9} {'w4a4 us':>9} "
           f"{'bf16 %copy':>10} {'nvfp4 %copy':>11} {'nvfp4/bf16':>10} {'bf16/torch':>10}")
     refused = False
     for N in tokens:
         x = torch.randn(N, D, device="cuda", generator=gen).bfloat16()
         ids, wts = _routing(N, gen)
-        paths = _paths(w, nv, x, ids, wts, w4a4)
+        paths = _paths(w, nv, x, ids, wts, w4a4, names, swz)
         outs = {}
         for name in list(paths):
             try:
@@ -187,9 +210,17 @@ def main(argv=None) -> int:
             results["rows"].append(row)
             refused = True
             continue
-        for name, fn in paths.items():
-            t = do_bench(graph(fn) if N <= 128 else fn) * 1e3
+        # each path captured once; the repeats replay it round-robin over the paths
+        timed = {name: graph(fn) if N <= 128 else fn for name, fn in paths.items()}
+        runs = {name: [] for name in timed}
+        for _ in range(args.repeats):
+            for name, fn in timed.items():
+                runs[name].append(do_bench(fn) * 1e3)
+        for name in paths:
+            t = float(np.median(runs[name]))
             row[f"{name}_us"] = t
+            row[f"{name}_us_repeats"] = runs[name]
+            row[f"{name}_us_spread"] = [min(runs[name]), max(runs[name])]
             byts = row["experts_touched"] * per_expert[name]
             row[f"{name}_weight_bytes"] = byts
             row[f"{name}_pct_copy"] = 100 * byts / (t * 1e-6) / copy_bw
@@ -197,9 +228,13 @@ def main(argv=None) -> int:
             base = TorchMoE()
             row["torch_us"] = do_bench(lambda: base.experts(w, x, Routing(ids, wts, None, None, None))) * 1e3
             row["torch_pct_copy"] = 100 * row["experts_touched"] * per_expert["bf16"] / (row["torch_us"] * 1e-6) / copy_bw
-            row["bf16_vs_torch"] = row["torch_us"] / row["bf16_us"]
-        if "nvfp4_us" in row:
-            row["nvfp4_speedup_vs_bf16"] = row["bf16_us"] / row["nvfp4_us"]
+            if "bf16_us" in row:
+                row["bf16_vs_torch"] = row["torch_us"] / row["bf16_us"]
+        for name in ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4"):
+            if f"{name}_us" in row and "bf16_us" in row:
+                row[f"{name}_speedup_vs_bf16"] = row["bf16_us"] / row[f"{name}_us"]
+        if "nvfp4_split_us" in row and "nvfp4_us" in row:
+            row["nvfp4_split_speedup_vs_nvfp4"] = row["nvfp4_us"] / row["nvfp4_split_us"]
         if args.sweep:
             row["sweep_us"] = _sweep(w, nv, x, ids, wts, N)
             for name in ("bf16", "nvfp4"):
@@ -207,16 +242,23 @@ def main(argv=None) -> int:
                            key=lambda kv: kv[1], default=None)
                 row[f"{name}_sweep_best"] = best
             print(f"  sweep best: bf16 {row['bf16_sweep_best']}, nvfp4 {row['nvfp4_sweep_best']}")
-        if N in (8, 4096):
+        if N in (1, 8, 32, 4096):
             row["kernels"] = {k: kernel_times(fn, calls=3) for k, fn in paths.items()}
         if N >= 1024:
             row["tflops"] = {k: 2 * N * K_TOP * 3 * I * D / (row[f"{k}_us"] * 1e-6) / 1e12 for k in paths}
         results["rows"].append(row)
         nan = float("nan")
-        print(f"{N:>5} {row['experts_touched']:>7} {row.get('torch_us', nan):>9.1f} {row['bf16_us']:>9.1f} "
-              f"{row.get('nvfp4_us', nan):>9.1f} {row.get('w4a4_us', nan):>9.1f} {row['bf16_pct_copy']:>10.1f} "
+        print(f"{N:>5} {row['experts_touched']:>7} {row.get('torch_us', nan):>9.1f} {row.get('bf16_us', nan):>9.1f} "
+              f"{row.get('nvfp4_us', nan):>9.1f} {row.get('w4a4_us', nan):>9.1f} {row.get('bf16_pct_copy', nan):>10.1f} "
               f"{row.get('nvfp4_pct_copy', nan):>11.1f} {row.get('nvfp4_speedup_vs_bf16', nan):>10.2f} "
               f"{row.get('bf16_vs_torch', nan):>10.2f}  err {', '.join(f'{k} {v:.1e}' for k, v in errs.items())}")
+        for name in paths:
+            lo, hi = row[f"{name}_us_spread"]
+            vs = f", {row[f'{name}_speedup_vs_bf16']:.2f}x bf16" if f"{name}_speedup_vs_bf16" in row else ""
+            print(f"      {name:15s} median {row[f'{name}_us']:9.1f} us  (min {lo:.1f}, max {hi:.1f}, "
+                  f"{args.repeats} repeats){vs}")
+        if "nvfp4_split_speedup_vs_nvfp4" in row:
+            print(f"      nvfp4_split vs nvfp4: {row['nvfp4_split_speedup_vs_nvfp4']:.3f}x")
         del x, outs
         torch.cuda.empty_cache()
     write_json(args.json, results)

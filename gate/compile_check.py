@@ -117,6 +117,13 @@ RECORDS = (
 RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SWIZZLED": True}) for r in RECORDS
                           if r.module == "moe" and r.constexprs.get("NVFP4") and not r.constexprs.get("W4A4"))
 
+# the grouped GEMMs' NVFP4 weight tile form (SPLIT, issue 14): interleaved above, and split for W4A16
+# (linear and swizzled scales) and W4A4
+_GEMMS = ("moe_gate_up_fwd_kernel", "moe_down_fwd_kernel")
+RECORDS = tuple(r._replace(constexprs={**r.constexprs, "SPLIT": False}) if r.name in _GEMMS else r for r in RECORDS)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SPLIT": True}) for r in RECORDS
+                          if r.name in _GEMMS and r.constexprs.get("NVFP4"))
+
 # the MoE GEMMs also run with prefill tiles (impl.moe._tiles: > 16 pairs per expert)
 RECORDS = RECORDS + tuple(
     r._replace(constexprs={**r.constexprs, "BM": 128, "BN": 128, "BK": 64}, options=dict(num_warps=8))
@@ -180,11 +187,12 @@ def main(argv=None) -> int:
         return subprocess.call([sys.executable, "-m", "gate.compile_check", *(argv or sys.argv[1:])],
                                env=env, cwd=ROOT)
     failed = 0
-    print(f"{'kernel':40s} {'regs':>5s} {'spill B':>8s} {'smem B':>8s}  (sm_{args.arch}, full-size shapes)")
+    print(f"{'kernel':48s} {'regs':>5s} {'spill B':>8s} {'smem B':>8s}  (sm_{args.arch}, full-size shapes)")
     for rec in RECORDS:
         if args.kernel and rec.name not in args.kernel:
             continue
-        label = rec.name + (" (w4a4)" if rec.constexprs.get("W4A4") else
+        label = rec.name + (" split" if rec.module == "moe" and rec.constexprs.get("SPLIT") else "") + (
+                            " (w4a4)" if rec.constexprs.get("W4A4") else
                             " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else
                             " (nvfp4)" if rec.constexprs.get("NVFP4") else
                             " (paged)" if rec.constexprs.get("PAGED") else "")
@@ -192,10 +200,10 @@ def main(argv=None) -> int:
             label += " prefill"
         try:
             regs, stack, smem = compile_one(rec, args.arch)
-            print(f"{label:40s} {regs:>5d} {stack:>8d} {smem:>8d}")
+            print(f"{label:48s} {regs:>5d} {stack:>8d} {smem:>8d}")
         except Exception as e:  # a kernel that does not compile is the finding: report and go on
             failed += 1
-            print(f"{label:40s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+            print(f"{label:48s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
     return 1 if failed else 0
 
 

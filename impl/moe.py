@@ -24,6 +24,11 @@ A-tile of each GEMM (x, then h, kept in float32) is quantize-dequantized in the 
 the expert's static input scale or the dynamic one, bit-identical to oracle.nvfp4.qdq_activation.
 float64 inputs run in float32 and return float64.
 Validation (shapes, id range, NVFP4 scales) syncs the host once per call, not per expert.
+
+NVFP4 weight tiles come in two forms (issue 14, docs/optimization_log.md step 1): interleaved (the
+default: one [BN, BK] tile in K order per step) and split (`NVFP4_SPLIT`, or `_grouped(split=True)`:
+even and odd columns as two [BN, BK/2] tiles, the scale product in fp16, two half-dots per step). The
+candidate `impl.candidates.nvfp4_split:Candidate` runs the split form through `glmgate gate`.
 """
 from __future__ import annotations
 
@@ -44,6 +49,9 @@ from oracle.types import DenseMLPWeights, MoEWeights, Routing
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _DOT = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 TOP_K_MAX = 8
+# the NVFP4 weight tile's form when a call does not say (kernels' SPLIT): False = interleaved, the
+# measured baseline, until the GPU measurement of the split form decides (docs/optimization_log.md)
+NVFP4_SPLIT = False
 
 
 # ----------------------------------------------------------------------------- validation
@@ -179,10 +187,11 @@ def _input_scales(t, acts, E: int) -> torch.Tensor:
 
 
 def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0,
-             w4a4: bool = False, tiles: Optional[tuple] = None):
+             w4a4: bool = False, tiles: Optional[tuple] = None, split: Optional[bool] = None):
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
     (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
-    tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them)."""
+    tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them).
+    split: the NVFP4 weight tile's form (None: NVFP4_SPLIT); ignored for dense weights."""
     N, D = x2.shape
     k = ids.shape[1]
     P = N * k
@@ -191,6 +200,10 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
     if BM < 16 or BK % 16 or BN < 16:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: BM, BN >= 16 and BK a multiple of 16 (tl.dot, NVFP4 blocks)")
+    split = nv is not None and bool(NVFP4_SPLIT if split is None else split)
+    if split and BK % 32:
+        raise ValueError(f"tiles: {(BM, BN, BK, nw)}: split NVFP4 tiles need BK a multiple of 32 (two half-dots "
+                         f"of K >= 16 per step)")
     sorted_ids, block_expert = align(ids, E, BM)
     NB = block_expert.shape[0]
     # W4A4 keeps h in float32 so its quantization sees the accumulator, not a bf16 rounding of it
@@ -198,7 +211,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     out = torch.empty(P, D, device=x2.device, dtype=torch.float32)
     precision = "ieee" if work == torch.float32 else "tf32"
     common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, W4A4=w4a4, DOT=_DOT[work], PRECISION=precision,
-                  num_warps=nw)
+                  SPLIT=split, num_warps=nw)
     if nv is None:
         gu, dn = (a.to(work).contiguous() for a in dense)
         gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)
@@ -235,6 +248,12 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
         w4a4: W4A4 emulation: x and h quantize-dequantized to NVFP4 in the GEMM prologues with the
             experts' input_global_scale (or the dynamic scale when None; see oracle.nvfp4)
     """
+    return experts_with(w, x, routing, nvfp4, w4a4, split=None)
+
+
+def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False,
+                 *, split: Optional[bool] = None):
+    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: NVFP4_SPLIT)."""
     if w4a4 and nvfp4 is None:
         raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
     if nvfp4 is None:
@@ -258,7 +277,7 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
         return torch.zeros_like(x)
     ids = ids.to(device=x.device, dtype=torch.int64)
     y = _grouped(xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None,
-                 nvfp4, w.swiglu_limit, w4a4)
+                 nvfp4, w.swiglu_limit, w4a4, split=split)
     return y.to(x.dtype).reshape(x.shape)
 
 

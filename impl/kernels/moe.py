@@ -19,6 +19,11 @@ the 128x4 swizzle (NVFP4.md A5: expert base e·Mp·Kp, then ((m//128·Kp/4 + k//
 up halves each its own, as checkpoints have them), down's [E]. The tile is dequantized in registers: E2M1 by arithmetic
 (2^(e-1)·(1 + m/2), 0.5·m for e = 0), times the fp8 scale (exact in float32 and in bf16), cast to the
 dot dtype; the per-expert global decode multiplies the float32 accumulator in the epilogue.
+SPLIT (issue 14, docs/optimization_log.md step 1): no re-interleave of the nibbles. The low nibbles
+(even k) and the high nibbles (odd k) are dequantized as two [BN, BK/2] tiles, each dotted with the
+matching strided half of the A-tile (two dots per K step), and e2m1 · 2^-14 is multiplied by the fp8
+scale in fp16 (exact, tests/test_nvfp4_split.py) before one conversion to the dot dtype; the 2^14 joins
+the global decode scale in the epilogue.
 
 NVFP4 W4A4 emulation (W4A4 constexpr, NVFP4.md A6): the A-tile (x for gate_up, h for down) is
 quantize-dequantized in the prologue, per row and 16-element block along K, with the expert's ENCODE
@@ -152,6 +157,50 @@ def _nvfp4_tile(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: t
 
 
 @triton.jit
+def _nvfp4_halves(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: tl.constexpr, BK: tl.constexpr,
+                  DOT: tl.constexpr, SWIZZLED: tl.constexpr):
+    """(even, odd): rows r0 + o_n of expert i_e's NVFP4 weight [NW, KW] at columns k0 + 2j and k0 + 2j + 1,
+    j < BK/2, as e2m1 · fp8 scale · 2^-14 in DOT (the caller's epilogue multiplies by 2^14).
+
+    The low nibble of byte j is column k0 + 2j, the high one k0 + 2j + 1: each half is a tile of its own,
+    with no join back into K order. The fp16 pattern sign << 15 | (e, m) << 9 (= value · 2^-14) is cut
+    from the byte in place: low nibble bits 3 and 0-2, high nibble bits 7 and 4-6. Its product with the
+    fp8 scale is taken in fp16, exact (2 x 4 significant bits, a multiple of 2^-24 and below 0.17), and
+    so is the one conversion to bf16 or float32. Scale column of half-column j: k0/16 + j // 8.
+    """
+    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
+    o_r = i_e * NW + o_m
+    o_b = k0 // 2 + tl.arange(0, BK // 2)
+    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
+                  mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0).to(tl.int32)   # [BN, BK/2]
+    b_lo = (((b_b << 12) & 0x8000) | ((b_b << 9) & 0xE00)).to(tl.int16).to(tl.float16, bitcast=True)
+    b_hi = (((b_b << 8) & 0x8000) | ((b_b << 5) & 0xE00)).to(tl.int16).to(tl.float16, bitcast=True)
+    o_s = k0 // 16 + tl.arange(0, BK // 16)
+    b_s = tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
+                  mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.).to(tl.float16)[:, :, None]
+    b_lo = tl.reshape(tl.reshape(b_lo, (o_n.shape[0], BK // 16, 8)) * b_s, (o_n.shape[0], BK // 2)).to(DOT)
+    b_hi = tl.reshape(tl.reshape(b_hi, (o_n.shape[0], BK // 16, 8)) * b_s, (o_n.shape[0], BK // 2)).to(DOT)
+    return b_lo, b_hi
+
+
+@triton.jit
+def _a_halves(p_rows, mask_m, k0, K: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, W4A4: tl.constexpr,
+              b_gin, DOT: tl.constexpr):
+    """(even, odd) [BM, BK/2] columns k0 + 2j, k0 + 2j + 1 of the A-tile rows p_rows [BM, 1] (K % 16 == 0),
+    in DOT; W4A4: quantize-dequantized first (its 16-blocks span both halves).
+
+    One contiguous load, then split: two stride-2 loads cannot use 16-byte cp.async copies (sm_90 SASS,
+    scripts/sass_loop.py: +1.1 instructions per weight element at decode), while the split costs nothing
+    (Triton 3.6's linear layouts deliver both halves straight in the dot operand layout)."""
+    o_k = k0 + tl.arange(0, BK)
+    b_a = tl.load(p_rows + o_k[None, :], mask=mask_m[:, None] & (o_k < K)[None, :], other=0.)
+    if W4A4:
+        b_a = _nvfp4_qdq_tile(b_a.to(tl.float32), b_gin, BM, BK)
+    b_ae, b_ao = tl.split(tl.reshape(b_a, (BM, BK // 2, 2)))
+    return b_ae.to(DOT), b_ao.to(DOT)
+
+
+@triton.jit
 def _fp8_e4m3_rne(b_v):
     """float32 0 <= v <= 448 -> the nearest float8_e4m3fn value (ties to even), as float32.
 
@@ -207,10 +256,11 @@ def moe_gate_up_fwd_kernel(
     P, limit,
     D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block;
-    NVFP4: gscale [E, 2] = (gate, up) DECODE scales, each scaling its own accumulator."""
+    NVFP4: gscale [E, 2] = (gate, up) DECODE scales, each scaling its own accumulator. SPLIT (NVFP4
+    only): even and odd columns as two half-dots per K step (_nvfp4_halves)."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_e = tl.load(block_expert + i_b).to(tl.int64)
     if i_e >= 0:
@@ -222,26 +272,36 @@ def moe_gate_up_fwd_kernel(
         mask_n = o_n < I
         b_g = tl.zeros([BM, BN], dtype=tl.float32)
         b_u = tl.zeros([BM, BN], dtype=tl.float32)
+        b_gin = 1.0
         if W4A4:
             b_gin = tl.load(gin + i_e).to(tl.float32)                        # ENCODE scale of x for expert e
         for i_k in range(tl.cdiv(D, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            mask_k = o_k < D
-            b_x = tl.load(x + b_tok[:, None] * D + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                          other=0.)
-            if W4A4:
-                b_x = _nvfp4_qdq_tile(b_x.to(tl.float32), b_gin, BM, BK)
-            b_x = b_x.to(DOT)
-            if NVFP4:
-                b_wg = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
-                b_wu = _nvfp4_tile(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+            if SPLIT:
+                b_xe, b_xo = _a_halves(x + b_tok[:, None] * D, mask_m, i_k * BK, D, BM, BK, W4A4, b_gin, DOT)
+                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                b_g = tl.dot(b_xe, tl.trans(b_we), b_g, input_precision=PRECISION)
+                b_g = tl.dot(b_xo, tl.trans(b_wo), b_g, input_precision=PRECISION)
+                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                b_u = tl.dot(b_xe, tl.trans(b_we), b_u, input_precision=PRECISION)
+                b_u = tl.dot(b_xo, tl.trans(b_wo), b_u, input_precision=PRECISION)
             else:
-                m = mask_n[:, None] & mask_k[None, :]
-                p_w = w + (i_e * (2 * I) + o_n)[:, None] * D + o_k[None, :]
-                b_wg = tl.load(p_w, mask=m, other=0.).to(DOT)
-                b_wu = tl.load(p_w + I * D, mask=m, other=0.).to(DOT)
-            b_g = tl.dot(b_x, tl.trans(b_wg), b_g, input_precision=PRECISION)
-            b_u = tl.dot(b_x, tl.trans(b_wu), b_u, input_precision=PRECISION)
+                o_k = i_k * BK + tl.arange(0, BK)
+                mask_k = o_k < D
+                b_x = tl.load(x + b_tok[:, None] * D + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                              other=0.)
+                if W4A4:
+                    b_x = _nvfp4_qdq_tile(b_x.to(tl.float32), b_gin, BM, BK)
+                b_x = b_x.to(DOT)
+                if NVFP4:
+                    b_wg = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                    b_wu = _nvfp4_tile(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                else:
+                    m = mask_n[:, None] & mask_k[None, :]
+                    p_w = w + (i_e * (2 * I) + o_n)[:, None] * D + o_k[None, :]
+                    b_wg = tl.load(p_w, mask=m, other=0.).to(DOT)
+                    b_wu = tl.load(p_w + I * D, mask=m, other=0.).to(DOT)
+                b_g = tl.dot(b_x, tl.trans(b_wg), b_g, input_precision=PRECISION)
+                b_u = tl.dot(b_x, tl.trans(b_wu), b_u, input_precision=PRECISION)
         if NVFP4:
             # the halves' own scales: real checkpoints differ up to 10x (one value for both: vLLM #54974)
             b_gd_g = tl.load(gscale + 2 * i_e).to(tl.float32)
@@ -249,6 +309,9 @@ def moe_gate_up_fwd_kernel(
             if W4A4:
                 b_gd_g = tl.math.div_rn(b_gd_g, b_gin)                           # alpha = g_w / G_a (A6), per half
                 b_gd_u = tl.math.div_rn(b_gd_u, b_gin)
+            if SPLIT:
+                b_gd_g = b_gd_g * 16384.0                                        # the halves' 2^-14, exact
+                b_gd_u = b_gd_u * 16384.0
             b_g = b_g * b_gd_g
             b_u = b_u * b_gd_u
         b_g = tl.minimum(b_g, limit)                                             # gate: from above only
@@ -264,9 +327,10 @@ def moe_down_fwd_kernel(
     P,
     D: tl.constexpr, I: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
-    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr,
+    DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr, SPLIT: tl.constexpr,
 ):
-    """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32)."""
+    """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32);
+    SPLIT as in moe_gate_up_fwd_kernel."""
     i_b, i_n = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_e = tl.load(block_expert + i_b).to(tl.int64)
     if i_e >= 0:
@@ -277,26 +341,35 @@ def moe_down_fwd_kernel(
         o_n = i_n * BN + tl.arange(0, BN)
         mask_n = o_n < D
         b_acc = tl.zeros([BM, BN], dtype=tl.float32)
+        b_gin = 1.0
         if W4A4:
             b_gin = tl.load(gin + i_e).to(tl.float32)                        # ENCODE scale of h for expert e
         for i_k in range(tl.cdiv(I, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            mask_k = o_k < I
-            b_h = tl.load(h + b_row[:, None] * I + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
-                          other=0.)
-            if W4A4:
-                b_h = _nvfp4_qdq_tile(b_h.to(tl.float32), b_gin, BM, BK)
-            b_h = b_h.to(DOT)
-            if NVFP4:
-                b_w = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
+            if SPLIT:
+                b_he, b_ho = _a_halves(h + b_row[:, None] * I, mask_m, i_k * BK, I, BM, BK, W4A4, b_gin, DOT)
+                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
+                b_acc = tl.dot(b_he, tl.trans(b_we), b_acc, input_precision=PRECISION)
+                b_acc = tl.dot(b_ho, tl.trans(b_wo), b_acc, input_precision=PRECISION)
             else:
-                b_w = tl.load(w + (i_e * D + o_n)[:, None] * I + o_k[None, :],
-                              mask=mask_n[:, None] & mask_k[None, :], other=0.).to(DOT)
-            b_acc = tl.dot(b_h, tl.trans(b_w), b_acc, input_precision=PRECISION)
+                o_k = i_k * BK + tl.arange(0, BK)
+                mask_k = o_k < I
+                b_h = tl.load(h + b_row[:, None] * I + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :],
+                              other=0.)
+                if W4A4:
+                    b_h = _nvfp4_qdq_tile(b_h.to(tl.float32), b_gin, BM, BK)
+                b_h = b_h.to(DOT)
+                if NVFP4:
+                    b_w = _nvfp4_tile(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
+                else:
+                    b_w = tl.load(w + (i_e * D + o_n)[:, None] * I + o_k[None, :],
+                                  mask=mask_n[:, None] & mask_k[None, :], other=0.).to(DOT)
+                b_acc = tl.dot(b_h, tl.trans(b_w), b_acc, input_precision=PRECISION)
         b_wt = tl.load(weights + b_row, mask=mask_m, other=0.).to(tl.float32)
         if NVFP4:
             b_wt = b_wt * tl.load(gscale + i_e).to(tl.float32)
             if W4A4:
                 b_wt = tl.math.div_rn(b_wt, b_gin)
+            if SPLIT:
+                b_wt = b_wt * 16384.0                                            # the halves' 2^-14, exact
         tl.store(out + b_pair[:, None] * D + o_n[None, :], b_acc * b_wt[:, None],
                  mask=mask_m[:, None] & mask_n[None, :])
