@@ -25,10 +25,12 @@ the expert's static input scale or the dynamic one, bit-identical to oracle.nvfp
 float64 inputs run in float32 and return float64.
 Validation (shapes, id range, NVFP4 scales) syncs the host once per call, not per expert.
 
-NVFP4 weight tiles come in two forms (issue 14, docs/optimization_log.md step 1): interleaved (the
-default: one [BN, BK] tile in K order per step) and split (`NVFP4_SPLIT`, or `_grouped(split=True)`:
-even and odd columns as two [BN, BK/2] tiles, the scale product in fp16, two half-dots per step). The
-candidate `impl.candidates.nvfp4_split:Candidate` runs the split form through `glmgate gate`.
+NVFP4 weight tiles come in two forms (issue 14, docs/optimization_log.md step 1): interleaved (one
+[BN, BK] tile in K order per step: the prefill tiles and W4A4) and split (even and odd columns as two
+[BN, BK/2] tiles, the scale product in fp16, two half-dots per step: the W4A16 decode tiles, and every
+tile on the interpreter). `split_tiles` decides; `_grouped(split=...)` forces one. The candidates
+`impl.candidates.nvfp4_split` and `impl.candidates.nvfp4_interleaved` run one form everywhere through
+`glmgate gate`.
 """
 from __future__ import annotations
 
@@ -49,9 +51,19 @@ from oracle.types import DenseMLPWeights, MoEWeights, Routing
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _DOT = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 TOP_K_MAX = 8
-# the NVFP4 weight tile's form when a call does not say (kernels' SPLIT): False = interleaved, the
-# measured baseline, until the GPU measurement of the split form decides (docs/optimization_log.md)
-NVFP4_SPLIT = False
+# the NVFP4 weight tile's form when a call does not say (kernels' SPLIT): None = split on the decode
+# tiles (16-row blocks) of W4A16, interleaved elsewhere; True / False force one form. Measured on the H200
+# (docs/optimization_log.md step 1): split is 1.07-1.17x the interleaved form at 1-128 tokens, 1.00x at
+# 4096 (the prefill tile is not dequantization-bound); W4A4 split was not measured, so it stays interleaved
+NVFP4_SPLIT = None
+
+
+def split_tiles(BM: int, BK: int, w4a4: bool) -> bool:
+    """The default NVFP4 weight tile form for a launch of BM x BK tiles (NVFP4_SPLIT above; two half-dots
+    of K >= 16 need BK a multiple of 32)."""
+    if NVFP4_SPLIT is not None:
+        return bool(NVFP4_SPLIT)
+    return BM <= 16 and BK % 32 == 0 and not w4a4
 
 
 # ----------------------------------------------------------------------------- validation
@@ -191,7 +203,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
     (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
     tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them).
-    split: the NVFP4 weight tile's form (None: NVFP4_SPLIT); ignored for dense weights."""
+    split: the NVFP4 weight tile's form (None: split_tiles); ignored for dense weights."""
     N, D = x2.shape
     k = ids.shape[1]
     P = N * k
@@ -200,7 +212,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
     if BM < 16 or BK % 16 or BN < 16:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: BM, BN >= 16 and BK a multiple of 16 (tl.dot, NVFP4 blocks)")
-    split = nv is not None and bool(NVFP4_SPLIT if split is None else split)
+    split = nv is not None and (split_tiles(BM, BK, w4a4) if split is None else bool(split))
     if split and BK % 32:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: split NVFP4 tiles need BK a multiple of 32 (two half-dots "
                          f"of K >= 16 per step)")
@@ -253,7 +265,7 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
 
 def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False,
                  *, split: Optional[bool] = None):
-    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: NVFP4_SPLIT)."""
+    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: split_tiles)."""
     if w4a4 and nvfp4 is None:
         raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
     if nvfp4 is None:

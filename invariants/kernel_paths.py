@@ -270,11 +270,6 @@ PATHS: tuple[Path, ...] = (
 )
 
 
-SPLIT_WHY = ("not our default yet (impl.moe.NVFP4_SPLIT, issue 14 step 1, docs/optimization_log.md): the candidate "
-             "impl.candidates.nvfp4_split runs it through `glmgate gate` (nvfp4.gate: W4A16 and W4A4, linear and "
-             "swizzled scales; nvfp4.batch), and tests/test_nvfp4_split.py on the CPU")
-
-
 def _grouped_gemm(kernel: str, k: str, n: str) -> tuple[Path, ...]:
     """The paths of one grouped MoE GEMM kernel whose reduction runs over `k` and whose columns over `n`."""
     return (
@@ -286,7 +281,7 @@ def _grouped_gemm(kernel: str, k: str, n: str) -> tuple[Path, ...]:
         Path(kernel, "NVFP4 interleaved weight tiles (one dot per K step)", lambda a: a["NVFP4"] and not a["SPLIT"],
              by=("nvfp4.gate",)),
         Path(kernel, "NVFP4 split weight tiles (even / odd columns, two half-dots per K step)",
-             lambda a: a["SPLIT"], why=SPLIT_WHY),
+             lambda a: a["SPLIT"], by=("nvfp4.gate",)),
         Path(kernel, "a second reduction tile", lambda a: _cdiv(a[k], a["BK"]) >= 2,
              by=("moe.forward", "nvfp4.gate")),
         Path(kernel, "a partial reduction tile", lambda a: a[k] % a["BK"] != 0, by=("moe.forward", "nvfp4.gate")),

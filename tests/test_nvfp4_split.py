@@ -148,12 +148,13 @@ def test_split_tiles_need_a_reduction_tile_of_32():
 
 
 @interpreter_only
-def test_the_split_candidate_passes_the_gate_against_our_interleaved_path(tmp_path):
-    """`glmgate gate --candidate impl.candidates.nvfp4_split:Candidate` on nvfp4.gate (W4A16 and W4A4 through
-    the candidate's experts): pass, and the candidate's experts ran."""
+def test_the_interleaved_candidate_passes_the_gate_against_the_default(tmp_path):
+    """`glmgate gate --candidate impl.candidates.nvfp4_interleaved:Candidate` on nvfp4.gate (W4A16 and W4A4
+    through the candidate's experts; the interpreter's default runs W4A16 split, impl.moe.split_tiles):
+    pass, and the candidate's experts ran."""
     from gate import cli
     out = tmp_path / "r.json"
-    rc = cli.main(["gate", "--candidate", "impl.candidates.nvfp4_split:Candidate", "--baseline", "triton",
+    rc = cli.main(["gate", "--candidate", "impl.candidates.nvfp4_interleaved:Candidate", "--baseline", "triton",
                    "--check", "nvfp4.gate", "--examples", "1", "--no-failures", "--json", str(out)])
     rows = {r["check"]: r for r in json.loads(out.read_text())["checks"]}
     assert rc == cli.EXIT_PASS, rows
