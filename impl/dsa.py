@@ -18,6 +18,7 @@ import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import interpreted, kernel_operand, paged
+from impl.graph import capturing
 from impl.kernels.dsa import dsa_score_fwd_kernel
 from oracle.types import IndexerWeights, Selection
 
@@ -60,8 +61,13 @@ def index_rows(w: IndexerWeights, a, mask=None):
 # ----------------------------------------------------------------------------- pools (torch)
 
 
-def pool_keys(packed, ape, kpool: int):
+def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
     """Pool keys over the cached rows, anchored at each row's first real token; oracle.dsa.pool_keys.
+
+    keep_all: keep every one of the ceil(T / M) pools (P = n_p, a host-known size), not only those
+    valid in some row: how many those are is a value, read back to the host by the boolean compaction
+    (a CUDA-graph capture cannot). The dropped pools are invalid in every row (pool_valid False): they
+    are candidates of no query, so a selection over them picks the same tokens (`index`).
 
     Args:
         packed: [B, T, 2K + 1];  ape: [M, K];  kpool: M
@@ -93,6 +99,8 @@ def pool_keys(packed, ape, kpool: int):
     pi = torch.nan_to_num(torch.softmax(lam, dim=2), nan=0.0)
     kbar = (pi * kI[rows, safe]).sum(2)                                                  # [B, n_p, K]
     kept = pool_valid.any(0)                                                             # [n_p]
+    if keep_all:
+        return kbar.contiguous(), idx, pool_valid, first, kept
     return kbar[:, kept].contiguous(), idx[:, kept], pool_valid[:, kept], first, kept
 
 
@@ -166,6 +174,14 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
         Selection(indices [B, S, W] int64 (-1 padded, compacted), scores [B, S, P] float32
         (non-candidates -inf), candidate [B, S, P] bool, k_sel int, pool_first [B] int64,
         kept [n_p] bool)
+
+    While a CUDA graph is captured (impl.graph.capturing) nothing is read back to the host: the mask's
+    agreement with the valid flags is not checked (every eager call checks it), and the pool axis keeps
+    all n_p = ceil(T / M) pools (pool_keys keep_all: P = n_p, scores / candidate [B, S, n_p], k_sel
+    min(topk, n_p)): the pools eager drops are candidates of no query, scored float32 min by the
+    kernel like every non-candidate, so `indices` are the same tokens in the same order (up to torch.topk
+    among exactly tied scores, as between batch sizes: BATCH_INVARIANT), and the attention over them the
+    same bits (tests/test_host_sync.py).
     """
     if a.ndim != 3:
         raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
@@ -183,10 +199,10 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     qmask = val[:, T - S:]
     if mask is not None:
         _check_shape("mask", mask, (B, S))
-        if not torch.equal(mask.bool(), qmask):
+        if not capturing() and not torch.equal(mask.bool(), qmask):
             raise ValueError("mask: disagrees with the valid flags of the last S rows of packed_all "
                              "(index_rows must be packed with the same mask)")
-    kbar, member_idx, pool_valid, first, kept = pool_keys(packed_all, w.compress_ape, kpool)
+    kbar, member_idx, pool_valid, first, kept = pool_keys(packed_all, w.compress_ape, kpool, keep_all=capturing())
     P = kbar.shape[1]
     pos = torch.arange(T - S, T, device=dev)                                                 # [S]
     pool_last = torch.where(pool_valid, member_idx[..., -1], -1)                             # [B, P]

@@ -27,18 +27,39 @@ Padding rows read and write scratch slots P..P+M-1 that no request owns (an engi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 
 import torch
 
 from oracle.types import KDAState
 
 
+_SIMULATED = threading.local()
+
+
 def capturing() -> bool:
     """True while the current CUDA stream is being captured into a graph: no value may be read back to
-    the host then (validation that reads values is an eager-time check)."""
+    the host then (validation that reads values is an eager-time check). Also True inside
+    `simulated_capture()` (the CPU's stand-in: the code takes its capture path)."""
+    if getattr(_SIMULATED, "on", False):
+        return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+@contextlib.contextmanager
+def simulated_capture():
+    """Run the block as if a CUDA graph were being captured (`capturing()` True): without a GPU, the
+    capture path of a step (no value read back, value-dependent shapes taken from host-known sizes)
+    runs on the CPU, where impl.host_sync.record_host_syncs can show it reads nothing back."""
+    old = getattr(_SIMULATED, "on", False)
+    _SIMULATED.on = True
+    try:
+        yield
+    finally:
+        _SIMULATED.on = old
 
 
 class GraphStep:

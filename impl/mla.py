@@ -21,6 +21,7 @@ import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import dsa, interpreted, kernel_operand, num_sms, paged
+from impl.graph import capturing
 from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
@@ -66,7 +67,9 @@ def check_selection(indices, lengths, B: int, S: int, T: int):
     """Validate indices [B, S, W] against per-row cache lengths [B] (<= T); returns both as int64.
 
     Raises ValueError naming `indices` (not integer, entries outside [-1, lengths[b]), a position twice
-    in one row) or `lengths` (shape, negative, longer than the T rows the latent holds).
+    in one row) or `lengths` (shape, negative, longer than the T rows the latent holds). The value
+    checks read back to the host: skipped while a CUDA graph is captured (impl.graph.capturing; the
+    shape checks stay), run by every eager call.
     """
     if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"indices: expected an int32/int64 tensor, got {getattr(indices, 'dtype', type(indices))}")
@@ -79,12 +82,12 @@ def check_selection(indices, lengths, B: int, S: int, T: int):
             raise ValueError(f"lengths: expected an int tensor [B={B}], got "
                              f"{tuple(getattr(lengths, 'shape', ())) or type(lengths).__name__}")
         lengths = lengths.to(device=indices.device, dtype=torch.int64)
-        lo, hi = int(lengths.min()), int(lengths.max())
+        lo, hi = (0, T) if capturing() else (int(lengths.min()), int(lengths.max()))
         if lo < 0 or hi > T:
             raise ValueError(f"lengths: cache lengths must lie in [0, T={T}] (the rows latent holds), "
                              f"found [{lo}, {hi}]")
     idx = indices.long()
-    if idx.numel():
+    if idx.numel() and not capturing():
         bad = (idx < -1) | (idx >= lengths[:, None, None])
         if bool(bad.any()):
             b, s, j = (int(v) for v in bad.nonzero()[0])

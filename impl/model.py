@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import impl  # noqa: F401  (selects the Triton interpreter on CPU-only machines)
+from impl.graph import capturing
 from impl.state import HybridState
 from impl.weights import to_torch  # noqa: F401  (re-exported: invariants and tests import it from here)
 from oracle import decoder
@@ -107,6 +108,15 @@ class TorchDecoder(decoder.Decoder):
             return KDAState(torch.zeros(1, H, K, K, device=a.device),
                             torch.zeros(1, 3 * H * K, w.conv_width, device=a.device, dtype=a.dtype))
         return KDAState(cache.recurrent.float(), cache.conv.to(a.dtype))
+
+    def _kda(self, w, a, docs):
+        # oracle.decoder's composition reads `mask.all()` back to the host to drop an all-real mask; while
+        # a CUDA graph is captured (impl.graph.capturing) the mask is always passed instead: the sublayer
+        # multiplies x by it, and x · 1 is x bit for bit, so an all-real mask gives the same bits
+        if docs.cu is None and capturing():
+            y, cache = self.impl.kda.sublayer(w, a, docs.caches[0], docs.mask)
+            return y, [cache]
+        return super()._kda(w, a, docs)
 
     def _moe_options(self, lw: LayerWeights) -> dict:
         # W4A16 on the checkpoint's codes with the impl kernels; any other implementation runs the
