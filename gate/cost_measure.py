@@ -58,8 +58,19 @@ def copy_ceiling_bps(n_bytes: int = 1 << 30) -> float:
     return 2 * a.numel() * a.element_size() / (ms * 1e-3)
 
 
-def graphed_ms(step) -> float | None:
-    """The step replayed from one CUDA graph (ms), or None when it does not capture (a host sync)."""
+def _leaves(obj) -> list:
+    """The tensors of a step's (X, cache) in a fixed order (NamedTuples, tuples, lists; None skipped)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _leaves(o)]
+    return []
+
+
+def graphed_ms(step) -> tuple:
+    """(ms of the step replayed from one CUDA graph, whether the replay's layer output and new cache equal
+    an eager step's bit for bit), or (None, None) when it does not capture (a host sync). The selection
+    is left out of the comparison: under capture its pool axis spans every pool (impl/dsa.py keep_all)."""
     try:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -69,11 +80,16 @@ def graphed_ms(step) -> float | None:
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            step()
-        return do_bench(graph.replay, warmup=5, rep=50)
+            out = step()
+        ms = do_bench(graph.replay, warmup=5, rep=50)
+        graph.replay()
+        torch.cuda.synchronize()
+        got, want = _leaves(out[:2]), _leaves(step()[:2])
+        same = len(got) == len(want) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want))
+        return ms, same
     except Exception as e:                      # the step syncs with the host: not capturable as written
         print(f"  (CUDA graph capture failed: {type(e).__name__}: {str(e)[:160]})")
-        return None
+        return None, None
 
 
 def nvfp4_only(lw):
@@ -114,7 +130,7 @@ def measure_layer(lw_of, g, i: int, context: int, gen, dtype) -> dict:
     torch.cuda.synchronize()
     row["transient_bytes"] = torch.cuda.max_memory_allocated() - start
     row["eager_ms"] = do_bench(step, warmup=5, rep=50)
-    row["graph_ms"] = graphed_ms(step)
+    row["graph_ms"], row["graph_bitwise_eager"] = graphed_ms(step)
     del lw, cache
     torch.cuda.empty_cache()
     return row
@@ -136,7 +152,8 @@ def _mib(b) -> str:
 def _line(kind: str, tp: int, pred: dict, m: dict, ceiling: float) -> str:
     """Predicted beside measured, one kind at one TP."""
     floor_ms = pred["bytes_per_step"] / ceiling * 1e3
-    g = "      -  " if m["graph_ms"] is None else f"{m['graph_ms']:8.3f}"
+    g = "      -  " if m["graph_ms"] is None else \
+        f"{m['graph_ms']:8.3f} ({'= eager bitwise' if m['graph_bitwise_eager'] else 'DIFFERS from eager'})"
     return (f"{kind:16s} {tp:2d}  weights {_mib(pred['weights_bytes'])} pred / {_mib(m['weights_allocated'])} meas "
             f"({m['weights_allocated'] / pred['weights_bytes']:5.3f}x)  state {_mib(pred['state_bytes_per_seq'])} / "
             f"{_mib(m['state_bytes'])}  step pred {pred['roofline_s'] * 1e3:7.3f} ms (copy floor {floor_ms:7.3f}) "
