@@ -262,11 +262,13 @@ def _model(key: tuple, rank: int, world: int, device, models: dict):
 def _run(task: dict, rank: int, world: int, device, models: dict) -> dict:
     from impl.sharded import gather_state, shard_state
     from impl.state import HybridState
-    if task["op"] not in ("load", "forward"):
+    if task["op"] not in ("load", "forward", "layer"):
         raise ValueError(f"task: unknown op {task['op']!r}")
     shard, dec, H = _model((task["checkpoint"], task["backend"], task["dtype"]), rank, world, device, models)
     if task["op"] == "load":
         return None
+    if task["op"] == "layer":
+        return _layer(task, shard, dec, H, rank, world, device)
     state = None if task["state"] is None else HybridState.deserialize(task["state"], device=device)
     mask = None if task["mask"] is None else torch.as_tensor(task["mask"], device=device)
     dec.log = []
@@ -275,6 +277,23 @@ def _run(task: dict, rank: int, world: int, device, models: dict) -> dict:
                                   shard_state(state, rank, world, dec.plan), mask)
         full = gather_state(new, rank, world, H, dec.plan)
     return {"logits": logits.float().cpu().numpy(), "state": full.serialize(), "log": dec.log}
+
+
+def _layer(task: dict, shard, dec, H: int, rank: int, world: int, device) -> dict:
+    """One decoder layer (SPEC §5) of the rank's shard from an empty cache: streams X [B, S, N, D] in,
+    the streams out and the layer's cache gathered (a one-layer HybridState)."""
+    from impl.sharded import gather_state
+    from impl.state import HybridState
+    j = task["layer"]
+    g = shard.geometry
+    X = torch.as_tensor(task["X"], device=device, dtype=dec.dtype)
+    mask = torch.ones(X.shape[:2], dtype=torch.bool, device=device) if task["mask"] is None else \
+        torch.as_tensor(task["mask"], device=device).bool()
+    dec.log = []
+    with torch.no_grad(), _poisoned(task.get("poison", False)):
+        X, cache, _ = dec.decoder_layer(shard.layers[j], g, X, mask, None, None)
+        full = gather_state(HybridState((g.layer_types[j],), [cache], int(X.shape[1])), rank, world, H, dec.plan)
+    return {"X": X.float().cpu().numpy(), "state": full.serialize(), "log": dec.log}
 
 
 # ---------------------------------------------------------------------------- the public face
@@ -319,6 +338,19 @@ class ShardedModel:
                 HybridState.deserialize(first["state"], device=self.device))
 
     __call__ = forward
+
+    def layer(self, index: int, X, mask=None):
+        """Decoder layer `index` alone over the ranks (SPEC §5), from an empty cache: (streams X
+        [B, S, N, D] float32, its cache as a one-layer HybridState) from rank 0."""
+        from impl.state import HybridState
+        task = {"op": "layer", **self._model(), "layer": int(index),
+                "X": X.detach().cpu().numpy() if isinstance(X, torch.Tensor) else np.asarray(X),
+                "mask": None if mask is None else np.asarray(mask.cpu() if isinstance(mask, torch.Tensor) else mask),
+                "poison": self.poison}
+        self.ranks = pool(self.world, self.device.type).call(task, self.timeout)
+        first = self.ranks[0]
+        return (torch.as_tensor(first["X"], device=self.device),
+                HybridState.deserialize(first["state"], device=self.device))
 
 
 def load(checkpoint_dir, world: int, device="cpu", dtype: Optional[torch.dtype] = None,

@@ -100,6 +100,27 @@ def test_world_one_is_the_unsharded_decoder_bit_for_bit():
     assert [k for k, _ in dec.log] == ["selection", "experts"]
 
 
+@pytest.mark.parametrize("index", [0, 1], ids=["kda+dense", "dsa+moe"])
+def test_one_layer_of_each_kind_over_two_ranks_is_the_unsharded_layer(index):
+    """SPEC §5 one layer alone (torch baseline, world 2): within model.sharded's world-1 bound, the
+    gathered cache too, and every rank's streams bitwise alike."""
+    from impl.state import HybridState
+    d = sc.checkpoint("tiny", 2, 0)
+    g = sc.sharded_geometry("tiny", 2)
+    X = torch.as_tensor(np.random.default_rng(index).normal(size=(2, 9, g.hc_mult, g.hidden_size)), dtype=torch.float32)
+    m = sp.load(d, 2, backend="torch")
+    got, cache = m.layer(index, X)
+    w = to_torch(ock.load(d), "cpu", torch.float32)
+    with torch.no_grad():
+        ref, ref_cache, _ = TorchDecoder("torch").decoder_layer(w.layers[index], g, X, torch.ones(2, 9, dtype=torch.bool),
+                                                                None, None)
+    assert float((got - ref).norm() / ref.norm()) < 2e-6
+    for a, b in zip(cache.layers[0], ref_cache):
+        assert float((a - b).norm() / b.norm()) < 2e-6
+    assert all(np.array_equal(r["X"], m.ranks[0]["X"]) for r in m.ranks)
+    assert HybridState.deserialize(m.ranks[1]["state"]).layer_types == (g.layer_types[index],)
+
+
 @pytest.fixture
 def one_rank():
     p = sp.Pool(1, "cpu")
