@@ -132,6 +132,7 @@ class ShardedOps:
         return w.dt_bias[heads.start * K:heads.stop * K], w.A_log[heads]
 
     def kda(self, w: KDAWeights, rank: int, world: int) -> KDAWeights:
+        """SPEC §6 on the rank's H / world heads (the shapes of SPEC §11, per head)."""
         H, K = w.num_heads, w.head_dim
         h = self.heads(H, rank, world)
         rows = slice(h.start * K, h.stop * K)
@@ -151,6 +152,7 @@ class ShardedOps:
         return bias if rank == 0 else None
 
     def mla(self, w: MLAWeights, rank: int, world: int) -> MLAWeights:
+        """SPEC §7 on the rank's H / world heads; q_a, the latent kv_a and their norms whole."""
         H, dn, dv = w.num_heads, w.nope_dim, w.v_dim
         h = self.heads(H, rank, world)
         per = dn + dv                                  # kv_b_proj: per head d_n key rows, then d_v value rows
@@ -175,6 +177,7 @@ class ShardedOps:
         return self.heads(E, rank, world)
 
     def moe(self, w: MoEWeights, rank: int, world: int) -> MoEShard:
+        """SPEC §9.3 expert-parallel: the replicated router, the rank's experts, its F-slice of the shared one."""
         if w.nvfp4 is not None:
             raise ShardingError("MoEWeights.nvfp4: sharding NVFP4 experts is not implemented (load the "
                                 "dequantized weights: impl.weights.to_torch(..., nvfp4=False))")
@@ -184,6 +187,7 @@ class ShardedOps:
         if w.shared is not None:
             s = self.dense(w.shared, rank, world)
             shared = dict(shared_gate_proj=s.gate_proj, shared_up_proj=s.up_proj, shared_down_proj=s.down_proj)
+        # the local router rows and bias are never routed with (router is): experts() validates their shapes
         local = dataclasses.replace(w, router=w.router[e], e_score_correction_bias=w.e_score_correction_bias[e],
                                     gate_up_proj=w.gate_up_proj[e], down_proj=w.down_proj[e], n_group=1,
                                     topk_group=1, **shared)

@@ -254,9 +254,13 @@ def rank_comparisons(answers: list) -> list:
 
 def run_sharded(case: ShardedCase, cand: Target, base: Target) -> list:
     """SPEC §3, §5-§10 on world ranks: see the module docstring."""
-    from impl.sharded import check_world
+    from impl.sharded import ShardingError, check_world
     g = sharded_geometry(case.base, case.world)
-    check_world(g, case.world)
+    try:
+        check_world(g, case.world)
+    except ShardingError as e:
+        # the geometry under test does not divide over this world: nothing to judge, and no fault of the candidate
+        raise NotRunnable(f"model.sharded: {e}") from e
     mc = case.paths_case()
     k = decode_steps(mc)
     if k:
