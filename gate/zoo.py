@@ -42,6 +42,12 @@ def _zoo_mutant(n, m, args, dtype, geometry, profile, console, table) -> bool:
             table.add_row(n, "[green]caught[/]", r.check + (f" ({dtype})" if own else ""), json.dumps(r.shrunk_case))
             console.print(f"{n}: caught by {r.check}: {r.message[:300]}", markup=False)
             return True
+        if r.status == "not run" and chk.name == m.check:
+            # this machine cannot run its designated check (model.sharded: fewer GPUs than ranks): no
+            # verdict either way, as for a GPU-only mutant on the CPU (the other checks cannot see it)
+            table.add_row(n, "[yellow]NOT RUN[/]", m.check, r.message[:300])
+            console.print(f"{n}: NOT RUN: {r.message}", markup=False)
+            return True
         if r.status == "error":
             errors.append(r)
     if errors:

@@ -50,6 +50,11 @@ class Check(NamedTuple):
         return tuple(mechanisms) + {"model": ("model",), "serving": ("model", "serving")}.get(self.mechanism, ())
 
 
+class NotRunnable(Exception):
+    """Raised by a run function when this machine cannot run the case at all (model.sharded's world on
+    fewer CUDA devices): the check's status is "not run", saying why, never a failure of the candidate."""
+
+
 TARGETS = ("triton", "torch", "oracle")
 
 

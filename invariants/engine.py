@@ -4,7 +4,8 @@ A check ends in one of five states: "pass", "fail" (the candidate broke a contra
 ContractBroken / CheckCrashed), "not covered" (every example held, but none of the candidate's functions
 ran: invariants/coverage.py; nothing was tested), "error" (the check itself could not run to a verdict:
 an undeclared contract, a strategy or Hypothesis error, an import error; the message names the exception
-and where it was raised) or "not run" (model.reference without a usable transformers). No exception other than
+and where it was raised) or "not run" (model.reference without a usable transformers; a run function
+raising NotRunnable: model.sharded's ranks need more CUDA devices than the host has). No exception other than
 KeyboardInterrupt leaves run_check / run_reference, so one broken check never loses a run's report.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from invariants import integrity
 from invariants.coverage import Recorder, recorder_of, recording
 from invariants.precision import baseline_dtype
 from impl.registry import MECHANISMS
-from invariants.check import case_to_json
+from invariants.check import NotRunnable, case_to_json
 from invariants.matrix import Check, evaluate
 from invariants.report import ContractBroken, describe, repro_line
 from invariants.target import OracleTarget, Target
@@ -168,7 +169,7 @@ def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[se
                             islands)
         if recorder is not None:
             verdicts = verdicts + integrity.verdicts(recorder, cand.dtype_name)
-    except (AssertionError, UndeclaredContract, HypothesisException):
+    except (AssertionError, UndeclaredContract, HypothesisException, NotRunnable):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
         raise CheckCrashed(check.name, case, exc, _repro(check, case, cand)) from exc
@@ -329,7 +330,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             tally.closed = True
             _failing(case, key, e)
             raise
-        except UndeclaredContract as e:       # a property of the check, the same for every example
+        except (UndeclaredContract, NotRunnable) as e:   # a property of the check (or machine), every example's
             raise _Abort(e) from e
         except Exception as e:
             _fallback_only(e)
@@ -392,6 +393,8 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
         return done("fail", shrunk=case_to_json(e.case), message=message, repro=e.repro,
                     crashed=isinstance(e, CheckCrashed))
     except _Abort as a:
+        if isinstance(a.exc, NotRunnable):
+            return done("not run", message=str(a.exc))
         if isinstance(a.exc, FallbackFailed) and not recorder.called:
             return done("not covered", message=f"no function of {cand.impl.name} ran: this check tested nothing "
                                                f"of it (and our fallback alone failed: {a.exc})")

@@ -14,6 +14,7 @@ from invariants import dsa_checks, kda_checks, mhc_checks, mla_checks, model_che
 from invariants import model_causal_checks, paged_checks, scale_checks, serving_checks
 from invariants import batch_checks, batch_ffn_checks, rerun_checks
 from invariants import graph_checks
+from invariants import sharded_checks
 from invariants import kda_checkpoint_checks
 from invariants.check import BadCall, Check, case_from_json, case_to_json  # noqa: F401  (the table's record types)
 from invariants.contracts import Verdict, judge_comparison, lookup
@@ -25,6 +26,8 @@ MODULES = (kda_checks, kda_checkpoint_checks, scale_checks, dsa_checks, mla_chec
            batch_ffn_checks, rerun_checks)
 # CUDA-graph replay of the decode steps (kda.graph_replay, mla.graph_replay)
 MODULES += (graph_checks,)
+# the decoder sharded over torch.distributed ranks (model.sharded)
+MODULES += (sharded_checks,)
 CHECKS: tuple[Check, ...] = tuple(c for m in MODULES for c in m.CHECKS)
 # (mechanism, row): every call a mechanism namespace must refuse, the mechanism named by its module
 BAD_CALLS: tuple[tuple[str, BadCall], ...] = tuple(

@@ -90,7 +90,7 @@ def test_run_mechanism_model_reports_both_checks_and_a_mutant_repro(tmp_path, ca
     assert rc == 0, text
     got = {r["check"]: r["status"] for r in json.loads(out.read_text())["results"]}
     expect = "pass" if reference.unavailable() is None else "not run"
-    assert got == {"model.paths": "pass", "model.causal": "pass", "model.reference": expect}
+    assert got == {"model.paths": "pass", "model.causal": "pass", "model.sharded": "pass", "model.reference": expect}
     rc = cli.main(["run", "--impl", "mutant:model_restore_drops_conv_window", "--check", "model.paths",
                    "--examples", "20", "--profile", "ci"])
     text = capsys.readouterr().out

@@ -34,6 +34,8 @@ def _holds(check, device: str, dtype: torch.dtype, profile: str, max_examples=No
     cand = Target(registry.get("triton"), device, dtype)
     base = Target(registry.get("torch"), device, dtype)
     r = run_check(check, TINY, cand, base, profile, max_examples=max_examples)
+    if r.status == "not run":             # this machine cannot run it (model.sharded: fewer GPUs than ranks)
+        pytest.skip(r.message)
     print(f"{check.name}: {r.examples} examples, worst {r.worst_ratio:.3g} of the limit: {r.worst_line}")
     assert r.status == "pass", (f"{check.name} ({r.status}) on {device} {check.dtype or cand.dtype_name}: {r.message}\n"
                                 f"shrunk case: {r.shrunk_case}\nrepro: {r.repro}")
