@@ -27,7 +27,9 @@ from invariants.matrix import case_to_json
 TINY = Geometry.preset("tiny")
 CHECK = BY_NAME["model.paths"]
 BASE = Target(registry.get("torch"), "cpu", torch.float32)
-MODEL_MUTANTS = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism == "model")
+# the whole-decoder mutants of this file's checks (model.sharded's are tests/test_sharded.py's)
+MODEL_MUTANTS = sorted(n for n, m in mutants.MUTANTS.items()
+                       if m.mechanism == "model" and m.check in ("model.paths", "model.causal"))
 
 
 def _case(batch=2, length=6, pad=(0, 3), splits=(2, 4), steps=2, model_seed=0, seed=1) -> mc.ModelCase:

@@ -10,7 +10,6 @@ scales, gate/up global scales apart); the candidate built on them passes the gat
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -148,14 +147,18 @@ def test_split_tiles_need_a_reduction_tile_of_32():
 
 
 @interpreter_only
-def test_the_interleaved_candidate_passes_the_gate_against_the_default(tmp_path):
-    """`glmgate gate --candidate impl.candidates.nvfp4_interleaved:Candidate` on nvfp4.gate (W4A16 and W4A4
-    through the candidate's experts; the interpreter's default runs W4A16 split, impl.moe.split_tiles):
-    pass, and the candidate's experts ran."""
-    from gate import cli
-    out = tmp_path / "r.json"
-    rc = cli.main(["gate", "--candidate", "impl.candidates.nvfp4_interleaved:Candidate", "--baseline", "triton",
-                   "--check", "nvfp4.gate", "--examples", "1", "--no-failures", "--json", str(out)])
-    rows = {r["check"]: r for r in json.loads(out.read_text())["checks"]}
-    assert rc == cli.EXIT_PASS, rows
-    assert rows["nvfp4.gate"]["status"] == "pass" and rows["nvfp4.gate"]["candidate"]["covered"] == ["moe.experts"]
+@interpreter_only
+def test_the_candidates_run_one_tile_form_each():
+    """impl.candidates.nvfp4_split / nvfp4_interleaved (the GPU gate's candidate and peer, glmgate gate
+    --candidate ... on CUDA): each one's experts equal impl.moe.experts_with forcing its form, bit for bit.
+    (Their contracts are nvfp4.gate's, run on the GPU; on the CPU the default's split W4A16 and
+    interleaved W4A4 run in tests/test_matrix.py.)"""
+    from impl.candidates import nvfp4_interleaved, nvfp4_split
+    from oracle import nvfp4 as onv
+    from tests.test_moe_kernels import routing_of, t32
+    w, x, r = _layer(11)
+    nvt = inv.experts_to(onv.quantize_experts(w.gate_up_proj, w.down_proj))
+    args = (w.map(t32), t32(x), routing_of(r))
+    for cand, split in ((nvfp4_split.Candidate, True), (nvfp4_interleaved.Candidate, False)):
+        got = cand.moe.experts(*args, nvfp4=nvt)
+        assert torch.equal(got, imoe.experts_with(*args, nvt, False, split=split))
