@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
                                                                 "stdout, the table then on stderr)")
     p.add_argument("--layers", action="store_true",
                    help="also print one decoder layer of each kind (weights, bytes per step, roofline time at "
-                        "--hbm-bw / --peak-flops, comm time at --link-bw), as gate.costmodel.layer_predictions")
+                        "--hbm-bw / --peak-flops, comm time at --link-bw), as gate.cost_layers.layer_predictions")
     p.add_argument("--hbm-bw", type=float, default=None, help="HBM bytes/s for --layers (default 4.8e12, H200)")
     p.add_argument("--link-bw", type=float, default=None, help="link bytes/s per GPU for --layers (default "
                                                                "450e9, NVLink 4 one way)")
@@ -81,6 +81,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_cost(args) -> int:
+    from gate import cost_layers as cl
     from gate import costmodel as cm
     from gate.cli import _rich
 
@@ -93,7 +94,7 @@ def cmd_cost(args) -> int:
                                    ("peak_flops", args.peak_flops)) if v is not None}
         if any(v <= 0 for v in rates.values()):
             raise cm.CostError("--hbm-bw, --link-bw, --peak-flops: expected positive numbers (bytes/s, FLOP/s)")
-        layers = ({tp: cm.layer_predictions(g, tp, ep=None if tp != plan.tp else args.ep, experts=args.experts,
+        layers = ({tp: cl.layer_predictions(g, tp, ep=None if tp != plan.tp else args.ep, experts=args.experts,
                                             batch=args.batch, context=args.context, **rates)
                    for tp in sorted({1, plan.tp})} if args.layers else None)
     except cm.CostError as e:

@@ -1,6 +1,6 @@
 """The cost model held against the GPU: one full-size decoder layer of each kind, predicted beside measured.
 
-For each layer kind of the geometry (gate/costmodel.py `layer_predictions`, the kinds gate/bench_layer.py
+For each layer kind of the geometry (gate/cost_layers.py `layer_predictions`, the kinds gate/bench_layer.py
 builds) on ONE GPU:
   weights      bytes the layer's tensors hold on the device (torch.cuda.memory_allocated before / after
                building it; the sum of its tensors' bytes printed beside it) vs the predicted weights
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         print("cost_measure: no CUDA device; nothing measured", file=sys.stderr)
         return 2
     from gate.bench_layer import random_layer
-    from gate.costmodel import layer_predictions
+    from gate.cost_layers import layer_predictions
     from oracle.config import Geometry
     g, dtype = Geometry.preset(args.geometry), torch.bfloat16
     ceiling = copy_ceiling_bps()

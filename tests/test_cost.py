@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from gate import cli
+from gate import cost_layers as cl
 from gate import costmodel as cm
 from oracle.config import Geometry
 
@@ -198,8 +199,8 @@ def test_only_the_indexer_grows_with_context_once_attention_is_sparse():
 
 def test_layer_predictions_for_the_lead():
     from gate.bench_layer import _kinds
-    one, two = cm.layer_predictions("full", 1), cm.layer_predictions("full", 2)
-    assert list(one) == list(_kinds(FULL)) == list(cm.layer_kinds(FULL))
+    one, two = cl.layer_predictions("full", 1), cl.layer_predictions("full", 2)
+    assert list(one) == list(_kinds(FULL)) == list(cl.layer_kinds(FULL))
     for kind in one:
         p1, p2 = one[kind], two[kind]
         assert p1["weights_bytes"] / 2 < p2["weights_bytes"] < p1["weights_bytes"], kind
@@ -207,7 +208,7 @@ def test_layer_predictions_for_the_lead():
         assert p1["roofline_s"] == max(p1["bytes_per_step"] / cm.H200_HBM_BW,
                                        p1["flops_per_token"] / cm.H200_BF16_FLOPS)
         assert p2["comm_s"] == p2["comm_bytes"] / cm.NVLINK_BW
-    slow = cm.layer_predictions("full", 2, hbm_bw=cm.H200_HBM_BW / 2)
+    slow = cl.layer_predictions("full", 2, hbm_bw=cm.H200_HBM_BW / 2)
     assert all(slow[k]["hbm_s"] == 2 * two[k]["hbm_s"] for k in two)
 
 
