@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from gate.benchlib import do_bench, header, write_json
+from gate.benchlib import copy_ceiling, do_bench, graph, header, write_json
 
 
 def tensor_bytes(obj) -> int:
@@ -49,15 +49,6 @@ def tensor_bytes(obj) -> int:
     return total
 
 
-def copy_ceiling_bps(n_bytes: int = 1 << 30) -> float:
-    """Device-to-device copy bandwidth (bytes read + written per second) in this run: the measured
-    ceiling the roofline's HBM figure stands for."""
-    a = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device="cuda")
-    b = torch.empty_like(a)
-    ms = do_bench(lambda: b.copy_(a), warmup=5, rep=30)
-    return 2 * a.numel() * a.element_size() / (ms * 1e-3)
-
-
 def _leaves(obj) -> list:
     """The tensors of a step's (X, cache) in a fixed order (NamedTuples, tuples, lists; None skipped)."""
     if isinstance(obj, torch.Tensor):
@@ -72,17 +63,11 @@ def graphed_ms(step) -> tuple:
     an eager step's bit for bit), or (None, None) when it does not capture (a host sync). The selection
     is left out of the comparison: under capture its pool axis spans every pool (impl/dsa.py keep_all)."""
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        ms = do_bench(graph.replay, warmup=5, rep=50)
-        graph.replay()
+        outs = []                               # the last one: the captured call's (static) outputs
+        replay = graph(lambda: outs.append(step()))
+        out = outs[-1]
+        ms = do_bench(replay, warmup=5, rep=50)
+        replay()
         torch.cuda.synchronize()
         got, want = _leaves(out[:2]), _leaves(step()[:2])
         same = len(got) == len(want) and all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(got, want))
@@ -176,7 +161,7 @@ def main(argv=None) -> int:
     from gate.cost_layers import layer_predictions
     from oracle.config import Geometry
     g, dtype = Geometry.preset(args.geometry), torch.bfloat16
-    ceiling = copy_ceiling_bps()
+    ceiling = copy_ceiling()
     out = header({"geometry": args.geometry, "context": args.context, "copy_ceiling_Bps": ceiling, "kinds": {}})
     print(f"device {out['device']}; copy ceiling {ceiling / 1e12:.2f} TB/s; decode B=1 at context {args.context}")
     tps = [1] + ([args.tp_emulate] if args.tp_emulate > 1 else [])

@@ -194,22 +194,10 @@ atexit.register(shutdown)
 # ---------------------------------------------------------------------------- a rank
 
 
-@contextlib.contextmanager
 def _poisoned(on: bool):
-    """Uninitialised torch memory NaN-filled while a task runs (invariants.target.poisoned_memory)."""
-    if not on:
-        yield
-        return
-    import torch.utils.deterministic as det
-    prev = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
-        det.fill_uninitialized_memory = fill
+    """Uninitialised torch memory NaN-filled while a task runs (the candidate's side of a check), else nothing."""
+    from invariants.target import poisoned_memory
+    return poisoned_memory() if on else contextlib.nullcontext()
 
 
 def _serve(rank: int, world: int, port: int, device_type: str, tasks, results) -> None:
