@@ -69,10 +69,12 @@ RECORDS = (
                  dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
-    KernelRecord("mhc", "mhc_coeff_fwd_kernel",
-                 dict(x=BF, fn=F32, base=F32, scale=F32, pre=F32, post=F32, comb=F32, u=BF),
-                 dict(iters="i32", hc_eps="fp32", rms_eps="fp32"),
-                 dict(N=4, D=4096, BN=4, BD=256, BK=256), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_coeff_partial_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
+                 dict(N=4, D=4096, BR=1, BN=4, BK=256), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_coeff_finish_fwd_kernel",
+                 dict(part=F32, base=F32, scale=F32, x=BF, pre=F32, post=F32, comb=F32, u=BF),
+                 dict(R="i32", iters="i32", hc_eps="fp32", rms_eps="fp32"),
+                 dict(N=4, D=4096, NS=64, BR=1, BN=4, BS=64, BD=256), dict(num_warps=4)),
     KernelRecord("moe", "moe_router_fwd_kernel",
                  dict(logits=F32, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
                  dict(N="i32", scaling="fp32"),
@@ -109,8 +111,8 @@ RECORDS = (
                       BM=64, BN=64, BK=64), dict(num_warps=8)),
     KernelRecord("moe", "nvfp4_qdq_fwd_kernel", dict(x=BF, out=F32), dict(M="i32", G="fp32"),
                  dict(K=4096, BM=16, BK=64), dict(num_warps=4)),
-    KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF), {},
-                 dict(N=4, D=4096, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF),
+                 dict(R="i32"), dict(N=4, D=4096, BR=1, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
 )
 
 # the NVFP4 GEMMs also read 128x4-swizzled block scales (scale_layout "swizzled": a gathered tile)

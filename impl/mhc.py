@@ -2,8 +2,8 @@
 
 Letters: B batch, S tokens, N streams (hc_mult), D hidden size per stream, M = (2 + N)·N rows.
 
-`fused_coefficients_collapse` is the kernel path of a sublayer's entry: one launch gives pre, post,
-comb and the collapse u. `coefficients` runs the same kernel and drops u. `collapse(pre, X)` with a
+`fused_coefficients_collapse` is the kernel path of a sublayer's entry: two launches (the projection
+split along N·D, then the coefficients and the collapse) give pre, post, comb and the collapse u. `coefficients` runs the same kernel and drops u. `collapse(pre, X)` with a
 caller-given pre is a host-side float32 einsum (there is nothing to fuse it with); `write_back` is
 the second kernel; `expand` and `reduce` are plain torch. Coefficients are float32 whatever X's
 dtype (SPEC §2), also for float64 X; u and X_new are in X's dtype. The kernels use no tl.dot, so the
@@ -19,16 +19,20 @@ import triton
 import triton.language as tl
 
 import impl  # selects the interpreter on CPU-only machines before triton runs a kernel
-from impl.kernels.mhc import mhc_coeff_fwd_kernel, mhc_write_back_fwd_kernel
+from impl.kernels.mhc import mhc_coeff_finish_fwd_kernel, mhc_coeff_partial_fwd_kernel, mhc_write_back_fwd_kernel
 from oracle.types import MHCWeights
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-# the fn tile of one K-block is [BN, BN, BK] floats in registers; the interpreter's blocks are narrower,
-# so the CPU's sizes (N·D <= 192, D <= 48) span two K-blocks and two D-blocks (invariants/kernel_paths.py)
+# the fn tile of one K-chunk is [BN, BN, BK] floats in registers; the interpreter's blocks are narrower,
+# so the CPU's sizes (N·D <= 192, D <= 48) span two K-chunks and two D-blocks (invariants/kernel_paths.py).
+# On the GPU a 256-wide chunk puts 64 programs on one decode token at the full geometry (N·D = 16384).
 _BK_MAX = 64 if impl.interpreted() else 256
 _BD_MAX = 32 if impl.interpreted() else 256
-# bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): one program per token,
-# tiles from N and D only. collapse and reduce are torch reductions, whose launch shape follows the
+# token rows per program: the interpreter's cost is per program and per operation, so it takes 32 rows at
+# once (a whole-model test spent ~3/4 of its time in one-row mHC programs); the GPU one row per program
+_BR = 32 if impl.interpreted() else 1
+# bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): chunks, tiles and the
+# order the partials are summed in come from N and D only, never from the number of tokens. collapse and reduce are torch reductions, whose launch shape follows the
 # number of tokens on a GPU: not claimed
 BATCH_INVARIANT = ("coefficients", "write_back")
 
@@ -59,12 +63,13 @@ def _check_weights(w: MHCWeights, X) -> None:
 # ----------------------------------------------------------------------------- kernels
 
 
-def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None):
-    """oracle.mhc.coefficients and oracle.mhc.collapse in one launch (one program per token).
+def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, br: Optional[int] = None):
+    """oracle.mhc.coefficients and oracle.mhc.collapse in two launches (split along N·D, then per token).
 
     Args:
-        X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-block of the N·D reduction (a launch
-            override; None: N·D rounded up to a power of two, at most 256)
+        X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-chunk of the N·D reduction, one program
+            each (a launch override; None: N·D rounded up to a power of two, at most 256; 64 on the
+            interpreter);  br: token rows per program (a launch override; None: 1, 32 on the interpreter)
     Returns:
         pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
         u: [B, S, D] in X's dtype
@@ -81,11 +86,16 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None):
     comb = torch.empty(B, S, N, N, device=X.device, dtype=torch.float32)
     u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
     if R:
-        mhc_coeff_fwd_kernel[(R,)](
-            x, w.fn.contiguous(), w.base.contiguous(), w.scale.contiguous(),
-            pre, post, comb, u, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
-            N=N, D=D, BN=triton.next_power_of_2(N), BD=min(triton.next_power_of_2(D), _BD_MAX),
-            BK=bk or min(triton.next_power_of_2(N * D), _BK_MAX), num_warps=4,
+        BK = bk or min(triton.next_power_of_2(N * D), _BK_MAX)
+        NS = triton.cdiv(N * D, BK)
+        BR, BN, BD = br or _BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), _BD_MAX)
+        part = torch.empty(R, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
+        mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BR), NS)](x, w.fn.contiguous(), part, R, N=N, D=D, BR=BR,
+                                                               BN=BN, BK=BK, num_warps=4)
+        mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
+            part, w.base.contiguous(), w.scale.contiguous(), x,
+            pre, post, comb, u, R, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
+            N=N, D=D, NS=NS, BR=BR, BN=BN, BS=triton.next_power_of_2(NS), BD=BD, num_warps=4,
         )
     return pre, post, comb, u
 
@@ -109,12 +119,13 @@ def collapse(pre, X):
     return torch.einsum("bsn,bsnd->bsd", pre.float(), X.float()).to(X.dtype)
 
 
-def write_back(post, comb, X, y):
+def write_back(post, comb, X, y, *, br: Optional[int] = None):
     """oracle.mhc.write_back: X_new [B,S,N,D] = post ⊗ y + Cᵀ X in X's dtype (float32 arithmetic;
     float64 for float64 X). post and comb are rounded to X's dtype first (SPEC §4).
 
     Args:
         post: [B, S, N];  comb: [B, S, N, N];  X: [B, S, N, D];  y: [B, S, D]
+        br: token rows per program (a launch override; None: 1, 32 on the interpreter)
     """
     if not isinstance(post, torch.Tensor) or post.ndim != 3:
         raise ValueError(f"post: expected a tensor [B, S, N], got shape {tuple(getattr(post, 'shape', ()))}")
@@ -132,10 +143,11 @@ def write_back(post, comb, X, y):
     x_new = torch.empty_like(x)
     BD = min(triton.next_power_of_2(D), _BD_MAX)
     acc = tl.float64 if X.dtype == torch.float64 else tl.float32
+    BR = br or _BR
     if B * S:
-        mhc_write_back_fwd_kernel[(B * S, triton.cdiv(D, BD))](
-            x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new,
-            N=N, D=D, BN=triton.next_power_of_2(N), BD=BD, ACC=acc, num_warps=4,
+        mhc_write_back_fwd_kernel[(triton.cdiv(B * S, BR), triton.cdiv(D, BD))](
+            x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new, B * S,
+            N=N, D=D, BR=BR, BN=triton.next_power_of_2(N), BD=BD, ACC=acc, num_warps=4,
         )
     return x_new
 

@@ -89,13 +89,19 @@ def run_write_back(case: MHCCase, cand: Target, base: Target):
 
 # one Sinkhorn iteration: the row/column normalization order is observable (SPEC §13)
 PINNED = (MHCCase(TINY.hc_mult, TINY.hidden_size, 2, 5, 1, "boosted", 0),)
+# the full geometry's streams (N·D = 16384): the coefficient projection split into 64 chunks on the GPU
+# (the drawn sizes, N·D <= 192, fit one 256-wide chunk there), decode-sized and a few tokens
+FULL = Geometry.preset("full")
+GPU_PINNED = (MHCCase(FULL.hc_mult, FULL.hidden_size, 1, 1, FULL.hc_sinkhorn_iters, "normal", 1),
+              MHCCase(FULL.hc_mult, FULL.hidden_size, 2, 3, 3, "boosted", 2))
 
 CHECKS = (
     Check("mhc.coefficients", "mhc", MHCCase, mhc_cases, run_coefficients,
-          "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse", examples=PINNED),
+          "pre, post, Sinkhorn comb (1, 3, 20 iterations) and the collapse", examples=PINNED,
+          gpu_examples=GPU_PINNED),
     Check("mhc.write_back", "mhc", MHCCase, mhc_cases, run_write_back,
           "X_new = post x y + C^T X with the candidate's own coefficients", examples=PINNED,
-          cpu_examples=10),
+          cpu_examples=10, gpu_examples=GPU_PINNED),
 )
 
 

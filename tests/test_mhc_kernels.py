@@ -152,3 +152,18 @@ def test_empty_batch():
     w, _, _ = case(600, 4, 32, 3)
     pre, post, comb, u = imhc.fused_coefficients_collapse(w.map(t32), torch.zeros(0, 3, 4, 32))
     assert pre.shape == (0, 3, 4) and comb.shape == (0, 3, 4, 4) and u.shape == (0, 3, 32)
+
+
+@pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
+def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d):
+    """Token rows per program (impl.mhc._BR: 32 on the interpreter, 1 on the GPU) change no bit of any
+    output: 18 rows one per program, 4 per program (five blocks, the last partial) and 32 per program
+    (one block, 14 rows masked). Holds the interpreter's row blocks to the GPU's one-row programs."""
+    rng = np.random.default_rng(700)
+    wt = weights(rng, n, d, 3).map(t32)
+    X, y = t32(rng.standard_normal((2, 9, n, d))), t32(rng.standard_normal((2, 9, d)))
+    outs = {br: imhc.fused_coefficients_collapse(wt, X, br=br) for br in (1, 4, 32)}
+    backs = {br: imhc.write_back(outs[1][1], outs[1][2], X, y, br=br) for br in (1, 4, 32)}
+    for br in (4, 32):
+        assert all(torch.equal(a, b) for a, b in zip(outs[br], outs[1])), f"coefficients differ at {br} rows a program"
+        assert torch.equal(backs[br], backs[1]), f"write_back differs at {br} rows a program"

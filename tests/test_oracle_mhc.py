@@ -344,12 +344,13 @@ PROBES = {
     # 3 iterations: with 20 the two orders converge to nearly the same doubly-stochastic matrix
     "mhc_row_first_sinkhorn": _coefficients_probe(3),
     "mhc_pre_normalized": _coefficients_probe(ITERS),
+    "mhc_last_chunk_dropped": _coefficients_probe(ITERS),
 }
 
 
 def test_every_mutant_has_a_probe():
-    assert sorted(PROBES) == MHC_MUTANTS == ["mhc_comb_not_transposed", "mhc_pre_normalized",
-                                             "mhc_row_first_sinkhorn"]
+    assert sorted(PROBES) == MHC_MUTANTS == ["mhc_comb_not_transposed", "mhc_last_chunk_dropped",
+                                             "mhc_pre_normalized", "mhc_row_first_sinkhorn"]
 
 
 @pytest.mark.parametrize("name", MHC_MUTANTS)

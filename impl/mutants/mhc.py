@@ -1,6 +1,8 @@
 """mHC mutants: each a TorchMHC (impl/baseline/mhc.py) overriding ONE small method."""
 from __future__ import annotations
 
+import torch
+
 from impl.baseline.mhc import COLS, ROWS, TorchMHC
 import impl.mhc as imhc
 from impl.mutants.catalogue import flip_last_bits, mutant
@@ -59,3 +61,31 @@ class MhcSplitKRaced(TorchMHC):
     def coefficients(self, w, X):
         pre, post, comb = super().coefficients(w, X)
         return flip_last_bits(pre), post, comb
+
+
+@mutant("mhc.coefficients", "pre", base="triton")
+class MhcLastChunkDropped(TritonMHC):
+    """The coefficient finish sums the partials of all chunks but the last (a split-K reduction bounded by the chunk count minus one): Σx² and every projection miss the row's last N·D chunk. The split is forced to two chunks or more, so the mutant is live at every size."""
+
+    def coefficients(self, w, X):
+        import triton
+        from impl.kernels.mhc import mhc_coeff_finish_fwd_kernel, mhc_coeff_partial_fwd_kernel
+        N = w.hc_mult
+        B, S, D = (int(d) for d in (X.shape[0], X.shape[1], X.shape[3]))
+        BK = max(triton.next_power_of_2(N * D) // 2, 1)
+        NS = triton.cdiv(N * D, BK)
+        x = X.contiguous()
+        pre, post = (X.new_empty(B, S, N, dtype=torch.float32) for _ in range(2))
+        comb = X.new_empty(B, S, N, N, dtype=torch.float32)
+        u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+        part = torch.empty(B * S, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
+        R, BR, BN, BD = B * S, imhc._BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), imhc._BD_MAX)
+        if R:
+            mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BR), NS)](x, w.fn.contiguous(), part, R, N=N, D=D,
+                                                                   BR=BR, BN=BN, BK=BK)
+            # the bug: the finish sums NS - 1 chunks of each row
+            mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
+                part[:, :NS - 1].contiguous(), w.base.contiguous(), w.scale.contiguous(), x, pre, post, comb, u,
+                R, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
+                N=N, D=D, NS=NS - 1, BR=BR, BN=BN, BS=triton.next_power_of_2(NS - 1), BD=BD)
+        return pre, post, comb

@@ -1,0 +1,104 @@
+"""Where one decoder layer's decode step spends its device time (issue 14, step 3's measurement).
+
+For each layer kind (full geometry, NVFP4 experts, B = 1 after --context tokens, as gate.cost_measure
+builds it): the kernels of the step replayed from one CUDA graph, with torch.profiler (CUDA activity):
+per kernel name its count per step, total device us per step and share; the sum of kernel time beside
+the replay's wall time (their difference is what the graph still spends between kernels); and the ops
+of one EAGER step that allocate the most device memory (the transient account).
+
+    PYTHONPATH=. python3 scripts/profile_replay.py [--kinds kda+dense,...] [--context 4096] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+import torch
+
+
+def kernel_table(prof, steps: int) -> list:
+    """[(name, launches per step, us per step)] of the CUDA kernels and memcpy/memset in prof, largest first."""
+    acc = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            a = acc[e.name]
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    rows = [(n, c / steps, us / steps) for n, (c, us) in acc.items()]
+    return sorted(rows, key=lambda r: -r[2])
+
+
+def _self_bytes(e) -> int:
+    for name in ("self_device_memory_usage", "self_cuda_memory_usage"):
+        v = getattr(e, name, None)
+        if v is not None:
+            return int(v)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--kinds", default=None)
+    p.add_argument("--context", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    from torch.profiler import ProfilerActivity, profile
+
+    from gate.bench_layer import _context, _streams, handoff, random_layer
+    from gate.benchlib import do_bench, graph
+    from gate.cost_layers import layer_predictions
+    from gate.cost_measure import nvfp4_only
+    from impl.model import decoder_layer
+    from oracle.config import Geometry
+    g, dtype = Geometry.preset("full"), torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    out = {}
+    for kind, pr in layer_predictions(g, 1, batch=1, context=args.context, hbm_bw=4.27e12).items():
+        if args.kinds and kind not in args.kinds.split(","):
+            continue
+        lw = nvfp4_only(random_layer(g, pr["layer"], "cuda", dtype))
+        cache, _ = _context(lw, None, g, 1, args.context, gen, dtype)
+        x1 = _streams(1, 1, g, gen, dtype)
+        m1 = torch.ones(1, 1, dtype=torch.bool, device="cuda")
+        prev, _ = handoff(None, g, x1, m1, None)
+
+        def step():
+            return decoder_layer(lw, g, x1, m1, cache, prev)
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as pm:
+            step()
+            torch.cuda.synchronize()
+        mem = sorted(((e.key, _self_bytes(e)) for e in pm.key_averages()), key=lambda r: -r[1])[:12]
+        eager_kernels = kernel_table(pm, 1)
+        replay = graph(step)
+        ms = do_bench(replay, warmup=5, rep=50)
+        with profile(activities=[ProfilerActivity.CUDA]) as pg:
+            for _ in range(args.steps):
+                replay()
+            torch.cuda.synchronize()
+        rows = kernel_table(pg, args.steps) or eager_kernels
+        src = "graph replay" if kernel_table(pg, args.steps) else "EAGER step (the replay's kernels were not traced)"
+        total = sum(r[2] for r in rows)
+        print(f"\n=== {kind}: replay {ms * 1e3:.1f} us; kernel time {total:.1f} us per step ({src}); "
+              f"{sum(r[1] for r in rows):.0f} kernels; gaps {ms * 1e3 - total:.1f} us")
+        for n, c, us in rows[:30]:
+            print(f"  {us:8.1f} us {100 * us / max(total, 1e-9):5.1f}%  x{c:4.1f}  {n[:150]}")
+        print("  eager step, device memory allocated by op (self, allocated minus freed; top 12):")
+        for k, b in mem:
+            print(f"    {b / 2**20:9.1f} MiB  {k[:120]}")
+        out[kind] = {"replay_us": ms * 1e3, "kernel_us": total, "source": src, "kernels": rows,
+                     "memory_by_op": mem, "eager_kernels": eager_kernels}
+        del lw, cache, replay
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
