@@ -440,7 +440,7 @@ def cmd_zoo(args) -> int:
 
 
 BENCHES = {"kda": "bench_kda", "mla": "bench_mla", "dsa": "bench_mla", "moe": "bench_moe", "nvfp4": "bench_moe",
-           "layer": "bench_layer"}
+           "layer": "bench_layer", "mhc": "bench_mhc"}
 
 
 def cmd_bench(args, rest) -> int:
@@ -448,7 +448,8 @@ def cmd_bench(args, rest) -> int:
     if mech not in BENCHES:
         raise UsageError(f"bench --mechanism: {mech!r} has no benchmark; choose one of {sorted(BENCHES)}")
     import importlib
-    return importlib.import_module(f"gate.{BENCHES[mech]}").main(rest)
+    # `glmgate bench --mechanism X -- OPTIONS`: the separator itself is not one of the benchmark's options
+    return importlib.import_module(f"gate.{BENCHES[mech]}").main(rest[1:] if rest[:1] == ["--"] else rest)
 
 
 def cmd_checkpoint(args) -> int:
@@ -543,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     kp.set_defaults(fn=None)
 
     b = sub.add_parser("bench", help="GPU benchmarks against peers (extra args go to the benchmark)")
-    b.add_argument("--mechanism", default="kda", help="kda (default), mla or dsa, moe or nvfp4, layer; "
+    b.add_argument("--mechanism", default="kda", help="kda (default), mla or dsa, moe or nvfp4, mhc, layer; "
                                                      "`glmgate bench --mechanism X -- --help` lists its options")
     b.set_defaults(fn=None)
     cost.add_parser(sub)

@@ -70,7 +70,7 @@ RECORDS = (
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_coeff_partial_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
-                 dict(N=4, D=4096, BR=1, BN=4, BK=256), dict(num_warps=4)),
+                 dict(N=4, D=4096, BR=1, BN=4, BK=256, BKS=256), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_coeff_finish_fwd_kernel",
                  dict(part=F32, base=F32, scale=F32, x=BF, pre=F32, post=F32, comb=F32, u=BF),
                  dict(R="i32", iters="i32", hc_eps="fp32", rms_eps="fp32"),

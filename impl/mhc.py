@@ -29,8 +29,14 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _BK_MAX = 64 if impl.interpreted() else 256
 _BD_MAX = 32 if impl.interpreted() else 256
 # token rows per program: the interpreter's cost is per program and per operation, so it takes 32 rows at
-# once (a whole-model test spent ~3/4 of its time in one-row mHC programs); the GPU one row per program
+# once (a whole-model test spent ~3/4 of its time in one-row mHC programs); the GPU one. BKS: a chunk's
+# sub-block, the whole chunk on the GPU. Both fixed per device, never from the number of tokens (batch
+# invariance). Measured on the H200 (docs/optimization_log.md step 3): 8 rows a partial program or 64-wide
+# sub-blocks cost a decode step more than they gave a prefill.
 _BR = 32 if impl.interpreted() else 1
+_BR_PARTIAL = _BR
+_BKS_MAX = 256
+_FINISH_WARPS = 4
 # bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): chunks, tiles and the
 # order the partials are summed in come from N and D only, never from the number of tokens. collapse and reduce are torch reductions, whose launch shape follows the
 # number of tokens on a GPU: not claimed
@@ -63,13 +69,16 @@ def _check_weights(w: MHCWeights, X) -> None:
 # ----------------------------------------------------------------------------- kernels
 
 
-def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, br: Optional[int] = None):
+def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, br: Optional[int] = None,
+                                bks: Optional[int] = None):
     """oracle.mhc.coefficients and oracle.mhc.collapse in two launches (split along N·D, then per token).
 
     Args:
         X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-chunk of the N·D reduction, one program
             each (a launch override; None: N·D rounded up to a power of two, at most 256; 64 on the
-            interpreter);  br: token rows per program (a launch override; None: 1, 32 on the interpreter)
+            interpreter);  br: token rows per program of both kernels (a launch override; None: 1, 32 on
+            the interpreter);  bks: the chunk's sub-block (an
+            override; None: the whole chunk)
     Returns:
         pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
         u: [B, S, D] in X's dtype
@@ -89,13 +98,14 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, b
         BK = bk or min(triton.next_power_of_2(N * D), _BK_MAX)
         NS = triton.cdiv(N * D, BK)
         BR, BN, BD = br or _BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), _BD_MAX)
+        BRP, BKS = br or _BR_PARTIAL, min(bks or _BKS_MAX, BK)
         part = torch.empty(R, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
-        mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BR), NS)](x, w.fn.contiguous(), part, R, N=N, D=D, BR=BR,
-                                                               BN=BN, BK=BK, num_warps=4)
+        mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BRP), NS)](x, w.fn.contiguous(), part, R, N=N, D=D, BR=BRP,
+                                                                BN=BN, BK=BK, BKS=BKS, num_warps=4)
         mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
             part, w.base.contiguous(), w.scale.contiguous(), x,
             pre, post, comb, u, R, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
-            N=N, D=D, NS=NS, BR=BR, BN=BN, BS=triton.next_power_of_2(NS), BD=BD, num_warps=4,
+            N=N, D=D, NS=NS, BR=BR, BN=BN, BS=triton.next_power_of_2(NS), BD=BD, num_warps=_FINISH_WARPS,
         )
     return pre, post, comb, u
 
@@ -119,13 +129,13 @@ def collapse(pre, X):
     return torch.einsum("bsn,bsnd->bsd", pre.float(), X.float()).to(X.dtype)
 
 
-def write_back(post, comb, X, y, *, br: Optional[int] = None):
+def write_back(post, comb, X, y):
     """oracle.mhc.write_back: X_new [B,S,N,D] = post ⊗ y + Cᵀ X in X's dtype (float32 arithmetic;
     float64 for float64 X). post and comb are rounded to X's dtype first (SPEC §4).
 
     Args:
         post: [B, S, N];  comb: [B, S, N, N];  X: [B, S, N, D];  y: [B, S, D]
-        br: token rows per program (a launch override; None: 1, 32 on the interpreter)
+    Token rows per program: `_BR` (1, 32 on the interpreter).
     """
     if not isinstance(post, torch.Tensor) or post.ndim != 3:
         raise ValueError(f"post: expected a tensor [B, S, N], got shape {tuple(getattr(post, 'shape', ()))}")
@@ -143,7 +153,7 @@ def write_back(post, comb, X, y, *, br: Optional[int] = None):
     x_new = torch.empty_like(x)
     BD = min(triton.next_power_of_2(D), _BD_MAX)
     acc = tl.float64 if X.dtype == torch.float64 else tl.float32
-    BR = br or _BR
+    BR = _BR
     if B * S:
         mhc_write_back_fwd_kernel[(triton.cdiv(B * S, BR), triton.cdiv(D, BD))](
             x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new, B * S,

@@ -239,6 +239,10 @@ PATHS: tuple[Path, ...] = (
     # ---------------------------------------------------------------- mHC
     Path("mhc_coeff_partial_fwd_kernel", "a second K-chunk (the projections split along N·D)",
          lambda a: _cdiv(a["N"] * a["D"], a["BK"]) >= 2, by=("mhc.coefficients", "mhc.write_back")),
+    Path("mhc_coeff_partial_fwd_kernel", "a second sub-block of a chunk", lambda a: a["BK"] // a["BKS"] >= 2,
+         why="a launch option: the product runs a chunk in one sub-block on both devices (narrower ones measured "
+             "slower on the H200, docs/optimization_log.md step 3); tests/test_mhc_kernels.py "
+             "test_sub_blocks_of_a_chunk runs 16-wide sub-blocks on the CPU against the oracle"),
     Path("mhc_coeff_finish_fwd_kernel", "partials of several chunks summed", lambda a: a["NS"] >= 2,
          by=("mhc.coefficients", "mhc.write_back")),
     Path("mhc_coeff_finish_fwd_kernel", "a second D block (collapse)", lambda a: _cdiv(a["D"], a["BD"]) >= 2,
@@ -319,7 +323,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
     "mla_combine_kernel": ("H", "R", "BR"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),
-    "mhc_coeff_partial_fwd_kernel": ("N", "D", "BR", "BN", "BK"),
+    "mhc_coeff_partial_fwd_kernel": ("N", "D", "BR", "BN", "BK", "BKS"),
     "mhc_coeff_finish_fwd_kernel": ("N", "D", "BR", "BN", "BS", "BD"),
     "mhc_write_back_fwd_kernel": ("N", "D", "BR", "BN", "BD"),
     "moe_router_fwd_kernel": ("E", "G", "TOPK_GROUP", "TOP_K", "BT", "BE", "BG", "BKE"),

@@ -4,9 +4,13 @@ For each layer kind (full geometry, NVFP4 experts, B = 1 after --context tokens,
 builds it): the kernels of the step replayed from one CUDA graph, with torch.profiler (CUDA activity):
 per kernel name its count per step, total device us per step and share; the sum of kernel time beside
 the replay's wall time (their difference is what the graph still spends between kernels); and the ops
-of one EAGER step that allocate the most device memory (the transient account).
+of one EAGER step that allocate the most device memory (the transient account). With --peer MOD:OBJ
+(a candidate of impl/candidates/, e.g. impl.candidates.mhc_one_program:Candidate) the replay of the same
+layer on our Triton implementation with the candidate's namespaces in place is timed beside ours,
+--repeats times alternating (median and spread of the do_bench medians), and its output compared.
 
     PYTHONPATH=. python3 scripts/profile_replay.py [--kinds kda+dense,...] [--context 4096] [--json F]
+        [--peer impl.candidates.mhc_one_program:Candidate --repeats 5]
 """
 from __future__ import annotations
 
@@ -38,12 +42,42 @@ def _self_bytes(e) -> int:
     return 0
 
 
+def compare(backends: dict, step, do_bench, graph, repeats: int) -> dict:
+    """Each backend's step replayed from its own graph, timed `repeats` times alternating; the outputs
+    (layer output and new cache) of the two replays compared."""
+    import statistics
+    outs, replays = {}, {}
+    for name, b in backends.items():
+        got = []
+        replays[name] = graph(lambda b=b, got=got: got.append(step(b)))
+        outs[name] = got[-1]
+    times = {name: [] for name in backends}
+    for _ in range(repeats):
+        for name, r in replays.items():
+            times[name].append(do_bench(r, warmup=5, rep=50) * 1e3)
+    for r in replays.values():
+        r()
+    torch.cuda.synchronize()
+    a, b = (outs[n][0] for n in backends)
+    rel = float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+    res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
+           for n, t in times.items()}
+    res["ours_over_peer_speed"] = res["peer"]["median_us"] / res["ours"]["median_us"]
+    res["output_rel_l2_ours_vs_peer"] = rel
+    print("  compare (graph replay, us, %d runs): " % repeats + "; ".join(
+        f"{n} median {r['median_us']:.1f} [{r['min_us']:.1f}-{r['max_us']:.1f}]" for n, r in res.items()
+        if isinstance(r, dict)) + f"; speed ours/peer {res['ours_over_peer_speed']:.3f}x; output rel_l2 {rel:.2e}")
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kinds", default=None)
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--json", default=None)
+    p.add_argument("--peer", default=None)
+    p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
     from torch.profiler import ProfilerActivity, profile
 
@@ -51,8 +85,16 @@ def main(argv=None) -> int:
     from gate.benchlib import do_bench, graph
     from gate.cost_layers import layer_predictions
     from gate.cost_measure import nvfp4_only
+    from impl import registry
     from impl.model import decoder_layer
     from oracle.config import Geometry
+    backends = {"ours": registry.get("triton")}
+    if args.peer:
+        import importlib
+        mod, obj = args.peer.split(":")
+        cand = getattr(importlib.import_module(mod), obj)
+        backends["peer"] = backends["ours"]._replace(**{m: getattr(cand, m) for m in registry.MECHANISMS
+                                                        if hasattr(cand, m)})
     g, dtype = Geometry.preset("full"), torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(7)
     out = {}
@@ -65,8 +107,8 @@ def main(argv=None) -> int:
         m1 = torch.ones(1, 1, dtype=torch.bool, device="cuda")
         prev, _ = handoff(None, g, x1, m1, None)
 
-        def step():
-            return decoder_layer(lw, g, x1, m1, cache, prev)
+        def step(backend=backends["ours"]):
+            return decoder_layer(lw, g, x1, m1, cache, prev, backend)
         step()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as pm:
@@ -92,6 +134,8 @@ def main(argv=None) -> int:
             print(f"    {b / 2**20:9.1f} MiB  {k[:120]}")
         out[kind] = {"replay_us": ms * 1e3, "kernel_us": total, "source": src, "kernels": rows,
                      "memory_by_op": mem, "eager_kernels": eager_kernels}
+        if args.peer:
+            out[kind]["compare"] = compare(backends, step, do_bench, graph, args.repeats)
         del lw, cache, replay
         torch.cuda.empty_cache()
     if args.json:

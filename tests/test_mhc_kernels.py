@@ -62,6 +62,18 @@ def test_fused_coefficients_collapse(n, d, iters):
     assert all(torch.equal(a, b) for a, b in zip(got, again)), "non-deterministic rerun"
 
 
+@pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
+def test_sub_blocks_of_a_chunk(n, d):
+    """A chunk reduced in 16-wide sub-blocks (the GPU runs its 256-wide chunks in 64-wide ones; the
+    interpreter a chunk in one): the same values under the same contract, from 8 rows a program."""
+    w, X, _ = case(120 + d, n, d, 3)
+    pre, post, comb = omhc.coefficients(w, X)
+    want = dict(pre=pre, post=post, comb=comb, collapse=omhc.collapse(pre, X))
+    got = imhc.fused_coefficients_collapse(w.map(t32), t32(X), bk=64, bks=16, br=8)
+    for (name, ref), g in zip(want.items(), got):
+        within("coefficients", name, g, ref, what=f"(N={n}, D={d}, 16-wide sub-blocks)")
+
+
 def test_eps_placements():
     """Where each eps decides the value, element by element: streams of RMS 1e-3 (rms_eps 1e-5 dominates
     mean(x²)), pre logits at -30 (pre = hc_eps + 1e-13), comb logits spread by ±100 (softmax entries
@@ -155,7 +167,7 @@ def test_empty_batch():
 
 
 @pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
-def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d):
+def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d, monkeypatch):
     """Token rows per program (impl.mhc._BR: 32 on the interpreter, 1 on the GPU) change no bit of any
     output: 18 rows one per program, 4 per program (five blocks, the last partial) and 32 per program
     (one block, 14 rows masked). Holds the interpreter's row blocks to the GPU's one-row programs."""
@@ -163,7 +175,10 @@ def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d):
     wt = weights(rng, n, d, 3).map(t32)
     X, y = t32(rng.standard_normal((2, 9, n, d))), t32(rng.standard_normal((2, 9, d)))
     outs = {br: imhc.fused_coefficients_collapse(wt, X, br=br) for br in (1, 4, 32)}
-    backs = {br: imhc.write_back(outs[1][1], outs[1][2], X, y, br=br) for br in (1, 4, 32)}
+    backs = {}
+    for br in (1, 4, 32):
+        monkeypatch.setattr(imhc, "_BR", br)                   # write_back's rows per program (no override)
+        backs[br] = imhc.write_back(outs[1][1], outs[1][2], X, y)
     for br in (4, 32):
         assert all(torch.equal(a, b) for a, b in zip(outs[br], outs[1])), f"coefficients differ at {br} rows a program"
         assert torch.equal(backs[br], backs[1]), f"write_back differs at {br} rows a program"

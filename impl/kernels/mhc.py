@@ -1,9 +1,10 @@
 """Triton kernels of mHC (oracle/mhc.py). Host wrappers live in impl/mhc.py.
 
 Letters: R token rows (B·S), N streams, D hidden size per stream, K = N·D projection input,
-BR/BN/BD/BK tiles (powers of two: token rows per program, N, a D-block, a K-block). BR is 1 on the GPU;
-the interpreter takes a block of rows per program, as its cost is per program and per operation, not
-per element (every row is computed alone: its bits do not depend on the block, tests/test_mhc_kernels.py).
+BR/BN/BD/BK/BKS tiles (powers of two: token rows per program, N, a D-block, a K-chunk, its sub-block).
+Every row is computed alone: its bits do not depend on the rows that share its program
+(tests/test_mhc_kernels.py), so BR is a launch choice, fixed per device: 1 on the GPU, 32 on the
+interpreter, whose cost is per program and per operation, not per element.
 
 coeff      split along N·D (one program per token row was one SM reading the whole projection at decode:
            ~200 us a call at the full geometry, issue 14 step 3). Two launches:
@@ -25,7 +26,7 @@ import triton.language as tl
 def mhc_coeff_partial_fwd_kernel(
     x, fn, part, R,
     N: tl.constexpr, D: tl.constexpr,
-    BR: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    BR: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKS: tl.constexpr,
 ):
     i_b, i_s = tl.program_id(0), tl.program_id(1)
     K: tl.constexpr = N * D
@@ -38,24 +39,32 @@ def mhc_coeff_partial_fwd_kernel(
     mask_nn = mask_n[:, None] & mask_n[None, :]
     # fn rows of comb[m, n]: 2N + m·N + n (row-major), one [BN, BN] tile of row indices
     o_c = o_n[:, None] * N + o_n[None, :]
-    o_k = i_s * BK + tl.arange(0, BK)
-    mask_k = o_k < K
-    b_x = tl.load(x + o_r[:, None] * K + o_k[None, :], mask=mask_r[:, None] & mask_k[None, :], other=0.)
-    b_x = b_x.to(tl.float32)                                                   # [BR, BK]
-    mask_nk = mask_n[:, None] & mask_k[None, :]
-    p_f = fn + o_n[:, None].to(tl.int64) * K + o_k[None, :]
-    b_f = tl.load(p_f, mask=mask_nk, other=0.).to(tl.float32)
-    b_ypre = tl.sum(b_f[None, :, :] * b_x[:, None, :], 2)                       # [BR, BN]
-    b_f = tl.load(p_f + N * K, mask=mask_nk, other=0.).to(tl.float32)
-    b_ypost = tl.sum(b_f[None, :, :] * b_x[:, None, :], 2)
-    p_fc = fn + (2 * N + o_c[:, :, None]).to(tl.int64) * K + o_k[None, None, :]
-    b_fc = tl.load(p_fc, mask=mask_nn[:, :, None] & mask_k[None, None, :], other=0.).to(tl.float32)
-    b_ycomb = tl.sum(b_fc[None, :, :, :] * b_x[:, None, None, :], 3)            # [BR, BN, BN]
+    b_ss = tl.zeros([BR], dtype=tl.float32)
+    b_ypre = tl.zeros([BR, BN], dtype=tl.float32)
+    b_ypost = tl.zeros([BR, BN], dtype=tl.float32)
+    b_ycomb = tl.zeros([BR, BN, BN], dtype=tl.float32)
+    # the chunk in BKS-wide sub-blocks: the [BR, BN, BN, BKS] product stays in registers; each fn tile
+    # is read once for BR rows (at a prefill the rows share it: L2 traffic / BR)
+    for i_k in range(BK // BKS):
+        o_k = i_s * BK + i_k * BKS + tl.arange(0, BKS)
+        mask_k = o_k < K
+        b_x = tl.load(x + o_r[:, None] * K + o_k[None, :], mask=mask_r[:, None] & mask_k[None, :], other=0.)
+        b_x = b_x.to(tl.float32)                                               # [BR, BKS]
+        b_ss += tl.sum(b_x * b_x, 1)
+        mask_nk = mask_n[:, None] & mask_k[None, :]
+        p_f = fn + o_n[:, None].to(tl.int64) * K + o_k[None, :]
+        b_f = tl.load(p_f, mask=mask_nk, other=0.).to(tl.float32)
+        b_ypre += tl.sum(b_f[None, :, :] * b_x[:, None, :], 2)                  # [BR, BN]
+        b_f = tl.load(p_f + N * K, mask=mask_nk, other=0.).to(tl.float32)
+        b_ypost += tl.sum(b_f[None, :, :] * b_x[:, None, :], 2)
+        p_fc = fn + (2 * N + o_c[:, :, None]).to(tl.int64) * K + o_k[None, None, :]
+        b_fc = tl.load(p_fc, mask=mask_nn[:, :, None] & mask_k[None, None, :], other=0.).to(tl.float32)
+        b_ycomb += tl.sum(b_fc[None, :, :, :] * b_x[:, None, None, :], 3)       # [BR, BN, BN]
 
     # one row of part per token: [Σx² | fn_pre·x (N) | fn_post·x (N) | fn_comb·x (N·N)] over this chunk
     p_p = part + (o_r * NS + i_s) * W
     mask_rn = mask_r[:, None] & mask_n[None, :]
-    tl.store(p_p, tl.sum(b_x * b_x, 1), mask=mask_r)
+    tl.store(p_p, b_ss, mask=mask_r)
     tl.store(p_p[:, None] + 1 + o_n[None, :], b_ypre, mask=mask_rn)
     tl.store(p_p[:, None] + 1 + N + o_n[None, :], b_ypost, mask=mask_rn)
     tl.store(p_p[:, None, None] + 1 + 2 * N + o_c[None, :, :], b_ycomb,

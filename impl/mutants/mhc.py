@@ -82,7 +82,7 @@ class MhcLastChunkDropped(TritonMHC):
         R, BR, BN, BD = B * S, imhc._BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), imhc._BD_MAX)
         if R:
             mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BR), NS)](x, w.fn.contiguous(), part, R, N=N, D=D,
-                                                                   BR=BR, BN=BN, BK=BK)
+                                                                   BR=BR, BN=BN, BK=BK, BKS=min(BK, 64))
             # the bug: the finish sums NS - 1 chunks of each row
             mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
                 part[:, :NS - 1].contiguous(), w.base.contiguous(), w.scale.contiguous(), x, pre, post, comb, u,
