@@ -296,6 +296,19 @@ def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Expert
     return y.to(x.dtype).reshape(x.shape)
 
 
+def gate_up(w: DenseMLPWeights):
+    """The [2F, D] gate-then-up matrix the grouped kernel reads: a view, without a copy, when gate_proj and
+    up_proj are adjacent halves of one buffer (impl.weights.fuse_gate_up, as to_torch lays them out);
+    else their concatenation (a copy of both on every call: 97 us and 192 MiB a decode step at the full
+    geometry's dense MLP, docs/optimization_log.md step 3)."""
+    g, u = w.gate_proj, w.up_proj
+    if (g.shape == u.shape and g.dtype == u.dtype and g.device == u.device and g.is_contiguous()
+            and u.is_contiguous() and g.untyped_storage().data_ptr() == u.untyped_storage().data_ptr()
+            and u.storage_offset() == g.storage_offset() + g.numel()):
+        return g.as_strided((2 * g.shape[0], g.shape[1]), (g.shape[1], 1), g.storage_offset())
+    return torch.cat([g, u])
+
+
 def dense_mlp(w: DenseMLPWeights, x):
     """oracle.moe.dense_mlp through the grouped kernels: one expert of width F, weight 1."""
     w.validate()
@@ -308,8 +321,7 @@ def dense_mlp(w: DenseMLPWeights, x):
         return torch.zeros_like(x)
     ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
     ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
-    gu = torch.cat([w.gate_proj, w.up_proj])[None]
-    y = _grouped(xs, ids, ones, 1, w.width, (gu, w.down_proj[None]), None, w.swiglu_limit)
+    y = _grouped(xs, ids, ones, 1, w.width, (gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit)
     return y.to(x.dtype).reshape(x.shape)
 
 

@@ -11,9 +11,28 @@ import dataclasses
 import numpy as np
 import torch
 
-from oracle.types import F32_WEIGHTS, MoEWeights, NVFP4ExpertWeights, Weights, cast_arrays
+from oracle.types import F32_WEIGHTS, DenseMLPWeights, MoEWeights, NVFP4ExpertWeights, Weights, cast_arrays
 
-__all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts"]
+__all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts", "fuse_gate_up"]
+
+
+def fuse_gate_up(w: DenseMLPWeights) -> DenseMLPWeights:
+    """w with gate_proj and up_proj as the two halves of one [2F, D] buffer (same values, same dtype): the
+    grouped kernel then reads them as one matrix without a copy per call (impl.moe.gate_up)."""
+    fused = torch.cat([w.gate_proj, w.up_proj])
+    F = int(w.gate_proj.shape[0])
+    return dataclasses.replace(w, gate_proj=fused[:F], up_proj=fused[F:])
+
+
+def _fused_mlps(lw):
+    """A layer's dense MLP, or its MoE shared expert, with gate and up fused (fuse_gate_up)."""
+    if isinstance(lw.mlp, DenseMLPWeights):
+        return dataclasses.replace(lw, mlp=fuse_gate_up(lw.mlp))
+    if isinstance(lw.mlp, MoEWeights) and lw.mlp.shared is not None:
+        sh = fuse_gate_up(lw.mlp.shared)
+        return dataclasses.replace(lw, mlp=dataclasses.replace(lw.mlp, shared_gate_proj=sh.gate_proj,
+                                                               shared_up_proj=sh.up_proj))
+    return lw
 
 
 def nvfp4_experts(nv: NVFP4ExpertWeights, device="cpu"):
@@ -37,6 +56,7 @@ def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32,
 
     nvfp4: keep an NVFP4 checkpoint's expert codes and scales (MoEWeights.nvfp4, for the triton
     backend's W4A16 kernels); False drops them (the dequantized gate_up_proj / down_proj remain).
+    Every dense MLP and shared expert has its gate and up fused in one buffer (fuse_gate_up).
     """
     def cast(a, f32: bool):
         return torch.as_tensor(np.asarray(a), dtype=torch.float32 if f32 else dtype, device=device)
@@ -44,4 +64,5 @@ def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32,
     moved = cast_arrays(weights, cast)
     layers = tuple(dataclasses.replace(lw, mlp=_moe(lw.mlp, device, nvfp4)) if isinstance(lw.mlp, MoEWeights)
                    else lw for lw in moved.layers)
+    layers = tuple(_fused_mlps(lw) for lw in layers)
     return dataclasses.replace(moved, layers=layers)
