@@ -123,15 +123,16 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     each split at least 2 blocks of BW entries (B=1: 16 splits); never more splits than blocks (a split
     of less than one block only adds a merge).
 
-    The interpreter splits as a 4-SM device would (num_sms): the split kernel and its combine run on
-    the CPU too (invariants/kernel_paths.py); plain torch on a CPU never launches a kernel."""
+    The interpreter splits as a 1-SM device would: the split kernel and its combine run on the CPU too
+    (invariants/kernel_paths.py), with the fewest programs that still split (its cost is per program,
+    not per element); plain torch on a CPU never launches a kernel."""
     if device.type != "cuda" and not interpreted():
         return 1
     if rows >= 128:
         return 1
     if rows >= 16:
         return max(1, min(2, triton.cdiv(W, BW)))
-    sms = num_sms(device)
+    sms = 1 if interpreted() else num_sms(device)
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
