@@ -57,8 +57,8 @@ def random_layer(g, i: int, device, dtype, nvfp4: bool = True, seed: int = 0):
     p = f"layers.{i}."
     named = {k[len(p):]: _init(k, shape, gen, device, dtype)
              for k, shape in expected_shapes(g, on_disk=False).items() if k.startswith(p)}
-    from impl.weights import _fused_mlps
-    lw = _fused_mlps(_layer(g, {p + k: v for k, v in named.items()}, i))
+    from impl.weights import fuse_mlps
+    lw = fuse_mlps(_layer(g, {p + k: v for k, v in named.items()}, i))
     if nvfp4 and getattr(lw.mlp, "gate_up_proj", None) is not None:
         nv = inv.quantize_experts(lw.mlp.gate_up_proj, lw.mlp.down_proj)
         lw = dataclasses.replace(lw, mlp=dataclasses.replace(lw.mlp, nvfp4=nv))

@@ -69,6 +69,16 @@ def _check_weights(w: MHCWeights, X) -> None:
 # ----------------------------------------------------------------------------- kernels
 
 
+def empty_outputs(X, N: int):
+    """(pre [B,S,N], post [B,S,N], comb [B,S,N,N]) float32 and u [B,S,D] in X's dtype, uninitialized: what
+    every coefficient kernel writes (ours, the candidates', the mutants')."""
+    B, S, _, D = X.shape
+    pre = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
+    post = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
+    comb = torch.empty(B, S, N, N, device=X.device, dtype=torch.float32)
+    return pre, post, comb, torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+
+
 def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, br: Optional[int] = None,
                                 bks: Optional[int] = None):
     """oracle.mhc.coefficients and oracle.mhc.collapse in two launches (split along N·D, then per token).
@@ -90,10 +100,7 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, b
     _check_weights(w, X)
     x = X.contiguous()
     R = B * S
-    pre = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
-    post = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
-    comb = torch.empty(B, S, N, N, device=X.device, dtype=torch.float32)
-    u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+    pre, post, comb, u = empty_outputs(X, N)
     if R:
         BK = bk or min(triton.next_power_of_2(N * D), _BK_MAX)
         NS = triton.cdiv(N * D, BK)

@@ -13,7 +13,7 @@ import torch
 
 from oracle.types import F32_WEIGHTS, DenseMLPWeights, MoEWeights, NVFP4ExpertWeights, Weights, cast_arrays
 
-__all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts", "fuse_gate_up"]
+__all__ = ["F32_WEIGHTS", "to_torch", "nvfp4_experts", "fuse_gate_up", "fuse_mlps"]
 
 
 def fuse_gate_up(w: DenseMLPWeights) -> DenseMLPWeights:
@@ -24,7 +24,7 @@ def fuse_gate_up(w: DenseMLPWeights) -> DenseMLPWeights:
     return dataclasses.replace(w, gate_proj=fused[:F], up_proj=fused[F:])
 
 
-def _fused_mlps(lw):
+def fuse_mlps(lw):
     """A layer's dense MLP, or its MoE shared expert, with gate and up fused (fuse_gate_up)."""
     if isinstance(lw.mlp, DenseMLPWeights):
         return dataclasses.replace(lw, mlp=fuse_gate_up(lw.mlp))
@@ -64,5 +64,5 @@ def to_torch(weights: Weights, device="cpu", dtype: torch.dtype = torch.float32,
     moved = cast_arrays(weights, cast)
     layers = tuple(dataclasses.replace(lw, mlp=_moe(lw.mlp, device, nvfp4)) if isinstance(lw.mlp, MoEWeights)
                    else lw for lw in moved.layers)
-    layers = tuple(_fused_mlps(lw) for lw in layers)
+    layers = tuple(fuse_mlps(lw) for lw in layers)
     return dataclasses.replace(moved, layers=layers)

@@ -15,7 +15,6 @@ layer on our Triton implementation with the candidate's namespaces in place is t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from gate.bench_layer import _context, _streams, handoff, random_layer
-    from gate.benchlib import do_bench, graph
+    from gate.benchlib import do_bench, graph, write_json
     from gate.cost_layers import layer_predictions
     from gate.cost_measure import nvfp4_only
     from impl import registry
@@ -122,8 +121,9 @@ def main(argv=None) -> int:
             for _ in range(args.steps):
                 replay()
             torch.cuda.synchronize()
-        rows = kernel_table(pg, args.steps) or eager_kernels
-        src = "graph replay" if kernel_table(pg, args.steps) else "EAGER step (the replay's kernels were not traced)"
+        traced = kernel_table(pg, args.steps)
+        rows = traced or eager_kernels
+        src = "graph replay" if traced else "EAGER step (the replay's kernels were not traced)"
         total = sum(r[2] for r in rows)
         print(f"\n=== {kind}: replay {ms * 1e3:.1f} us; kernel time {total:.1f} us per step ({src}); "
               f"{sum(r[1] for r in rows):.0f} kernels; gaps {ms * 1e3 - total:.1f} us")
@@ -138,9 +138,7 @@ def main(argv=None) -> int:
             out[kind]["compare"] = compare(backends, step, do_bench, graph, args.repeats)
         del lw, cache, replay
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out)
     return 0
 
 

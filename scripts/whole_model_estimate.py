@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    from gate.benchlib import write_json
     from gate.cost_layers import layer_kinds, layer_predictions
     from gate.costmodel import Plan, model_cost
     from oracle.config import LINEAR, Geometry
@@ -76,9 +77,7 @@ def main(argv=None) -> int:
           f"{mem['states_and_caches'] / 1e9:.2f} GB + activations {mem['activations'] / 1e9:.2f} GB = "
           f"{mem['total'] / 1e9:.1f} GB: {'fits' if out['fits_one_h200'] else 'does NOT fit'} one H200 "
           f"({H200_BYTES / 1e9:.0f} GB = {H200_BYTES / 2**30:.0f} GiB)")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out)
     return 0
 
 

@@ -106,10 +106,7 @@ class MHC:
         B, S, D = _mhc._check_streams("X", X, N)
         _mhc._check_weights(w, X)
         x = X.contiguous()
-        pre = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
-        post = torch.empty(B, S, N, device=X.device, dtype=torch.float32)
-        comb = torch.empty(B, S, N, N, device=X.device, dtype=torch.float32)
-        u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+        pre, post, comb, u = _mhc.empty_outputs(X, N)
         if B * S:
             mhc_coeff_fwd_kernel[(B * S,)](
                 x, w.fn.contiguous(), w.base.contiguous(), w.scale.contiguous(),

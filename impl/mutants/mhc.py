@@ -75,9 +75,7 @@ class MhcLastChunkDropped(TritonMHC):
         BK = max(triton.next_power_of_2(N * D) // 2, 1)
         NS = triton.cdiv(N * D, BK)
         x = X.contiguous()
-        pre, post = (X.new_empty(B, S, N, dtype=torch.float32) for _ in range(2))
-        comb = X.new_empty(B, S, N, N, dtype=torch.float32)
-        u = torch.empty(B, S, D, device=X.device, dtype=X.dtype)
+        pre, post, comb, u = imhc.empty_outputs(X, N)
         part = torch.empty(B * S, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
         R, BR, BN, BD = B * S, imhc._BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), imhc._BD_MAX)
         if R:
