@@ -34,12 +34,14 @@ _BD_MAX = 32 if impl.interpreted() else 256
 # invariance). Measured on the H200 (docs/optimization_log.md step 3): 8 rows a partial program or 64-wide
 # sub-blocks cost a decode step more than they gave a prefill.
 _BR = 32 if impl.interpreted() else 1
+# the partial kernel's rows, the sub-block and the finish's warps apart: the knobs scripts/mhc_variants.py
+# times on the GPU (each at its landed value here)
 _BR_PARTIAL = _BR
 _BKS_MAX = 256
 _FINISH_WARPS = 4
 # bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): chunks, tiles and the
-# order the partials are summed in come from N and D only, never from the number of tokens. collapse and reduce are torch reductions, whose launch shape follows the
-# number of tokens on a GPU: not claimed
+# order the partials are summed in come from N and D only, never from the number of tokens. collapse and
+# reduce are torch reductions, whose launch shape follows the number of tokens on a GPU: not claimed
 BATCH_INVARIANT = ("coefficients", "write_back")
 
 
@@ -87,8 +89,7 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, b
         X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-chunk of the N·D reduction, one program
             each (a launch override; None: N·D rounded up to a power of two, at most 256; 64 on the
             interpreter);  br: token rows per program of both kernels (a launch override; None: 1, 32 on
-            the interpreter);  bks: the chunk's sub-block (an
-            override; None: the whole chunk)
+            the interpreter);  bks: the chunk's sub-block (a launch override; None: the whole chunk)
     Returns:
         pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
         u: [B, S, D] in X's dtype
