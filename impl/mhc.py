@@ -3,11 +3,13 @@
 Letters: B batch, S tokens, N streams (hc_mult), D hidden size per stream, M = (2 + N)·N rows.
 
 `fused_coefficients_collapse` is the kernel path of a sublayer's entry: two launches (the projection
-split along N·D, then the coefficients and the collapse) give pre, post, comb and the collapse u. `coefficients` runs the same kernel and drops u. `collapse(pre, X)` with a
+split along N·D, then the coefficients and the collapse) give pre, post, comb and the collapse u.
+`coefficients` runs the same kernels and drops u. `collapse(pre, X)` with a
 caller-given pre is a host-side float32 einsum (there is nothing to fuse it with); `write_back` is
 the second kernel; `expand` and `reduce` are plain torch. Coefficients are float32 whatever X's
-dtype (SPEC §2), also for float64 X; u and X_new are in X's dtype. The kernels use no tl.dot, so the
-interpreter's bf16 dot bug does not apply; they compute in float32 registers (the write-back in
+dtype (SPEC §2), also for float64 X; u and X_new are in X's dtype. The only tl.dot (the GPU's partial
+projection) takes float32 operands in tf32x3, so the interpreter's bf16 dot bug does not apply (the
+interpreter runs the broadcast-and-sum partial instead); they compute in float32 registers (the write-back in
 float64 for float64 X, as the reference does it in the model dtype).
 """
 from __future__ import annotations
@@ -19,7 +21,8 @@ import triton
 import triton.language as tl
 
 import impl  # selects the interpreter on CPU-only machines before triton runs a kernel
-from impl.kernels.mhc import mhc_coeff_finish_fwd_kernel, mhc_coeff_partial_fwd_kernel, mhc_write_back_fwd_kernel
+from impl.kernels.mhc import (mhc_coeff_finish_fwd_kernel, mhc_coeff_partial_dot_fwd_kernel,
+                              mhc_coeff_partial_fwd_kernel, mhc_write_back_fwd_kernel)
 from oracle.types import MHCWeights
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -28,17 +31,27 @@ _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # On the GPU a 256-wide chunk puts 64 programs on one decode token at the full geometry (N·D = 16384).
 _BK_MAX = 64 if impl.interpreted() else 256
 _BD_MAX = 32 if impl.interpreted() else 256
-# token rows per program: the interpreter's cost is per program and per operation, so it takes 32 rows at
-# once (a whole-model test spent ~3/4 of its time in one-row mHC programs); the GPU one. BKS: a chunk's
-# sub-block, the whole chunk on the GPU. Both fixed per device, never from the number of tokens (batch
-# invariance). Measured on the H200 (docs/optimization_log.md step 3): 8 rows a partial program or 64-wide
-# sub-blocks cost a decode step more than they gave a prefill.
+# token rows per program, every kernel's unless set below: the interpreter's cost is per program and per
+# operation, so it takes 32 rows at once (a whole-model test spent ~3/4 of its time in one-row mHC
+# programs); the GPU one. Every launch constant is fixed per device, never from the number of tokens
+# (batch invariance).
 _BR = 32 if impl.interpreted() else 1
-# the partial kernel's rows, the sub-block and the finish's warps apart: the knobs scripts/mhc_variants.py
-# times on the GPU (each at its landed value here)
-_BR_PARTIAL = _BR
-_BKS_MAX = 256
-_FINISH_WARPS = 4
+# each kernel's rows and warps apart, the sub-block and the partial's form: the knobs scripts/mhc_variants.py
+# times on the GPU (each at its landed value here). Measured on the H200 (docs/optimization_log.md steps 5-6,
+# full geometry): the partial projection as a tensor-core tl.dot over 16 token rows, each [16, 64] x [64, 32]
+# product in tf32x3 (three products of the split operands: float32 accuracy), reads fn once per 16 rows (4096
+# tokens: 0.18 ms against 1.72 one row a program); one warp a finish program runs its short serial Sinkhorn
+# without cross-warp barriers (80 us against 750 at 4096 tokens; 4.1 against 6.4 at one).
+# The interpreter keeps the broadcast-and-sum partial: its tl.dot is numpy's matmul, which sums a row
+# differently by its place in the tile (mhc.batch), and it takes 32 rows a program (_BR)
+_PARTIAL_DOT = not impl.interpreted()
+_DOT_PRECISION = "tf32x3"
+_BR_PARTIAL = _BR if impl.interpreted() else 16
+_BR_FINISH = _BR_WRITE = _BR
+_BKS_MAX = 64
+_PARTIAL_WARPS = 2
+_FINISH_WARPS = 1
+_WRITE_WARPS = 4
 # bitwise batch invariance (impl.registry.batch_invariant; the check mhc.batch): chunks, tiles and the
 # order the partials are summed in come from N and D only, never from the number of tokens. collapse and
 # reduce are torch reductions, whose launch shape follows the number of tokens on a GPU: not claimed
@@ -81,6 +94,27 @@ def empty_outputs(X, N: int):
     return pre, post, comb, torch.empty(B, S, D, device=X.device, dtype=X.dtype)
 
 
+def partials(w: MHCWeights, x, BK: int, *, br: Optional[int] = None, bks: Optional[int] = None):
+    """The first launch of fused_coefficients_collapse: per token row and BK-chunk of its N·D inputs, Σx² and
+    the (2 + N)·N projections over the chunk, [R, NS, 1 + (2 + N)·N] float32 (x: contiguous [B, S, N, D]).
+    The GPU's form is a tl.dot over 16 rows (_PARTIAL_DOT), the interpreter's a broadcast-and-sum."""
+    N, D = w.hc_mult, int(x.shape[-1])
+    R, NS = int(x.shape[0]) * int(x.shape[1]), triton.cdiv(N * D, BK)
+    BRP, BKS = br or _BR_PARTIAL, min(bks or _BKS_MAX, BK)
+    part = torch.empty(R, NS, 1 + 2 * N + N * N, device=x.device, dtype=torch.float32)
+    if _PARTIAL_DOT and BK >= 16:
+        # tl.dot takes 16 or more along every axis
+        BRP, BKS = max(BRP, 16), max(BKS, 16)
+        mhc_coeff_partial_dot_fwd_kernel[(triton.cdiv(R, BRP), NS)](
+            x, w.fn.contiguous(), part, R, N=N, D=D, BR=BRP, BM=max(triton.next_power_of_2((2 + N) * N), 16),
+            BK=BK, BKS=BKS, PRECISION=_DOT_PRECISION, num_warps=_PARTIAL_WARPS)
+    else:
+        mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BRP), NS)](
+            x, w.fn.contiguous(), part, R, N=N, D=D, BR=BRP, BN=triton.next_power_of_2(N), BK=BK, BKS=BKS,
+            num_warps=_PARTIAL_WARPS)
+    return part
+
+
 def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, br: Optional[int] = None,
                                 bks: Optional[int] = None):
     """oracle.mhc.coefficients and oracle.mhc.collapse in two launches (split along N·D, then per token).
@@ -88,8 +122,9 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, b
     Args:
         X: [B, S, N, D] streams, N = w.hc_mult;  bk: the K-chunk of the N·D reduction, one program
             each (a launch override; None: N·D rounded up to a power of two, at most 256; 64 on the
-            interpreter);  br: token rows per program of both kernels (a launch override; None: 1, 32 on
-            the interpreter);  bks: the chunk's sub-block (a launch override; None: the whole chunk)
+            interpreter);  br: token rows per program of both kernels (a launch override, at least 16 for
+            the GPU's tl.dot partial; None: 16 a partial and 1 a finish program, 32 on the interpreter);
+            bks: the chunk's sub-block (a launch override; None: 64)
     Returns:
         pre: [B, S, N] float32;  post: [B, S, N] float32;  comb: [B, S, N, N] float32;
         u: [B, S, D] in X's dtype
@@ -105,11 +140,8 @@ def fused_coefficients_collapse(w: MHCWeights, X, *, bk: Optional[int] = None, b
     if R:
         BK = bk or min(triton.next_power_of_2(N * D), _BK_MAX)
         NS = triton.cdiv(N * D, BK)
-        BR, BN, BD = br or _BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), _BD_MAX)
-        BRP, BKS = br or _BR_PARTIAL, min(bks or _BKS_MAX, BK)
-        part = torch.empty(R, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
-        mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BRP), NS)](x, w.fn.contiguous(), part, R, N=N, D=D, BR=BRP,
-                                                                BN=BN, BK=BK, BKS=BKS, num_warps=4)
+        BR, BN, BD = br or _BR_FINISH, triton.next_power_of_2(N), min(triton.next_power_of_2(D), _BD_MAX)
+        part = partials(w, x, BK, br=br, bks=bks)
         mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
             part, w.base.contiguous(), w.scale.contiguous(), x,
             pre, post, comb, u, R, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
@@ -143,7 +175,7 @@ def write_back(post, comb, X, y):
 
     Args:
         post: [B, S, N];  comb: [B, S, N, N];  X: [B, S, N, D];  y: [B, S, D]
-    Token rows per program: `_BR` (1, 32 on the interpreter).
+    Token rows per program: `_BR_WRITE` (1, 32 on the interpreter).
     """
     if not isinstance(post, torch.Tensor) or post.ndim != 3:
         raise ValueError(f"post: expected a tensor [B, S, N], got shape {tuple(getattr(post, 'shape', ()))}")
@@ -161,11 +193,11 @@ def write_back(post, comb, X, y):
     x_new = torch.empty_like(x)
     BD = min(triton.next_power_of_2(D), _BD_MAX)
     acc = tl.float64 if X.dtype == torch.float64 else tl.float32
-    BR = _BR
+    BR = _BR_WRITE
     if B * S:
         mhc_write_back_fwd_kernel[(triton.cdiv(B * S, BR), triton.cdiv(D, BD))](
             x, y.contiguous(), post.contiguous(), comb.contiguous(), x_new, B * S,
-            N=N, D=D, BR=BR, BN=triton.next_power_of_2(N), BD=BD, ACC=acc, num_warps=4,
+            N=N, D=D, BR=BR, BN=triton.next_power_of_2(N), BD=BD, ACC=acc, num_warps=_WRITE_WARPS,
         )
     return x_new
 

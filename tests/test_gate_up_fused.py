@@ -52,3 +52,13 @@ def test_to_torch_fuses_every_dense_mlp_and_shared_expert(tmp_path):
         assert moe.gate_up(mlp).data_ptr() == mlp.gate_proj.data_ptr(), f"layer {lw}: gate and up not fused"
         seen += 1
     assert seen == len(weights.layers)
+
+
+def test_the_copying_peer_computes_our_bits():
+    """impl.candidates.gate_up_copy (step 4's timed peer: the per-call concatenation) is bitwise ours, so
+    the replay comparison times the copy and nothing else."""
+    from impl.candidates.gate_up_copy import MOE
+    fused = fuse_gate_up(_mlp())
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(MOE.dense_mlp(fused, x), moe.dense_mlp(fused, x))
+    assert MOE.forward.__module__ == "impl.candidates.gate_up_copy" and MOE.route is moe.route

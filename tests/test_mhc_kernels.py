@@ -74,6 +74,22 @@ def test_sub_blocks_of_a_chunk(n, d):
         within("coefficients", name, g, ref, what=f"(N={n}, D={d}, 16-wide sub-blocks)")
 
 
+@pytest.mark.parametrize("precision", ["ieee", "tf32x3"])
+@pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
+def test_the_gpus_dot_partial(n, d, precision, monkeypatch):
+    """The GPU's partial projection (a tl.dot over 16 token rows; impl.mhc._PARTIAL_DOT, off on the
+    interpreter) run here anyway: the same values under the same contract. Its bitwise claim (a row's bits
+    do not follow its neighbours) holds only on the GPU and is checked there (mhc.batch)."""
+    monkeypatch.setattr(imhc, "_PARTIAL_DOT", True)
+    monkeypatch.setattr(imhc, "_DOT_PRECISION", precision)
+    w, X, _ = case(140 + d, n, d, 3)
+    pre, post, comb = omhc.coefficients(w, X)
+    want = dict(pre=pre, post=post, comb=comb, collapse=omhc.collapse(pre, X))
+    got = imhc.fused_coefficients_collapse(w.map(t32), t32(X), br=16)
+    for (name, ref), g in zip(want.items(), got):
+        within("coefficients", name, g, ref, what=f"(N={n}, D={d}, tl.dot partial, {precision})")
+
+
 def test_eps_placements():
     """Where each eps decides the value, element by element: streams of RMS 1e-3 (rms_eps 1e-5 dominates
     mean(x²)), pre logits at -30 (pre = hc_eps + 1e-13), comb logits spread by ±100 (softmax entries
@@ -168,7 +184,7 @@ def test_empty_batch():
 
 @pytest.mark.parametrize("n, d", GEOMETRIES, ids=lambda v: str(v))
 def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d, monkeypatch):
-    """Token rows per program (impl.mhc._BR: 32 on the interpreter, 1 on the GPU) change no bit of any
+    """Token rows per program (impl.mhc._BR_*: 32 on the interpreter, 1 on the GPU) change no bit of any
     output: 18 rows one per program, 4 per program (five blocks, the last partial) and 32 per program
     (one block, 14 rows masked). Holds the interpreter's row blocks to the GPU's one-row programs."""
     rng = np.random.default_rng(700)
@@ -177,7 +193,7 @@ def test_a_row_computes_the_same_bits_in_any_block_of_rows(n, d, monkeypatch):
     outs = {br: imhc.fused_coefficients_collapse(wt, X, br=br) for br in (1, 4, 32)}
     backs = {}
     for br in (1, 4, 32):
-        monkeypatch.setattr(imhc, "_BR", br)                   # write_back's rows per program (no override)
+        monkeypatch.setattr(imhc, "_BR_WRITE", br)             # write_back's rows per program (no override)
         backs[br] = imhc.write_back(outs[1][1], outs[1][2], X, y)
     for br in (4, 32):
         assert all(torch.equal(a, b) for a, b in zip(outs[br], outs[1])), f"coefficients differ at {br} rows a program"

@@ -3,14 +3,17 @@
 Letters: R token rows (B·S), N streams, D hidden size per stream, K = N·D projection input,
 BR/BN/BD/BK/BKS tiles (powers of two: token rows per program, N, a D-block, a K-chunk, its sub-block).
 Every row is computed alone: its bits do not depend on the rows that share its program
-(tests/test_mhc_kernels.py), so BR is a launch choice, fixed per device: 1 on the GPU, 32 on the
-interpreter, whose cost is per program and per operation, not per element.
+(tests/test_mhc_kernels.py; mhc.batch on the GPU for the tl.dot partial), so BR is a launch choice, fixed
+per device (impl/mhc.py): 32 on the interpreter, whose cost is per program and per operation.
 
 coeff      split along N·D (one program per token row was one SM reading the whole projection at decode:
            ~200 us a call at the full geometry, issue 14 step 3). Two launches:
   partial  one program per (BR token rows, BK-chunk of the row's N·D inputs): Σx² and the three projections
            fn_pre·x, fn_post·x, fn_comb·x over its chunk (RMSNorm is a per-row scalar, so the projection
            of z is the projection of x times rstd: no second read for it), one row of `part`.
+  partial_dot  the same partials from a tile of BR rows: [BR, BKS] x [BKS, M] float32 tl.dot, fn read
+           once per tile instead of once per row (the prefill form, issue 14 step 6). The GPU's; on the
+           interpreter tl.dot is numpy's matmul, which sums a row differently by its place in the tile.
   finish   one program per (BR token rows, D-block): sums the row's NS partials in a fixed order, pre from
            them; the D-block 0 program also post, the row softmax and the Sinkhorn iterations on an
            [BN, BN] register tile, and stores the coefficients; every program writes its D-block of the
@@ -69,6 +72,39 @@ def mhc_coeff_partial_fwd_kernel(
     tl.store(p_p[:, None] + 1 + N + o_n[None, :], b_ypost, mask=mask_rn)
     tl.store(p_p[:, None, None] + 1 + 2 * N + o_c[None, :, :], b_ycomb,
              mask=mask_r[:, None, None] & mask_nn[None, :, :])
+
+
+@triton.jit
+def mhc_coeff_partial_dot_fwd_kernel(
+    x, fn, part, R,
+    N: tl.constexpr, D: tl.constexpr,
+    BR: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, BKS: tl.constexpr, PRECISION: tl.constexpr,
+):
+    i_b, i_s = tl.program_id(0), tl.program_id(1)
+    K: tl.constexpr = N * D
+    M: tl.constexpr = (2 + N) * N
+    NS = tl.num_programs(1)
+    o_r = (i_b * BR + tl.arange(0, BR)).to(tl.int64)
+    mask_r = o_r < R
+    # fn's M rows in the projection order of `part` (pre, post, comb): one [BR, BM] product for all three
+    o_m = tl.arange(0, BM)
+    mask_m = o_m < M
+    b_ss = tl.zeros([BR], dtype=tl.float32)
+    b_y = tl.zeros([BR, BM], dtype=tl.float32)
+    for i_k in range(BK // BKS):
+        o_k = i_s * BK + i_k * BKS + tl.arange(0, BKS)
+        mask_k = o_k < K
+        b_x = tl.load(x + o_r[:, None] * K + o_k[None, :], mask=mask_r[:, None] & mask_k[None, :], other=0.)
+        b_x = b_x.to(tl.float32)                                               # [BR, BKS]
+        b_ss += tl.sum(b_x * b_x, 1)
+        p_f = fn + o_m[None, :].to(tl.int64) * K + o_k[:, None]
+        b_f = tl.load(p_f, mask=mask_k[:, None] & mask_m[None, :], other=0.).to(tl.float32)   # [BKS, BM]
+        # "ieee": the FMA dot; "tf32x3": three tensor-core products of the split operands, near float32. In
+        # both a row's bits do not depend on the rows beside it in the tile (mhc.batch on the GPU holds it)
+        b_y = tl.dot(b_x, b_f, b_y, input_precision=PRECISION)
+    p_p = part + (o_r * NS + i_s) * (1 + M)
+    tl.store(p_p, b_ss, mask=mask_r)
+    tl.store(p_p[:, None] + 1 + o_m[None, :], b_y, mask=mask_r[:, None] & mask_m[None, :])
 
 
 @triton.jit

@@ -69,21 +69,21 @@ class MhcLastChunkDropped(TritonMHC):
 
     def coefficients(self, w, X):
         import triton
-        from impl.kernels.mhc import mhc_coeff_finish_fwd_kernel, mhc_coeff_partial_fwd_kernel
+        from impl.kernels.mhc import mhc_coeff_finish_fwd_kernel
         N = w.hc_mult
         B, S, D = (int(d) for d in (X.shape[0], X.shape[1], X.shape[3]))
         BK = max(triton.next_power_of_2(N * D) // 2, 1)
         NS = triton.cdiv(N * D, BK)
         x = X.contiguous()
         pre, post, comb, u = imhc.empty_outputs(X, N)
-        part = torch.empty(B * S, NS, 1 + 2 * N + N * N, device=X.device, dtype=torch.float32)
-        R, BR, BN, BD = B * S, imhc._BR, triton.next_power_of_2(N), min(triton.next_power_of_2(D), imhc._BD_MAX)
+        R, BR, BN = B * S, imhc._BR_FINISH, triton.next_power_of_2(N)
+        BD = min(triton.next_power_of_2(D), imhc._BD_MAX)
         if R:
-            mhc_coeff_partial_fwd_kernel[(triton.cdiv(R, BR), NS)](x, w.fn.contiguous(), part, R, N=N, D=D,
-                                                                   BR=BR, BN=BN, BK=BK, BKS=min(BK, 64))
+            part = imhc.partials(w, x, BK)                             # our partial, the GPU's tl.dot included
             # the bug: the finish sums NS - 1 chunks of each row
             mhc_coeff_finish_fwd_kernel[(triton.cdiv(R, BR), triton.cdiv(D, BD))](
                 part[:, :NS - 1].contiguous(), w.base.contiguous(), w.scale.contiguous(), x, pre, post, comb, u,
                 R, w.sinkhorn_iters, float(w.hc_eps), float(w.rms_eps),
-                N=N, D=D, NS=NS - 1, BR=BR, BN=BN, BS=triton.next_power_of_2(NS - 1), BD=BD)
+                N=N, D=D, NS=NS - 1, BR=BR, BN=BN, BS=triton.next_power_of_2(NS - 1), BD=BD,
+                num_warps=imhc._FINISH_WARPS)
         return pre, post, comb
