@@ -158,19 +158,21 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
 
     from gate.failures_cmd import keep
 
-    from invariants.profiles import EXAMPLES
-    from invariants.engine import run_check
+    from invariants.engine import examples_for, pins_for, run_check
 
     results = [] if results is None else results
-    per = examples or EXAMPLES[profile]
+    device = str(cand.device)
+    # a check runs its replayed failures, then its pinned examples, then the drawn ones: all are counted
+    per = {chk.name: examples_for(chk, profile, device, examples) + len(pins_for(chk, device, profile))
+           + len((replays or {}).get(chk.name, ())) for chk in checks}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
                   disable=not console.is_terminal) as prog:
-        task = prog.add_task(title, total=per * len(checks))
+        task = prog.add_task(title, total=sum(per.values()))
         for chk in checks:
             prog.update(task, description=f"{title}: {chk.name}")
             r = run_check(chk, geometry, cand, base, profile, examples, seed=seed,
-                          on_example=_ticker(prog, task, console, chk.name, per),
+                          on_example=_ticker(prog, task, console, chk.name, per[chk.name]),
                           replay=(replays or {}).get(chk.name, ()))
             results.append(r)
             if not console.is_terminal:
