@@ -265,8 +265,9 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
 
 
 def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False,
-                 *, split: Optional[bool] = None):
-    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: split_tiles)."""
+                 *, split: Optional[bool] = None, grouped=None):
+    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: split_tiles), and the
+    grouped GEMMs (grouped: `_grouped`'s signature; None: ours; a candidate's, impl/candidates/)."""
     if w4a4 and nvfp4 is None:
         raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
     if nvfp4 is None:
@@ -291,8 +292,9 @@ def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Expert
     if N == 0:
         return torch.zeros_like(x)
     ids = ids.to(device=x.device, dtype=torch.int64)
-    y = _grouped(xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None,
-                 nvfp4, w.swiglu_limit, w4a4, split=split)
+    y = (grouped or _grouped)(xs, ids, wts.to(x.device), E, I,
+                              (w.gate_up_proj, w.down_proj) if nvfp4 is None else None, nvfp4, w.swiglu_limit,
+                              w4a4, split=split)
     return y.to(x.dtype).reshape(x.shape)
 
 

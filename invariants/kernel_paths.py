@@ -94,6 +94,11 @@ def _doubled(e: np.ndarray) -> bool:
 _F32 = "fp32"          # str() of tl.float32, a constexpr dtype argument
 GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes float32 operands with ieee "
             "dots (its bf16 tl.dot is wrong); `glmgate run --device cuda` runs them")
+# the GPU's mHC partial projection (impl.mhc._PARTIAL_DOT: a tl.dot over 16 token rows), never the
+# interpreter's: numpy's matmul sums a row differently by its place in the tile (mhc.batch)
+MHC_DOT = ("the GPU's partial (impl.mhc._PARTIAL_DOT; the interpreter keeps the broadcast-and-sum form, its "
+           "tl.dot is not row-invariant): on the GPU mhc.coefficients' full-geometry pins (64 chunks of 256, "
+           "4 sub-blocks each); on the CPU tests/test_mhc_kernels.py test_the_gpus_dot_partial against the oracle")
 
 PATHS: tuple[Path, ...] = (
     # ---------------------------------------------------------------- KDA chunked prefill: intra-chunk
@@ -240,9 +245,17 @@ PATHS: tuple[Path, ...] = (
     Path("mhc_coeff_partial_fwd_kernel", "a second K-chunk (the projections split along N·D)",
          lambda a: _cdiv(a["N"] * a["D"], a["BK"]) >= 2, by=("mhc.coefficients", "mhc.write_back")),
     Path("mhc_coeff_partial_fwd_kernel", "a second sub-block of a chunk", lambda a: a["BK"] // a["BKS"] >= 2,
-         why="a launch option: the product runs a chunk in one sub-block on both devices (narrower ones measured "
-             "slower on the H200, docs/optimization_log.md step 3); tests/test_mhc_kernels.py "
-             "test_sub_blocks_of_a_chunk runs 16-wide sub-blocks on the CPU against the oracle"),
+         why="a launch option: the interpreter runs a chunk in one sub-block (the GPU runs the tl.dot partial "
+             "below); tests/test_mhc_kernels.py test_sub_blocks_of_a_chunk runs 16-wide sub-blocks on the CPU "
+             "against the oracle"),
+    Path("mhc_coeff_partial_dot_fwd_kernel", "a second K-chunk", lambda a: _cdiv(a["N"] * a["D"], a["BK"]) >= 2,
+         why=MHC_DOT),
+    Path("mhc_coeff_partial_dot_fwd_kernel", "a second sub-block of a chunk", lambda a: a["BK"] // a["BKS"] >= 2,
+         why=MHC_DOT),
+    Path("mhc_coeff_partial_dot_fwd_kernel", "tf32x3 dots", lambda a: a["PRECISION"] == "tf32x3", why=MHC_DOT),
+    Path("mhc_coeff_partial_dot_fwd_kernel", "IEEE float32 (FMA) dots", lambda a: a["PRECISION"] == "ieee",
+         why="a launch option timed by scripts/mhc_variants.py (slower on the H200: docs/optimization_log.md "
+             "step 6); tests/test_mhc_kernels.py test_the_gpus_dot_partial runs it on the CPU"),
     Path("mhc_coeff_finish_fwd_kernel", "partials of several chunks summed", lambda a: a["NS"] >= 2,
          by=("mhc.coefficients", "mhc.write_back")),
     Path("mhc_coeff_finish_fwd_kernel", "a second D block (collapse)", lambda a: _cdiv(a["D"], a["BD"]) >= 2,
@@ -324,6 +337,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "mla_combine_kernel": ("H", "R", "BR"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),
     "mhc_coeff_partial_fwd_kernel": ("N", "D", "BR", "BN", "BK", "BKS"),
+    "mhc_coeff_partial_dot_fwd_kernel": ("N", "D", "BR", "BM", "BK", "BKS"),
     "mhc_coeff_finish_fwd_kernel": ("N", "D", "BR", "BN", "BS", "BD"),
     "mhc_write_back_fwd_kernel": ("N", "D", "BR", "BN", "BD"),
     "moe_router_fwd_kernel": ("E", "G", "TOPK_GROUP", "TOP_K", "BT", "BE", "BG", "BKE"),

@@ -91,9 +91,13 @@ def main(argv=None) -> int:
     if args.peer:
         import importlib
         mod, obj = args.peer.split(":")
+        from impl.compose import compose, link
         cand = getattr(importlib.import_module(mod), obj)
-        backends["peer"] = backends["ours"]._replace(**{m: getattr(cand, m) for m in registry.MECHANISMS
-                                                        if hasattr(cand, m)})
+        # a candidate's partial namespace (e.g. moe with `experts` only) over ours, as the gate composes it
+        peer = {m: compose(m, getattr(cand, m), registry.FUNCTIONS[m]) for m in registry.MECHANISMS
+                if hasattr(cand, m)}
+        backends["peer"] = backends["ours"]._replace(**peer)
+        link({m: getattr(backends["peer"], m) for m in registry.MECHANISMS})
     g, dtype = Geometry.preset("full"), torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(7)
     out = {}
