@@ -157,6 +157,7 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gate.failures_cmd import keep
+    from gate.progress import Ticker
 
     from invariants.engine import examples_for, pins_for, run_check
 
@@ -171,29 +172,14 @@ def _run_checks(checks, geometry, cand, base, profile, examples, seed, console, 
         task = prog.add_task(title, total=sum(per.values()))
         for chk in checks:
             prog.update(task, description=f"{title}: {chk.name}")
-            r = run_check(chk, geometry, cand, base, profile, examples, seed=seed,
-                          on_example=_ticker(prog, task, console, chk.name, per[chk.name]),
-                          replay=(replays or {}).get(chk.name, ()))
+            with Ticker(prog, task, console, chk.name, per[chk.name]) as tick:
+                r = run_check(chk, geometry, cand, base, profile, examples, seed=seed, on_example=tick,
+                              replay=(replays or {}).get(chk.name, ()))
             results.append(r)
             if not console.is_terminal:
                 console.print(f"  {chk.name}: {r.status} ({r.examples} examples, {r.seconds:.1f}s)")
             keep(store, chk, r, cand, console)
     return results
-
-
-def _ticker(prog, task, console, name: str, per: int, quiet_s: float = 10.0):
-    """Advance the bar; without a terminal (CI logs) print a line per example once a check has run
-    longer than quiet_s (model.paths takes minutes in the interpreter: show it is alive)."""
-    import time
-
-    t0, n = time.time(), [0]
-
-    def tick():
-        prog.advance(task)
-        n[0] += 1
-        if not console.is_terminal and time.time() - t0 > quiet_s:
-            console.print(f"    {name}: example {n[0]}/{per} ({time.time() - t0:.0f}s)", style="dim")
-    return tick
 
 
 STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]",

@@ -147,7 +147,6 @@ def test_split_tiles_need_a_reduction_tile_of_32():
 
 
 @interpreter_only
-@interpreter_only
 def test_the_candidates_run_one_tile_form_each():
     """impl.candidates.nvfp4_split / nvfp4_interleaved (the GPU gate's candidate and peer, glmgate gate
     --candidate ... on CUDA): each one's experts equal impl.moe.experts_with forcing its form, bit for bit.
