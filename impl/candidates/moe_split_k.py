@@ -179,6 +179,15 @@ class MoE:
         return _moe.experts_with(w, x, routing, nvfp4, w4a4, grouped=_decode_grouped)
 
 
+def grouped(x2, ids, wts, E: int, I: int, dense=None, nv=None, limit: float = 10.0):
+    """impl.moe._grouped as this candidate runs it (gate/bench_moe.py's *_split_k paths): split along D on
+    the decode tiles, ours (with its default tiles) above 16 pairs an expert."""
+    P = int(ids.numel())
+    if P / max(1, min(E, P)) > 16:
+        return _moe._grouped(x2, ids, wts, E, I, dense, nv, limit)
+    return _grouped_split_k(x2, ids, wts, E, I, dense, nv, limit, SPLIT_K)
+
+
 def _decode_grouped(x2, ids, wts, E, I, dense=None, nv=None, limit=10.0, w4a4=False, split=None):
     """impl.moe._grouped's signature, for experts_with (w4a4 and split are ours to decide: unused here)."""
     return _grouped_split_k(x2, ids, wts, E, I, dense, nv, limit, SPLIT_K)
