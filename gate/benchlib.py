@@ -54,6 +54,19 @@ def kernel_times(fn: Callable, calls: int = 5, top: int = 12) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
 
 
+def kernel_table(prof, steps: int) -> list:
+    """[(name, launches per step, us per step)] of the CUDA kernels and memcpy/memset in prof, largest first."""
+    from collections import defaultdict
+    acc = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            a = acc[e.name]
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    rows = [(n, c / steps, us / steps) for n, (c, us) in acc.items()]
+    return sorted(rows, key=lambda r: -r[2])
+
+
 def graph(fn: Callable) -> Callable:
     """Capture fn() (after a warm-up on a side stream) and return the replay callable."""
     s = torch.cuda.Stream()

@@ -69,12 +69,16 @@ RECORDS = (
                  dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
+    # the GPU's partial (impl.mhc: a tf32x3 tl.dot over 16 rows, 64-wide sub-blocks, 2 warps) and finish
+    # (1 row, 1 warp); the broadcast-and-sum partial is the interpreter's, kept compiling at step 3's form
+    KernelRecord("mhc", "mhc_coeff_partial_dot_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
+                 dict(N=4, D=4096, BR=16, BM=32, BK=256, BKS=64, PRECISION="tf32x3"), dict(num_warps=2)),
     KernelRecord("mhc", "mhc_coeff_partial_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
                  dict(N=4, D=4096, BR=1, BN=4, BK=256, BKS=256), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_coeff_finish_fwd_kernel",
                  dict(part=F32, base=F32, scale=F32, x=BF, pre=F32, post=F32, comb=F32, u=BF),
                  dict(R="i32", iters="i32", hc_eps="fp32", rms_eps="fp32"),
-                 dict(N=4, D=4096, NS=64, BR=1, BN=4, BS=64, BD=256), dict(num_warps=4)),
+                 dict(N=4, D=4096, NS=64, BR=1, BN=4, BS=64, BD=256), dict(num_warps=1)),
     KernelRecord("moe", "moe_router_fwd_kernel",
                  dict(logits=F32, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
                  dict(N="i32", scaling="fp32"),

@@ -29,7 +29,7 @@ class Ticker:
         self.prog.advance(self.task)
         with self._lock:
             self.n += 1
-            now = time.time()
+            now = self.last = time.time()           # an example finished: the heartbeat counts from here
             if not self.console.is_terminal and now - self.t0 > self.quiet_s:
                 self._say(f"example {self.n}/{self.per} ({now - self.t0:.0f}s)")
 

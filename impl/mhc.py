@@ -9,8 +9,8 @@ caller-given pre is a host-side float32 einsum (there is nothing to fuse it with
 the second kernel; `expand` and `reduce` are plain torch. Coefficients are float32 whatever X's
 dtype (SPEC §2), also for float64 X; u and X_new are in X's dtype. The only tl.dot (the GPU's partial
 projection) takes float32 operands in tf32x3, so the interpreter's bf16 dot bug does not apply (the
-interpreter runs the broadcast-and-sum partial instead); they compute in float32 registers (the write-back in
-float64 for float64 X, as the reference does it in the model dtype).
+interpreter runs the broadcast-and-sum partial instead). The kernels compute in float32 registers (the
+write-back in float64 for float64 X, as the reference does it in the model dtype).
 """
 from __future__ import annotations
 

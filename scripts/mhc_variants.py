@@ -3,10 +3,12 @@
 Each variant sets impl.mhc's launch constants (_BR_PARTIAL / _BR_FINISH / _BR_WRITE: token rows per
 program of each kernel; _PARTIAL_WARPS / _FINISH_WARPS / _WRITE_WARPS; _BKS_MAX: the chunk's sub-block;
 _PARTIAL_DOT / _DOT_PRECISION: the partial projection as a tl.dot), then times fused_coefficients_collapse
-and write_back at the full geometry, each replayed from a CUDA graph, --repeats times, beside the one-program kernel (impl.candidates.mhc_one_program), and splits the
-coefficient call into its kernels with torch.profiler (device us per call). Outputs are compared with the
-landed default's ("d" = largest difference), and three tokens' bits alone with their bits inside the call
-(mhc.batch's claim; a variant that breaks it is marked). A measurement, not a gate: a variant that wins is landed only after the gate passes on it (docs/optimization_log.md).
+and write_back at the full geometry, each replayed from a CUDA graph, --repeats times, beside the
+one-program kernel (impl.candidates.mhc_one_program), and splits the coefficient call into its kernels with
+torch.profiler (device us per call). Outputs are compared with the landed default's ("d" = largest
+difference), and three tokens' bits alone with their bits inside the call (mhc.batch's claim; a variant
+that breaks it is marked). A measurement, not a gate: a variant that wins is landed only after the gate
+passes on it (docs/optimization_log.md).
 
     PYTHONPATH=. python3 scripts/mhc_variants.py [--tokens 1,32,4096] [--repeats 3] [--only a,b] [--json F]
 """
@@ -42,15 +44,13 @@ KNOBS = ("_BR_PARTIAL", "_BR_FINISH", "_BR_WRITE", "_PARTIAL_WARPS", "_FINISH_WA
 def per_kernel(fn, calls: int = 10) -> dict:
     """{kernel name: device us per call} of fn (a graph replay) under torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
-    acc: dict = {}
+
+    from gate.benchlib import kernel_table
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            acc[e.name] = acc.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
-    return acc
+    return {name: us for name, _, us in kernel_table(prof, calls)}
 
 
 def _timed(fn, repeats: int) -> list:

@@ -16,21 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 
 import torch
-
-
-def kernel_table(prof, steps: int) -> list:
-    """[(name, launches per step, us per step)] of the CUDA kernels and memcpy/memset in prof, largest first."""
-    acc = defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            a = acc[e.name]
-            a[0] += 1
-            a[1] += e.time_range.elapsed_us()
-    rows = [(n, c / steps, us / steps) for n, (c, us) in acc.items()]
-    return sorted(rows, key=lambda r: -r[2])
 
 
 def _self_bytes(e) -> int:
@@ -81,7 +68,7 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from gate.bench_layer import _context, _streams, handoff, random_layer
-    from gate.benchlib import do_bench, graph, write_json
+    from gate.benchlib import do_bench, graph, kernel_table, write_json
     from gate.cost_layers import layer_predictions
     from gate.cost_measure import nvfp4_only
     from impl import registry

@@ -163,6 +163,16 @@ def _grouped_split_k(x2, ids, wts, E: int, I: int, dense, nv, limit: float, spli
     return y
 
 
+def grouped(x2, ids, wts, E: int, I: int, dense=None, nv=None, limit: float = 10.0, w4a4: bool = False,
+            split=None):
+    """impl.moe._grouped's signature, as this candidate runs it: split along D on the decode tiles (at most 16
+    pairs an expert, not W4A4), else ours unchanged (experts_with, gate/bench_moe.py's *_split_k paths)."""
+    P = int(ids.numel())
+    if w4a4 or P / max(1, min(E, P)) > 16:
+        return _moe._grouped(x2, ids, wts, E, I, dense, nv, limit, w4a4, split=split)
+    return _grouped_split_k(x2, ids, wts, E, I, dense, nv, limit, SPLIT_K)
+
+
 class MoE:
     """The moe namespace: `experts` only (impl.moe.experts' signature)."""
 
@@ -171,26 +181,6 @@ class MoE:
     @staticmethod
     def experts(w, x, routing, nvfp4=None, w4a4=False):
         """impl.moe.experts with the decode tiles' gate_up split along D (prefill and W4A4: ours)."""
-        E = w.num_experts
-        N = int(x.numel() // x.shape[-1]) if x.ndim else 0
-        P = N * w.top_k
-        if w4a4 or P / max(1, min(E, P)) > 16:
-            return _moe.experts_with(w, x, routing, nvfp4, w4a4)
-        return _moe.experts_with(w, x, routing, nvfp4, w4a4, grouped=_decode_grouped)
-
-
-def grouped(x2, ids, wts, E: int, I: int, dense=None, nv=None, limit: float = 10.0):
-    """impl.moe._grouped as this candidate runs it (gate/bench_moe.py's *_split_k paths): split along D on
-    the decode tiles, ours (with its default tiles) above 16 pairs an expert."""
-    P = int(ids.numel())
-    if P / max(1, min(E, P)) > 16:
-        return _moe._grouped(x2, ids, wts, E, I, dense, nv, limit)
-    return _grouped_split_k(x2, ids, wts, E, I, dense, nv, limit, SPLIT_K)
-
-
-def _decode_grouped(x2, ids, wts, E, I, dense=None, nv=None, limit=10.0, w4a4=False, split=None):
-    """impl.moe._grouped's signature, for experts_with (w4a4 and split are ours to decide: unused here)."""
-    return _grouped_split_k(x2, ids, wts, E, I, dense, nv, limit, SPLIT_K)
-
+        return _moe.experts_with(w, x, routing, nvfp4, w4a4, grouped=grouped)
 
 Candidate = types.SimpleNamespace(moe=MoE)
