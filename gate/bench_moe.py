@@ -11,8 +11,9 @@ Timed, all in the same process:
   nvfp4_split  the NVFP4 weight tiles in the split form (even / odd columns, the scale product in fp16:
            impl.moe._grouped(split=True), issue 14 step 1, docs/optimization_log.md)
   w4a4     the W4A4 emulation (activations quantize-dequantized in the GEMM prologues), if present
-  bf16_split_k, nvfp4_split_k  impl.candidates.moe_split_k (issue 14 step 7, a candidate): the decode
-           tiles' gate_up split along D (nvfp4_split_k on the split NVFP4 tiles); prefill tiles are ours
+  bf16_glue_torch, nvfp4_split_glue_torch  bf16 and nvfp4_split with the host glue of before issue 14
+           step 8 (impl.candidates.moe_align_torch: the torch alignment's ~25 launches and the slot loop),
+           the peers of ours' one-launch alignment and slot sum
 `--paths` picks some of them; `--repeats R` times each path R times, round-robin over the paths (a drift
 of the clock or the temperature then falls on every path alike), and reports the median with the min and
 max of the R medians.
@@ -91,13 +92,13 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
                     to_np(w.down_proj[used]), None, None, None, top_k=K_TOP)
     x64 = to_np(x[n])
     refs = {}
-    if set(outs) & {"bf16", "bf16_split_k"}:
-        refs["bf16"] = refs["bf16_split_k"] = om.experts(ws, x64, routing)
-    if nv is not None and set(outs) - {"bf16", "bf16_split_k"}:
+    if set(outs) & {"bf16", "bf16_glue_torch"}:
+        refs["bf16"] = refs["bf16_glue_torch"] = om.experts(ws, x64, routing)
+    if nv is not None and set(outs) - {"bf16", "bf16_glue_torch"}:
         sub = _sub_nvfp4(nv, used)
-        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_k"}:
+        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_glue_torch"}:
             # the swizzled scales are the same bytes reordered, the split tiles the same values regrouped
-            refs["nvfp4"] = refs["nvfp4_swizzled"] = refs["nvfp4_split"] = refs["nvfp4_split_k"] = om.experts(
+            refs["nvfp4"] = refs["nvfp4_swizzled"] = refs["nvfp4_split"] = refs["nvfp4_split_glue_torch"] = om.experts(
                 ws, x64, routing, nvfp4=sub)
         if "w4a4" in outs:
             gx, gh = _static_scales(x)
@@ -107,7 +108,7 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
     return {k: rel_l2(to_np(o[n]), refs[k]) for k, o in outs.items()}
 
 
-PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4", "bf16_split_k", "nvfp4_split_k")
+PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4", "bf16_glue_torch", "nvfp4_split_glue_torch")
 
 
 def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
@@ -115,9 +116,9 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
     swz: the experts with swizzled scales (made once by the caller)."""
     from impl import moe as imoe
     from impl import nvfp4 as inv
-    from impl.candidates import moe_split_k
+    from impl.candidates import moe_align_torch
     paths = {"bf16": lambda: imoe._grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj)),
-             "bf16_split_k": lambda: moe_split_k.grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
+             "bf16_glue_torch": lambda: moe_align_torch.grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
     if nv is not None:
         # the interleaved tiles, named explicitly: NVFP4_SPLIT must not change what "nvfp4" times
         paths["nvfp4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=False)
@@ -126,7 +127,7 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
             swz = inv.swizzle_experts(nv) if swz is None else swz
             paths["nvfp4_swizzled"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=swz, split=False)
         paths["nvfp4_split"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True)
-        paths["nvfp4_split_k"] = lambda: moe_split_k.grouped(x, ids, wts, E, I, nv=nv)
+        paths["nvfp4_split_glue_torch"] = lambda: moe_align_torch.grouped(x, ids, wts, E, I, nv=nv, split=True)
         if w4a4 and "w4a4" in names:
             gx, gh = _static_scales(x)
             static = inv.with_input_scales(nv, torch.full((E,), gx), torch.full((E,), gh))
@@ -184,14 +185,14 @@ def main(argv=None) -> int:
     w = _weights(gen)
     nv = inv.quantize_experts(w.gate_up_proj, w.down_proj)
     per_expert = {"bf16": 3 * I * D * 2, "nvfp4": 3 * I * D // 2 + 3 * I * D // 16 + 8}
-    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_k"):
+    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_glue_torch"):
         per_expert[name] = per_expert["nvfp4"]
-    per_expert["bf16_split_k"] = per_expert["bf16"]
+    per_expert["bf16_glue_torch"] = per_expert["bf16"]
     w4a4 = not args.no_w4a4
     bounds = {"bf16": bench_bound("moe", "experts", "output", "bfloat16"),
               "nvfp4": bench_bound("nvfp4", "experts", "output", "bfloat16")}
-    bounds["w4a4"] = bounds["nvfp4_swizzled"] = bounds["nvfp4_split"] = bounds["nvfp4_split_k"] = bounds["nvfp4"]
-    bounds["bf16_split_k"] = bounds["bf16"]
+    bounds["w4a4"] = bounds["nvfp4_swizzled"] = bounds["nvfp4_split"] = bounds["nvfp4_split_glue_torch"] = bounds["nvfp4"]
+    bounds["bf16_glue_torch"] = bounds["bf16"]
     tokens = TOKENS if args.tokens is None else [int(t) for t in args.tokens.split(",")]
     swz = inv.swizzle_experts(nv) if "nvfp4_swizzled" in names else None
     results.update(paths=list(names), repeats=args.repeats)
@@ -244,10 +245,10 @@ def main(argv=None) -> int:
                 row[f"{name}_speedup_vs_bf16"] = row["bf16_us"] / row[f"{name}_us"]
         if "nvfp4_split_us" in row and "nvfp4_us" in row:
             row["nvfp4_split_speedup_vs_nvfp4"] = row["nvfp4_us"] / row["nvfp4_split_us"]
-        # the step 7 candidate against the path it would replace (ours at decode: the split NVFP4 tiles)
-        for cand, peer in (("nvfp4_split_k", "nvfp4_split"), ("bf16_split_k", "bf16")):
-            if f"{cand}_us" in row and f"{peer}_us" in row:
-                row[f"{cand}_speedup_vs_{peer}"] = row[f"{peer}_us"] / row[f"{cand}_us"]
+        # ours against the step 8 peer (the torch host glue), same kernels otherwise
+        for ours, peer in (("nvfp4_split", "nvfp4_split_glue_torch"), ("bf16", "bf16_glue_torch")):
+            if f"{ours}_us" in row and f"{peer}_us" in row:
+                row[f"{ours}_speedup_vs_{peer}"] = row[f"{peer}_us"] / row[f"{ours}_us"]
         if args.sweep:
             row["sweep_us"] = _sweep(w, nv, x, ids, wts, N)
             for name in ("bf16", "nvfp4"):
@@ -272,7 +273,7 @@ def main(argv=None) -> int:
                   f"{args.repeats} repeats){vs}")
         if "nvfp4_split_speedup_vs_nvfp4" in row:
             print(f"      nvfp4_split vs nvfp4: {row['nvfp4_split_speedup_vs_nvfp4']:.3f}x")
-        for key in ("nvfp4_split_k_speedup_vs_nvfp4_split", "bf16_split_k_speedup_vs_bf16"):
+        for key in ("nvfp4_split_speedup_vs_nvfp4_split_glue_torch", "bf16_speedup_vs_bf16_glue_torch"):
             if key in row:
                 print(f"      {key.replace('_speedup_vs_', ' vs ')}: {row[key]:.3f}x")
         del x, outs

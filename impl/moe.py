@@ -6,12 +6,13 @@ I expert width, P = N·k (token, slot) pairs, BM pair-rows per block.
   route    a float32 GEMM for the logits + one launch of moe_router_fwd_kernel -> the oracle's Routing
            container (float32 scores,
            biased scores with -inf outside the kept groups, group scores, int64 ids, float32 weights)
-  experts  host alignment (all torch ops on the device, no host sync): the P pairs sorted by expert
-           (stable argsort), each expert's run padded to a multiple of BM, one expert id per block
-           (-1 for the spare blocks of the upper bound cdiv(P, BM) + min(E, P)); then
-           moe_gate_up_fwd_kernel (x·gate_up[e]^T, clamped SwiGLU epilogue -> h [P, I]) and
-           moe_down_fwd_kernel (h·down[e]^T · routing weight -> out [P, D] float32, row = pair); the
-           combine sums out.view(N, k, D) over the slots in slot order (deterministic, no atomics)
+  experts  `align` (on the device, no host sync): the P pairs sorted by expert (stable), each expert's
+           run padded to a multiple of BM, one expert id per block (-1 for the spare blocks of the upper
+           bound cdiv(P, BM) + min(E, P)): one launch of moe_align_fwd_kernel up to ALIGN_KERNEL_PAIRS
+           pairs, torch ops above (align_torch); then moe_gate_up_fwd_kernel (x·gate_up[e]^T, clamped
+           SwiGLU epilogue -> h [P, I]) and moe_down_fwd_kernel (h·down[e]^T · routing weight -> out
+           [P, D] float32, row = pair); `combine` (moe_combine_fwd_kernel) sums out.view(N, k, D) over
+           the slots in slot order (deterministic, no atomics) into x's dtype
   forward  experts(route) + shared_expert, the shared expert being the same two kernels with one
            expert of width F and weight 1
 
@@ -45,13 +46,18 @@ import impl
 from impl import canary
 from impl.baseline import moe as _base
 from impl.graph import capturing
-from impl.kernels.moe import moe_down_fwd_kernel, moe_gate_up_fwd_kernel, moe_router_fwd_kernel
+from impl.kernels.moe import (moe_align_fwd_kernel, moe_combine_fwd_kernel, moe_down_fwd_kernel,
+                              moe_gate_up_fwd_kernel, moe_router_fwd_kernel)
 from impl.nvfp4 import NVFP4Experts, check_experts, dynamic_input_scale
 from oracle.types import DenseMLPWeights, MoEWeights, Routing
 
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _DOT = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 TOP_K_MAX = 8
+# the most (token, slot) pairs `align` sorts in one program (moe_align_fwd_kernel): measured on the H200
+# at E = 288 (docs/optimization_log.md step 8) the kernel takes 10.7 us at 8 pairs, 38.8 at 64 and 146.5
+# at 256, against ~60 us of torch launches: a gain up to 64 pairs (8 tokens at top-8), a loss at 256
+ALIGN_KERNEL_PAIRS = 64
 # the NVFP4 weight tile's form when a call does not say (kernels' SPLIT): None = split on the decode
 # tiles (16-row blocks) of W4A16, interleaved elsewhere; True / False force one form. Measured on the H200
 # (docs/optimization_log.md step 1): split is 1.07-1.17x the interleaved form at 1-128 tokens, 1.00x at
@@ -152,7 +158,11 @@ def route(w: MoEWeights, x) -> Routing:
 
 
 def align(ids, num_experts: int, block_m: int):
-    """Sort the (token, slot) pairs by expert and pad each expert's run to a multiple of block_m.
+    """Sort the (token, slot) pairs by expert (stable) and pad each expert's run to a multiple of block_m.
+
+    Up to ALIGN_KERNEL_PAIRS pairs (decode): one launch of moe_align_fwd_kernel; above, align_torch (the
+    one program walks every slot against every expert, slower than torch's ~25 launches past 64 pairs).
+    Both give the same tensors, bit for bit (tests/test_moe_align.py).
 
     Args:
         ids: [N, k] expert ids
@@ -160,6 +170,21 @@ def align(ids, num_experts: int, block_m: int):
         sorted_ids [NB·block_m] int64 pair ids (P = N·k marks a pad row), block_expert [NB] int64
         (-1 for a spare block), with NB = cdiv(P, block_m) + min(E, P) (an upper bound: no host sync)
     """
+    flat = ids.reshape(-1)
+    P, E = flat.numel(), num_experts
+    if P > ALIGN_KERNEL_PAIRS:
+        return align_torch(ids, num_experts, block_m)
+    NB = triton.cdiv(P, block_m) + min(E, P)
+    sorted_ids = torch.empty(NB * block_m, device=ids.device, dtype=torch.int64)
+    block_expert = torch.empty(NB, device=ids.device, dtype=torch.int64)
+    if P:
+        moe_align_fwd_kernel[(1,)](flat.contiguous(), sorted_ids, block_expert, P, NB, E=E, BM=block_m,
+                                   BE=triton.next_power_of_2(max(E, 16)), BP=32, BS=64, num_warps=4)
+    return sorted_ids, block_expert
+
+
+def align_torch(ids, num_experts: int, block_m: int):
+    """`align` in ~25 torch launches (counts, a stable argsort, cumulative sums, a scatter): the prefill path."""
     flat = ids.reshape(-1)
     P, E, dev = flat.numel(), num_experts, ids.device
     counts = torch.zeros(E, device=dev, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))
@@ -175,6 +200,19 @@ def align(ids, num_experts: int, block_m: int):
     block_expert = torch.searchsorted(pend // block_m, blocks, right=True)
     block_expert = torch.where(block_expert < E, block_expert, -1)
     return sorted_ids, block_expert
+
+
+def combine(out, dtype: torch.dtype):
+    """y [N, D] in dtype = Σ_slots out [N, k, D] (float32) in slot order, in one launch."""
+    N, k, D = out.shape
+    # on a GPU the kernel rounds to bf16 / fp16 itself (to nearest even, as torch); the interpreter's
+    # conversion truncates, so there (and for float64) it writes float32 and torch converts
+    narrow = dtype in (torch.bfloat16, torch.float16) and not impl.interpreted()
+    y = torch.empty(N, D, device=out.device, dtype=dtype if narrow else torch.float32)
+    if N:
+        BD = min(1024, triton.next_power_of_2(max(D, 16)))
+        moe_combine_fwd_kernel[(N, triton.cdiv(D, BD))](out, y, D, TOP_K=k, BD=BD, num_warps=4)
+    return y.to(dtype)
 
 
 def _tiles(D: int, I: int, w4a4: bool = False, pairs: int = 0, pairs_per_expert: float = 64.0):
@@ -200,11 +238,14 @@ def _input_scales(t, acts, E: int) -> torch.Tensor:
 
 
 def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0,
-             w4a4: bool = False, tiles: Optional[tuple] = None, split: Optional[bool] = None):
+             w4a4: bool = False, tiles: Optional[tuple] = None, split: Optional[bool] = None,
+             out_dtype: torch.dtype = torch.float32, align_fn=None, combine_fn=None):
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
     (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
     tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them).
-    split: the NVFP4 weight tile's form (None: split_tiles); ignored for dense weights."""
+    split: the NVFP4 weight tile's form (None: split_tiles); ignored for dense weights.
+    out_dtype: the result's dtype (the slot sum runs in float32 either way).
+    align_fn, combine_fn: `align` and `combine` by default; a peer's host glue (impl/candidates/moe_align_torch)."""
     N, D = x2.shape
     k = ids.shape[1]
     P = N * k
@@ -217,7 +258,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     if split and BK % 32:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: split NVFP4 tiles need BK a multiple of 32 (two half-dots "
                          f"of K >= 16 per step)")
-    sorted_ids, block_expert = align(ids, E, BM)
+    sorted_ids, block_expert = (align_fn or align)(ids, E, BM)
     NB = block_expert.shape[0]
     # W4A4 keeps h in float32 so its quantization sees the accumulator, not a bf16 rounding of it
     h = torch.empty(P, I, device=x2.device, dtype=torch.float32 if w4a4 else work)
@@ -243,11 +284,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     moe_down_fwd_kernel[(NB, triton.cdiv(D, BN))](
         h, *dn_args, gin_h, sorted_ids, block_expert, wts.float().contiguous(), out, P, D=D, I=I,
         SWIZZLED=swz[1], **common)
-    out = out.view(N, k, D)
-    y = out[:, 0]
-    for s in range(1, k):                                   # slot order: a fixed, deterministic sum
-        y = y + out[:, s]
-    return y
+    return (combine_fn or combine)(out.view(N, k, D), out_dtype)
 
 
 def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False):
@@ -292,9 +329,10 @@ def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Expert
     if N == 0:
         return torch.zeros_like(x)
     ids = ids.to(device=x.device, dtype=torch.int64)
-    y = (grouped or _grouped)(xs, ids, wts.to(x.device), E, I,
-                              (w.gate_up_proj, w.down_proj) if nvfp4 is None else None, nvfp4, w.swiglu_limit,
-                              w4a4, split=split)
+    args = (xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None, nvfp4,
+            w.swiglu_limit, w4a4)
+    # ours writes the slot sum in x's dtype; a candidate's grouped GEMM returns float32
+    y = _grouped(*args, split=split, out_dtype=x.dtype) if grouped is None else grouped(*args, split=split)
     return y.to(x.dtype).reshape(x.shape)
 
 
@@ -323,8 +361,9 @@ def dense_mlp(w: DenseMLPWeights, x):
         return torch.zeros_like(x)
     ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
     ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
-    y = _grouped(xs, ids, ones, 1, w.width, (gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit)
-    return y.to(x.dtype).reshape(x.shape)
+    y = _grouped(xs, ids, ones, 1, w.width, (gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit,
+                 out_dtype=x.dtype)
+    return y.reshape(x.shape)
 
 
 def shared_expert(w: MoEWeights, x):

@@ -85,6 +85,13 @@ def _pad_rows(a) -> bool:
     return bool((ids[used] == int(a["P"])).any())
 
 
+def _expert_in_two_chunks(a) -> bool:
+    """moe_align_fwd_kernel: some expert has pairs in two of its BP-pair chunks."""
+    ids = _ints(a["ids"])[:int(a["P"])]
+    chunk = np.arange(ids.size) // int(a["BP"])
+    return any(len(set(chunk[ids == e])) >= 2 for e in set(ids.tolist()))
+
+
 def _doubled(e: np.ndarray) -> bool:
     """Some expert runs over two or more blocks."""
     e = e[e >= 0]
@@ -316,6 +323,21 @@ def _grouped_gemm(kernel: str, k: str, n: str) -> tuple[Path, ...]:
 
 
 PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_down_fwd_kernel", "I", "D") + (
+    Path("moe_align_fwd_kernel", "pad expert lanes", lambda a: a["E"] < a["BE"], by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "a second chunk of pairs", lambda a: int(a["P"]) > a["BP"], by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "an expert's pairs in two chunks (the carried count)", _expert_in_two_chunks,
+         by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "a second pass of slots", lambda a: int(a["NB"]) * a["BM"] > a["BS"],
+         by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "a second pass of blocks", lambda a: int(a["NB"]) > a["BS"],
+         why="needs more than 64 blocks (E = 288 at decode on the GPU); the matrix's CPU experts are 8 or 32, so "
+             "tests/test_moe_align.py draws E = 288 on the CPU, bit for bit against impl.moe.align_torch"),
+    Path("moe_combine_fwd_kernel", "several slots", lambda a: a["TOP_K"] >= 2, by=("moe.forward",)),
+    Path("moe_combine_fwd_kernel", "one slot (the shared expert, the dense MLP)", lambda a: a["TOP_K"] == 1,
+         by=("moe.forward",)),
+    Path("moe_combine_fwd_kernel", "a second column tile", lambda a: int(a["D"]) > a["BD"],
+         why="needs D > 1024 (the full geometry's 4096, on the GPU); tests/test_moe_align.py draws D up to 2100 on "
+             "the CPU against the slot-order sum"),
     Path("nvfp4_qdq_fwd_kernel", "the W4A4 prologue alone", lambda a: True,
          why="`impl.nvfp4.qdq_activation` launches it, which the matrix calls only for a candidate without a fused "
              "NVFP4 path (our gate_up / down kernels run the same prologue inline); tests/test_w4a4.py holds it "
@@ -344,6 +366,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "moe_gate_up_fwd_kernel": ("D", "I", "TOP_K", "BM", "BN", "BK"),
     "moe_down_fwd_kernel": ("D", "I", "BM", "BN", "BK"),
     "nvfp4_qdq_fwd_kernel": ("K", "BM", "BK"),
+    "moe_align_fwd_kernel": ("E", "BM", "BE", "BP", "BS"),
+    "moe_combine_fwd_kernel": ("TOP_K", "BD"),
 }
 
 

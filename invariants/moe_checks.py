@@ -272,7 +272,7 @@ CHECKS = (
           examples=(MoECase(32, 8, 2, 2, 1, 16, 9, "clamps", 0), MoECase(48, 8, 1, 1, 1, 16, 1, "normal", 1),
                     MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2)), cpu_examples=10,
           # D = 1024 spans 8 of the GPU's 128-wide K steps (the drawn sizes fit one): a K loop of many steps,
-          # and every range of a split-K candidate live (impl/candidates/moe_split_k.py)
+          # and a candidate that splits the K loop (issue 14 step 7, docs/optimization_log.md) meets every range
           gpu_examples=(MoECase(1024, 8, 2, 2, 1, 64, 9, "clamps", 3),)),
 )
 

@@ -22,7 +22,7 @@ import collections
 import json
 import sys
 
-DEFAULT_REPLAY = "bench_results/issue14_h200_2026-12-03/step6_dot_tf32x3/replay.json"
+DEFAULT_REPLAY = "bench_results/issue14_h200_2026-12-03/step8/replay.json"
 H200_BYTES = 139 * 2**30    # one H200's memory as the GPU machine reports it (about 139 GiB)
 COPY_CEILING = 4.27e12      # bytes/s, measured in the same runs as the layers (gate.benchlib.copy_ceiling)
 

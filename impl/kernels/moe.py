@@ -9,8 +9,10 @@ per block), BN output columns, BK reduction tile.
            topk_group group passes, k expert passes (argmax, lowest id on ties), weights from s
   gate_up  per (row block of sorted pairs, BN columns of I): gate and up accumulators from the
            block's expert, clamped SwiGLU epilogue -> h [P, I] (row = pair id)
-  down     per (row block, BN columns of D): h Wdown[e]^T x routing weight -> out [P, D] (row = pair id);
-           the host sums out.view(N, k, D) over slots in slot order (deterministic, no atomics)
+  down     per (row block, BN columns of D): h Wdown[e]^T x routing weight -> out [P, D] (row = pair id)
+  align    one program (decode): the pairs sorted by expert into BM-row blocks, the blocks' experts
+  combine  per (token, BD columns): out.view(N, k, D) summed over slots in slot order (deterministic,
+           no atomics), in the output's dtype
 
 NVFP4 (W4A16): packed uint8 [E, Nw, Kw/2] (element 2j in the low nibble), fp8-e4m3 block scales
 [E, Nw, Kw/16] in the LINEAR row-major layout, or (SWIZZLED) [E, Mp, Kp] with each expert's matrix in
@@ -373,3 +375,65 @@ def moe_down_fwd_kernel(
                 b_wt = b_wt * 16384.0                                            # the halves' 2^-14, exact
         tl.store(out + b_pair[:, None] * D + o_n[None, :], b_acc * b_wt[:, None],
                  mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def moe_align_fwd_kernel(
+    ids, sorted_ids, block_expert, P, NB,
+    E: tl.constexpr, BM: tl.constexpr, BE: tl.constexpr, BP: tl.constexpr, BS: tl.constexpr,
+):
+    """One program: the P (token, slot) pairs sorted by expert (stable), each expert's run padded to a
+    multiple of BM (pad slots hold P), block_expert[b] the expert of block b (-1 for the spare blocks of
+    the NB upper bound): impl.moe.align_torch's outputs, bit for bit, in one launch.
+
+    Three passes over one-hot [BP, BE] tiles: counts per expert; each pair's slot (its expert's start,
+    plus pairs of that expert in earlier chunks, plus earlier pairs of the same expert in its chunk);
+    the pad slots and the block experts. The passes write disjoint slots, so no barrier orders them.
+    """
+    o_e = tl.arange(0, BE)
+    mask_e = o_e < E
+    counts = tl.zeros([BE], dtype=tl.int32)
+    for p0 in range(0, P, BP):
+        o_p = p0 + tl.arange(0, BP)
+        b_e = tl.load(ids + o_p, mask=o_p < P, other=-1).to(tl.int32)
+        counts += tl.sum((b_e[:, None] == o_e[None, :]).to(tl.int32), 0)
+    padded = (counts + BM - 1) // BM * BM
+    pend = tl.cumsum(padded, 0)
+    pstart = pend - padded
+    # pairs: slot = pstart[e] + (pairs of e in earlier chunks) + (earlier pairs of e in this chunk)
+    seen = tl.zeros([BE], dtype=tl.int32)
+    o_q = tl.arange(0, BP)
+    for p0 in range(0, P, BP):
+        o_p = p0 + o_q
+        mask_p = o_p < P
+        b_e = tl.load(ids + o_p, mask=mask_p, other=-1).to(tl.int32)
+        b_hot = b_e[:, None] == o_e[None, :]                                       # [BP, BE]
+        b_base = tl.sum(tl.where(b_hot, (pstart + seen)[None, :], 0), 1)
+        b_before = (b_e[:, None] == b_e[None, :]) & (o_q[None, :] < o_q[:, None])   # [BP, BP]
+        b_slot = b_base + tl.sum(b_before.to(tl.int32), 1)
+        tl.store(sorted_ids + b_slot, o_p.to(tl.int64), mask=mask_p)
+        seen += tl.sum(b_hot.to(tl.int32), 0)
+    # pad slots: those in no expert's [pstart, pstart + count)
+    for s0 in range(0, NB * BM, BS):
+        o_s = s0 + tl.arange(0, BS)
+        b_in = (o_s[:, None] >= pstart[None, :]) & (o_s[:, None] < (pstart + counts)[None, :]) & mask_e[None, :]
+        b_real = tl.sum(b_in.to(tl.int32), 1) > 0
+        tl.store(sorted_ids + o_s, tl.full([BS], 0, tl.int64) + P, mask=(o_s < NB * BM) & (b_real == 0))
+    # block b's expert: how many experts end at or before block b (searchsorted right); E and up: spare
+    for b0 in range(0, NB, BS):
+        o_b = b0 + tl.arange(0, BS)
+        b_x = tl.sum((((pend // BM)[None, :] <= o_b[:, None]) & mask_e[None, :]).to(tl.int32), 1)
+        tl.store(block_expert + o_b, tl.where(b_x < E, b_x, -1).to(tl.int64), mask=o_b < NB)
+
+
+@triton.jit
+def moe_combine_fwd_kernel(out, y, D, TOP_K: tl.constexpr, BD: tl.constexpr):
+    """y[n] = Σ_slots out[n, slot] (float32 [N, k, D], summed in slot order: the deterministic sum of the
+    slots' weighted expert outputs), stored in y's dtype; one program per (token, BD columns)."""
+    i_n, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    o_d = i_d * BD + tl.arange(0, BD)
+    mask_d = o_d < D
+    b_y = tl.load(out + i_n * TOP_K * D + o_d, mask=mask_d, other=0.)
+    for s in tl.static_range(1, TOP_K):
+        b_y += tl.load(out + (i_n * TOP_K + s) * D + o_d, mask=mask_d, other=0.)
+    tl.store(y + i_n * D + o_d, b_y.to(y.dtype.element_ty), mask=mask_d)

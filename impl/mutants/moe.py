@@ -1,10 +1,12 @@
-"""MoE mutants: each a TorchMoE (impl/baseline/moe.py) overriding ONE small method."""
+"""MoE mutants: each a TorchMoE (impl/baseline/moe.py) overriding ONE small method, or a TritonMoE whose
+forward launches our kernels with one planted source edit."""
 from __future__ import annotations
 
 import torch
 
+from impl import moe as imoe
 from impl.baseline.moe import TorchMoE
-from impl.mutants.catalogue import mutant
+from impl.mutants.catalogue import kernel_edited, mutant
 
 
 @mutant("moe.route", "weights")
@@ -102,3 +104,25 @@ class MoeRouterTiesRaced(TorchMoE):
         # a fresh expert order per call: which of exactly tied experts sorts first changes from run to run
         perm = torch.randperm(biased.shape[-1], device=biased.device)
         return perm[super()._pick(biased[:, perm], k)]
+
+
+class TritonMOE:
+    """Our Triton moe namespace (impl/moe.py) as a class: the base of mutants that plant one edit in a kernel
+    its `forward` launches."""
+
+    BATCH_INVARIANT = imoe.BATCH_INVARIANT
+    route = staticmethod(imoe.route)
+    experts = staticmethod(imoe.experts)
+    dense_mlp = staticmethod(imoe.dense_mlp)
+    shared_expert = staticmethod(imoe.shared_expert)
+    forward = staticmethod(imoe.forward)
+
+
+@mutant("moe.forward", "output", base="triton")
+class MoeAlignBlockTaggedLeft(TritonMOE):
+    """The decode alignment tags each block with the experts ending strictly before it (a left search, not a right one), so an expert's first block runs the previous expert's weights."""
+
+    def forward(self, w, x, nvfp4=None, w4a4=False, *, ops=None):
+        with kernel_edited(imoe, "moe_align_fwd_kernel", "(pend // BM)[None, :] <= o_b[:, None]",
+                           "(pend // BM)[None, :] < o_b[:, None]"):
+            return imoe.forward(w, x, nvfp4, w4a4, ops=ops)

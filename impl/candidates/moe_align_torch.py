@@ -1,0 +1,67 @@
+"""Our MoE with the host glue of before issue 14 step 8: the peer the one-launch glue is timed beside.
+
+`impl.moe.align` sorts the (token, slot) pairs by expert in one program at decode (moe_align_fwd_kernel)
+and `impl.moe.combine` sums the slots in one launch (moe_combine_fwd_kernel). Here both go back to
+their torch forms: `impl.moe.align_torch` (~25 launches: counts, a stable argsort, cumulative sums, a
+scatter, a searchsorted) and the slot loop (k - 1 adds in float32, then a conversion to x's dtype).
+Every output is bitwise ours (the same integers, the same float32 sums in the same order):
+
+    PYTHONPATH=. python3 scripts/profile_replay.py --peer impl.candidates.moe_align_torch:Candidate
+    python3 -m gate.cli gate --candidate impl.candidates.moe_align_torch:Candidate --baseline triton --check moe.forward
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from impl import moe as _moe
+
+
+def combine_loop(out, dtype):
+    """Σ_slots out [N, k, D] in slot order by k - 1 torch adds, float32 (experts / dense_mlp convert)."""
+    y = out[:, 0]
+    for s in range(1, out.shape[1]):
+        y = y + out[:, s]
+    return y.to(dtype)
+
+
+def grouped(x2, ids, wts, E, I, dense=None, nv=None, limit=10.0, w4a4=False, split=None):
+    """impl.moe._grouped with the torch alignment and the slot loop."""
+    return _moe._grouped(x2, ids, wts, E, I, dense, nv, limit, w4a4, split=split, align_fn=_moe.align_torch,
+                         combine_fn=combine_loop)
+
+
+def experts(w, x, routing, nvfp4=None, w4a4=False):
+    """impl.moe.experts through this grouped."""
+    return _moe.experts_with(w, x, routing, nvfp4, w4a4, grouped=grouped)
+
+
+def dense_mlp(w, x):
+    """impl.moe.dense_mlp through this grouped."""
+    w.validate()
+    xs = _moe._tokens(x, int(w.gate_proj.shape[-1]))
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        _moe._check_field(f"DenseMLPWeights.{name}", getattr(w, name), x)
+    N = xs.shape[0]
+    if N == 0:
+        return torch.zeros_like(x)
+    ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
+    ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
+    y = grouped(xs, ids, ones, 1, w.width, (_moe.gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit)
+    return y.to(x.dtype).reshape(x.shape)
+
+
+def shared_expert(w, x):
+    """impl.moe.shared_expert through this dense_mlp."""
+    return torch.zeros_like(x) if w.shared is None else dense_mlp(w.shared, x)
+
+
+def forward(w, x, nvfp4=None, w4a4=False, *, ops=None):
+    """impl.moe.forward through these experts and shared expert."""
+    return _moe.forward(w, x, nvfp4, w4a4, ops=MOE if ops is None else ops)
+
+
+MOE = types.SimpleNamespace(**{k: getattr(_moe, k) for k in dir(_moe) if not k.startswith("__")})
+MOE.experts, MOE.dense_mlp, MOE.shared_expert, MOE.forward = experts, dense_mlp, shared_expert, forward
+Candidate = types.SimpleNamespace(moe=MOE)
