@@ -114,9 +114,9 @@ RECORDS = (
                  dict(D=4096, I=2048, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
                       BM=64, BN=64, BK=64), dict(num_warps=8)),
     KernelRecord("moe", "moe_align_fwd_kernel", dict(ids="*i64", sorted_ids="*i64", block_expert="*i64"),
-                 dict(P="i32", NB="i32"), dict(E=288, BM=16, BE=512, BP=32, BS=64), dict(num_warps=4)),
-    KernelRecord("moe", "moe_combine_fwd_kernel", dict(out=F32, y=BF), dict(D="i32"), dict(TOP_K=8, BD=1024),
-                 dict(num_warps=4)),
+                 dict(P="i32", NB="i32"), dict(E=288, BM=16, BE=512, BP=32, BS=64, IDX="int32"), dict(num_warps=4)),
+    KernelRecord("moe", "moe_combine_fwd_kernel", dict(out=F32, y=BF), dict(N="i32", D="i32"),
+                 dict(TOP_K=8, BT=1, BD=1024), dict(num_warps=4)),
     KernelRecord("moe", "nvfp4_qdq_fwd_kernel", dict(x=BF, out=F32), dict(M="i32", G="fp32"),
                  dict(K=4096, BM=16, BK=64), dict(num_warps=4)),
     KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF),
@@ -168,8 +168,8 @@ def compile_one(rec: KernelRecord, arch: int):
             raise ValueError(f"{rec.name}: no type given for argument {n!r} in gate/compile_check.py")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
     # dtype-valued constexprs are written as strings in the table ("fp32" -> tl.float32)
-    consts = {k: (getattr(tl, {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}[v])
-                  if k in ("ACC", "DOT") else v) for k, v in rec.constexprs.items()}
+    consts = {k: (getattr(tl, {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "int32": "int32"}[v])
+                  if k in ("ACC", "DOT", "IDX") else v) for k, v in rec.constexprs.items()}
     src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=rec.options)
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

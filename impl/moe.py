@@ -179,7 +179,8 @@ def align(ids, num_experts: int, block_m: int):
     block_expert = torch.empty(NB, device=ids.device, dtype=torch.int64)
     if P:
         moe_align_fwd_kernel[(1,)](flat.contiguous(), sorted_ids, block_expert, P, NB, E=E, BM=block_m,
-                                   BE=triton.next_power_of_2(max(E, 16)), BP=32, BS=64, num_warps=4)
+                                   BE=triton.next_power_of_2(max(E, 16)), BP=32, BS=64,
+                                   IDX=tl.int64 if impl.interpreted() else tl.int32, num_warps=4)
     return sorted_ids, block_expert
 
 
@@ -211,7 +212,11 @@ def combine(out, dtype: torch.dtype):
     y = torch.empty(N, D, device=out.device, dtype=dtype if narrow else torch.float32)
     if N:
         BD = min(1024, triton.next_power_of_2(max(D, 16)))
-        moe_combine_fwd_kernel[(N, triton.cdiv(D, BD))](out, y, D, TOP_K=k, BD=BD, num_warps=4)
+        # one token a program on a GPU (as measured); the interpreter pays ~2 ms a program, so there
+        # a program takes up to 64 tokens
+        BT = min(64, triton.next_power_of_2(N)) if impl.interpreted() else 1
+        moe_combine_fwd_kernel[(triton.cdiv(N, BT), triton.cdiv(D, BD))](out, y, N, D, TOP_K=k, BT=BT, BD=BD,
+                                                                         num_warps=4)
     return y.to(dtype)
 
 

@@ -366,8 +366,9 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "moe_gate_up_fwd_kernel": ("D", "I", "TOP_K", "BM", "BN", "BK"),
     "moe_down_fwd_kernel": ("D", "I", "BM", "BN", "BK"),
     "nvfp4_qdq_fwd_kernel": ("K", "BM", "BK"),
-    "moe_align_fwd_kernel": ("E", "BM", "BE", "BP", "BS"),
-    "moe_combine_fwd_kernel": ("TOP_K", "BD"),
+    "moe_align_fwd_kernel": ("E", "BM", "BE", "BP", "BS",
+                             "IDX"),      # the bookkeeping's int type: the same code in int32 or int64
+    "moe_combine_fwd_kernel": ("TOP_K", "BT", "BD"),
 }
 
 

@@ -220,9 +220,11 @@ def test_check_tensor_refuses_bad_tensors():
 # unwritten, in-place margins) are caught by their checks (tests/test_framework_mutants.py) and probed in
 # tests/test_kda_causal.py and tests/test_integrity.py; batch invariance and run-twice determinism compare
 # the same implementation with itself (a row alone, a second run), which no call against the oracle sees
+# the kernel-edit mutants (base triton: the bug is in our kernel, not in this torch baseline) are caught by
+# their checks (tests/test_framework_mutants.py runs each through the matrix)
 EXACT_PROPERTIES = ("causal", "inputs_unchanged", "in_bounds", "batch", "rerun")
 MOE_NVFP4_MUTANTS = sorted(n for n, m in MUTANTS.items() if m.mechanism in ("moe", "nvfp4")
-                           and m.quantity not in EXACT_PROPERTIES)
+                           and m.quantity not in EXACT_PROPERTIES and m.base != "triton")
 
 
 def _route_probe(impl, seed=0):

@@ -380,7 +380,7 @@ def moe_down_fwd_kernel(
 @triton.jit
 def moe_align_fwd_kernel(
     ids, sorted_ids, block_expert, P, NB,
-    E: tl.constexpr, BM: tl.constexpr, BE: tl.constexpr, BP: tl.constexpr, BS: tl.constexpr,
+    E: tl.constexpr, BM: tl.constexpr, BE: tl.constexpr, BP: tl.constexpr, BS: tl.constexpr, IDX: tl.constexpr,
 ):
     """One program: the P (token, slot) pairs sorted by expert (stable), each expert's run padded to a
     multiple of BM (pad slots hold P), block_expert[b] the expert of block b (-1 for the spare blocks of
@@ -390,50 +390,51 @@ def moe_align_fwd_kernel(
     plus pairs of that expert in earlier chunks, plus earlier pairs of the same expert in its chunk);
     the pad slots and the block experts. The passes write disjoint slots, so no barrier orders them.
     """
-    o_e = tl.arange(0, BE)
+    o_e = tl.arange(0, BE).to(IDX)
     mask_e = o_e < E
-    counts = tl.zeros([BE], dtype=tl.int32)
+    counts = tl.zeros([BE], dtype=IDX)
     for p0 in range(0, P, BP):
-        o_p = p0 + tl.arange(0, BP)
-        b_e = tl.load(ids + o_p, mask=o_p < P, other=-1).to(tl.int32)
-        counts += tl.sum((b_e[:, None] == o_e[None, :]).to(tl.int32), 0)
+        o_p = p0 + tl.arange(0, BP).to(IDX)
+        b_e = tl.load(ids + o_p, mask=o_p < P, other=-1).to(IDX)
+        counts += tl.sum((b_e[:, None] == o_e[None, :]).to(IDX), 0)
     padded = (counts + BM - 1) // BM * BM
     pend = tl.cumsum(padded, 0)
     pstart = pend - padded
     # pairs: slot = pstart[e] + (pairs of e in earlier chunks) + (earlier pairs of e in this chunk)
-    seen = tl.zeros([BE], dtype=tl.int32)
-    o_q = tl.arange(0, BP)
+    seen = tl.zeros([BE], dtype=IDX)
+    o_q = tl.arange(0, BP).to(IDX)
     for p0 in range(0, P, BP):
         o_p = p0 + o_q
         mask_p = o_p < P
-        b_e = tl.load(ids + o_p, mask=mask_p, other=-1).to(tl.int32)
+        b_e = tl.load(ids + o_p, mask=mask_p, other=-1).to(IDX)
         b_hot = b_e[:, None] == o_e[None, :]                                       # [BP, BE]
         b_base = tl.sum(tl.where(b_hot, (pstart + seen)[None, :], 0), 1)
         b_before = (b_e[:, None] == b_e[None, :]) & (o_q[None, :] < o_q[:, None])   # [BP, BP]
-        b_slot = b_base + tl.sum(b_before.to(tl.int32), 1)
+        b_slot = b_base + tl.sum(b_before.to(IDX), 1)
         tl.store(sorted_ids + b_slot, o_p.to(tl.int64), mask=mask_p)
-        seen += tl.sum(b_hot.to(tl.int32), 0)
+        seen += tl.sum(b_hot.to(IDX), 0)
     # pad slots: those in no expert's [pstart, pstart + count)
     for s0 in range(0, NB * BM, BS):
-        o_s = s0 + tl.arange(0, BS)
+        o_s = s0 + tl.arange(0, BS).to(IDX)
         b_in = (o_s[:, None] >= pstart[None, :]) & (o_s[:, None] < (pstart + counts)[None, :]) & mask_e[None, :]
-        b_real = tl.sum(b_in.to(tl.int32), 1) > 0
+        b_real = tl.sum(b_in.to(IDX), 1) > 0
         tl.store(sorted_ids + o_s, tl.full([BS], 0, tl.int64) + P, mask=(o_s < NB * BM) & (b_real == 0))
     # block b's expert: how many experts end at or before block b (searchsorted right); E and up: spare
     for b0 in range(0, NB, BS):
-        o_b = b0 + tl.arange(0, BS)
-        b_x = tl.sum((((pend // BM)[None, :] <= o_b[:, None]) & mask_e[None, :]).to(tl.int32), 1)
+        o_b = b0 + tl.arange(0, BS).to(IDX)
+        b_x = tl.sum((((pend // BM)[None, :] <= o_b[:, None]) & mask_e[None, :]).to(IDX), 1)
         tl.store(block_expert + o_b, tl.where(b_x < E, b_x, -1).to(tl.int64), mask=o_b < NB)
 
 
 @triton.jit
-def moe_combine_fwd_kernel(out, y, D, TOP_K: tl.constexpr, BD: tl.constexpr):
+def moe_combine_fwd_kernel(out, y, N, D, TOP_K: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
     """y[n] = Σ_slots out[n, slot] (float32 [N, k, D], summed in slot order: the deterministic sum of the
-    slots' weighted expert outputs), stored in y's dtype; one program per (token, BD columns)."""
-    i_n, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    slots' weighted expert outputs), stored in y's dtype; one program per (BT tokens, BD columns)."""
+    i_t, i_d = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    o_t = i_t * BT + tl.arange(0, BT).to(tl.int64)
     o_d = i_d * BD + tl.arange(0, BD)
-    mask_d = o_d < D
-    b_y = tl.load(out + i_n * TOP_K * D + o_d, mask=mask_d, other=0.)
+    mask = (o_t < N)[:, None] & (o_d < D)[None, :]
+    b_y = tl.load(out + (o_t * TOP_K * D)[:, None] + o_d[None, :], mask=mask, other=0.)
     for s in tl.static_range(1, TOP_K):
-        b_y += tl.load(out + (i_n * TOP_K + s) * D + o_d, mask=mask_d, other=0.)
-    tl.store(y + i_n * D + o_d, b_y.to(y.dtype.element_ty), mask=mask_d)
+        b_y += tl.load(out + ((o_t * TOP_K + s) * D)[:, None] + o_d[None, :], mask=mask, other=0.)
+    tl.store(y + (o_t * D)[:, None] + o_d[None, :], b_y.to(y.dtype.element_ty), mask=mask)
