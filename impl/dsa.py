@@ -163,13 +163,14 @@ def scores(w: IndexerWeights, q_lat, a, kbar):
 # ----------------------------------------------------------------------------- selection
 
 
-def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
+def index(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None) -> Selection:
     """Token selection of every query (picked pools ++ tail, -1 padded); oracle.dsa.index.
 
     Args:
         a: [B, S, D];  q_lat: [B, S, r_q];  packed_all: [B, T, 2K + 1] the cached rows, this call's last;
         mask: [B, S] query mask (1 = real), or None: the valid flags of the last S cached rows;
             given, it must agree with them
+        pool: `pool_keys`' signature (None: ours; a candidate's, impl/candidates/)
     Returns:
         Selection(indices [B, S, W] int64 (-1 padded, compacted), scores [B, S, P] float32
         (non-candidates -inf), candidate [B, S, P] bool, k_sel int, pool_first [B] int64,
@@ -202,7 +203,8 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
         if not capturing() and not torch.equal(mask.bool(), qmask):
             raise ValueError("mask: disagrees with the valid flags of the last S rows of packed_all "
                              "(index_rows must be packed with the same mask)")
-    kbar, member_idx, pool_valid, first, kept = pool_keys(packed_all, w.compress_ape, kpool, keep_all=capturing())
+    kbar, member_idx, pool_valid, first, kept = (pool or pool_keys)(packed_all, w.compress_ape, kpool,
+                                                                    keep_all=capturing())
     P = kbar.shape[1]
     pos = torch.arange(T - S, T, device=dev)                                                 # [S]
     pool_last = torch.where(pool_valid, member_idx[..., -1], -1)                             # [B, P]
