@@ -163,14 +163,13 @@ def scores(w: IndexerWeights, q_lat, a, kbar):
 # ----------------------------------------------------------------------------- selection
 
 
-def index(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None) -> Selection:
+def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     """Token selection of every query (picked pools ++ tail, -1 padded); oracle.dsa.index.
 
     Args:
         a: [B, S, D];  q_lat: [B, S, r_q];  packed_all: [B, T, 2K + 1] the cached rows, this call's last;
         mask: [B, S] query mask (1 = real), or None: the valid flags of the last S cached rows;
             given, it must agree with them
-        pool: `pool_keys`' signature (None: ours; a candidate's, impl/candidates/)
     Returns:
         Selection(indices [B, S, W] int64 (-1 padded, compacted), scores [B, S, P] float32
         (non-candidates -inf), candidate [B, S, P] bool, k_sel int, pool_first [B] int64,
@@ -184,6 +183,12 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None) -> S
     among exactly tied scores, as between batch sizes: BATCH_INVARIANT), and the attention over them the
     same bits (tests/test_host_sync.py).
     """
+    return index_with(w, a, q_lat, packed_all, mask)
+
+
+def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None) -> Selection:
+    """`index` with the pooling chosen (pool: `pool_keys`' signature; None: ours, a candidate's from
+    impl/candidates/)."""
     if a.ndim != 3:
         raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
     B, S, _ = a.shape

@@ -100,7 +100,7 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
 
 def index(w, a, q_lat, packed_all, mask=None):
     """impl.dsa.index with this pool_keys."""
-    return _dsa.index(w, a, q_lat, packed_all, mask, pool=pool_keys)
+    return _dsa.index_with(w, a, q_lat, packed_all, mask, pool=pool_keys)
 
 
 class DSA:
