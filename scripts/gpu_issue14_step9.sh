@@ -25,7 +25,7 @@ SEEDS=${SEEDS:-0 1}
 gate() { step "gate_s$1" "$2" python3 -m gate.cli gate --device cuda --candidate impl.candidates.dsa_pool_fused:Candidate \
     --baseline triton --check dsa.index --check dsa.rerun --check dsa.batch --check mla.paths --check model.paths \
     --examples "${EX:-12}" --seed "$1" --json "$L/gate_s$1.json"; }
-has tests && step tests 120 python3 -m pytest -q -p no:cacheprovider tests/test_dsa_pool_fused.py
+has tests && step tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_dsa_pool_fused.py
 has gate && gate "${SEEDS%% *}" "${T_GATE:-170}"
 has replay && step replay "${T_REPLAY:-90}" python3 scripts/profile_replay.py --kinds dsa-full+sparse \
     --peer impl.candidates.dsa_pool_fused:Candidate --repeats 5 --json "$L/replay.json"

@@ -32,20 +32,21 @@ def packed_rows(rng, B, T, K, pads, holes=()):
     return rows
 
 
-@pytest.mark.parametrize("B, T, K, kpool, pads, holes", [
+CASES = [
     (3, 17, 8, 4, (0, 3, 17), ()),        # left padding, an all-pad row, a pool cut by T
     (2, 1, 8, 4, (0, 1), ()),
     (2, 40, 24, 3, (5, 0), (9, 20, 21)),  # P_k not a power of two, K above the 16-lane minimum, holes
     (1, 9, 16, 1, (2,), (4,)),
     (2, 70, 128, 4, (0, 6), (13, 40)),    # the released head dim; several pool blocks
-], ids=lambda v: str(v))
-@pytest.mark.parametrize("keep_all", [False, True], ids=["kept", "keep_all"])
-def test_fused_pool_keys_is_the_oracles(B, T, K, kpool, pads, holes, keep_all):
+]
+
+
+def check_case(B, T, K, kpool, pads, holes, keep_all, device="cpu"):
     rng = np.random.default_rng(T * 7 + K)
     packed = packed_rows(rng, B, T, K, pads, holes)
     ape = rng.standard_normal((kpool, K))
     kbar, member_idx, pool_valid, first, kept = odsa.pool_keys(packed, ape, kpool)
-    got = fused.pool_keys(t32(packed), t32(ape), kpool, keep_all=keep_all)
+    got = [x.cpu() for x in fused.pool_keys(t32(packed).to(device), t32(ape).to(device), kpool, keep_all=keep_all)]
     np.testing.assert_array_equal(got[3].numpy(), first, err_msg="first")
     np.testing.assert_array_equal(got[4].numpy(), kept, err_msg="kept")
     g_kbar, g_idx, g_valid = (x.numpy() for x in got[:3])
@@ -57,6 +58,20 @@ def test_fused_pool_keys_is_the_oracles(B, T, K, kpool, pads, holes, keep_all):
     np.testing.assert_array_equal(g_valid, pool_valid, err_msg="pool_valid")
     assert np.isfinite(got[0].numpy()).all()
     assert_contract("dsa", "pool_keys", "kbar", "kernel_unit", "float32", g_kbar, kbar)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("keep_all", [False, True], ids=["kept", "keep_all"])
+def test_fused_pool_keys_is_the_oracles(case, keep_all):
+    check_case(*case, keep_all)
+
+
+@pytest.mark.gpu
+def test_fused_pool_keys_compiled_is_the_oracles():
+    """The compiled kernel (float32 rows on the GPU) under the same contract."""
+    for case in CASES:
+        for keep_all in (False, True):
+            check_case(*case, keep_all, device="cuda")
 
 
 def test_the_index_with_the_fused_pools_is_ours_up_to_float32_rounding():
