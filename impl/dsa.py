@@ -61,6 +61,21 @@ def index_rows(w: IndexerWeights, a, mask=None):
 # ----------------------------------------------------------------------------- pools (torch)
 
 
+def pool_anchor(packed, ape, kpool: int):
+    """`pool_keys`' arguments checked, and each row's anchor: (B, T, K, val [B, T] bool, first [B] int64,
+    T when a row has no real token)."""
+    if packed.ndim != 3 or packed.shape[-1] % 2 != 1:
+        raise ValueError(f"packed: expected [B, T, 2K + 1], got shape {tuple(packed.shape)}")
+    B, T, width = packed.shape
+    K = (width - 1) // 2
+    if isinstance(kpool, bool) or not isinstance(kpool, int) or kpool < 1:
+        raise ValueError(f"kpool: expected an int >= 1, got {kpool!r}")
+    _check_shape("ape", ape, (kpool, K))
+    val = packed[..., 2 * K] > 0.5
+    first = torch.where(val.any(1), val.int().argmax(1), torch.full((B,), T, device=packed.device)).long()
+    return B, T, K, val, first
+
+
 def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
     """Pool keys over the cached rows, anchored at each row's first real token; oracle.dsa.pool_keys.
 
@@ -76,17 +91,9 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
         pool_valid: [B, P] bool (complete);  first: [B] int64 (T when a row has no real token);
         kept: [n_p] bool, which of the ceil(T / M) pools are valid in at least one row (P of them)
     """
-    if packed.ndim != 3 or packed.shape[-1] % 2 != 1:
-        raise ValueError(f"packed: expected [B, T, 2K + 1], got shape {tuple(packed.shape)}")
-    B, T, width = packed.shape
-    K = (width - 1) // 2
-    if isinstance(kpool, bool) or not isinstance(kpool, int) or kpool < 1:
-        raise ValueError(f"kpool: expected an int >= 1, got {kpool!r}")
-    _check_shape("ape", ape, (kpool, K))
+    B, T, K, val, first = pool_anchor(packed, ape, kpool)
     dev = packed.device
     kI, gsc = packed[..., :K].float(), packed[..., K:2 * K].float()
-    val = packed[..., 2 * K] > 0.5                                                       # [B, T]
-    first = torch.where(val.any(1), val.int().argmax(1), torch.full((B,), T, device=dev)).long()
     n_p = -(-T // kpool)
     idx = first[:, None, None] + torch.arange(n_p * kpool, device=dev).view(1, n_p, kpool)   # [B, n_p, M]
     safe = idx.clamp(max=max(T - 1, 0))

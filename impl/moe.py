@@ -356,6 +356,13 @@ def gate_up(w: DenseMLPWeights):
 
 def dense_mlp(w: DenseMLPWeights, x):
     """oracle.moe.dense_mlp through the grouped kernels: one expert of width F, weight 1."""
+    return dense_mlp_with(w, x)
+
+
+def dense_mlp_with(w: DenseMLPWeights, x, *, grouped=None, gate_up_fn=None):
+    """`dense_mlp` with the grouped-GEMM function (grouped: `_grouped`'s signature, returning float32; None:
+    ours) and the [2F, D] gate-then-up matrix (gate_up_fn: `gate_up`'s signature; None: ours) chosen: the
+    seams of the peers in impl/candidates/."""
     w.validate()
     D = int(w.gate_proj.shape[-1])
     xs = _tokens(x, D)
@@ -366,9 +373,10 @@ def dense_mlp(w: DenseMLPWeights, x):
         return torch.zeros_like(x)
     ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
     ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
-    y = _grouped(xs, ids, ones, 1, w.width, (gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit,
-                 out_dtype=x.dtype)
-    return y.reshape(x.shape)
+    args = (xs, ids, ones, 1, w.width, ((gate_up_fn or gate_up)(w)[None], w.down_proj[None]), None, w.swiglu_limit)
+    # ours writes x's dtype; a candidate's grouped GEMM returns float32
+    y = _grouped(*args, out_dtype=x.dtype) if grouped is None else grouped(*args)
+    return y.to(x.dtype).reshape(x.shape)
 
 
 def shared_expert(w: MoEWeights, x):

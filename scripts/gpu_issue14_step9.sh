@@ -9,19 +9,9 @@
 # Each step's log lands in $OUT/step9/ and the folder is re-archived to $OUT/step9.tgz after every step,
 # so a call cut at its limit still returns what ran.
 set -u
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-L=$OUT/step9
-mkdir -p "$L"
+NAME=step9
 PARTS=${PARTS:-tests gate replay matrix}
-has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-step() {
-  local name=$1 t=$2 t0; shift 2; t0=$(date +%s)
-  timeout "$t" "$@" > "$L/$name.log" 2>&1
-  echo "== $name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$L/summary.txt"
-  tar czf "$OUT/step9.tgz" -C "$OUT" step9
-}
-SEEDS=${SEEDS:-0 1}
+source "$(dirname "$0")/gpu_steps.sh"
 gate() { step "gate_s$1" "$2" python3 -m gate.cli gate --device cuda --candidate impl.candidates.dsa_pool_fused:Candidate \
     --baseline triton --check dsa.index --check dsa.rerun --check dsa.batch --check mla.paths --check model.paths \
     --examples "${EX:-12}" --seed "$1" --json "$L/gate_s$1.json"; }

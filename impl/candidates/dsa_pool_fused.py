@@ -71,16 +71,8 @@ def dsa_pool_fwd_kernel(
 
 def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
     """impl.dsa.pool_keys (same arguments, same returns) with the pooling in one kernel."""
-    if packed.ndim != 3 or packed.shape[-1] % 2 != 1:
-        raise ValueError(f"packed: expected [B, T, 2K + 1], got shape {tuple(packed.shape)}")
-    B, T, width = packed.shape
-    K = (width - 1) // 2
-    if isinstance(kpool, bool) or not isinstance(kpool, int) or kpool < 1:
-        raise ValueError(f"kpool: expected an int >= 1, got {kpool!r}")
-    _dsa._check_shape("ape", ape, (kpool, K))
+    B, T, K, _, first = _dsa.pool_anchor(packed, ape, kpool)
     dev = packed.device
-    val = packed[..., 2 * K] > 0.5                                                       # [B, T]
-    first = torch.where(val.any(1), val.int().argmax(1), torch.full((B,), T, device=dev)).long()
     n_p = -(-T // kpool)
     kbar = torch.empty(B, n_p, K, device=dev, dtype=torch.float32)
     idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)

@@ -18,18 +18,7 @@ from impl import moe as _moe
 
 def dense_mlp(w, x):
     """impl.moe.dense_mlp with the gate-then-up matrix concatenated on every call."""
-    w.validate()
-    xs = _moe._tokens(x, int(w.gate_proj.shape[-1]))
-    for name in ("gate_proj", "up_proj", "down_proj"):
-        _moe._check_field(f"DenseMLPWeights.{name}", getattr(w, name), x)
-    N = xs.shape[0]
-    if N == 0:
-        return torch.zeros_like(x)
-    ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
-    ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
-    gu = torch.cat([w.gate_proj, w.up_proj])
-    y = _moe._grouped(xs, ids, ones, 1, w.width, (gu[None], w.down_proj[None]), None, w.swiglu_limit)
-    return y.to(x.dtype).reshape(x.shape)
+    return _moe.dense_mlp_with(w, x, gate_up_fn=lambda w: torch.cat([w.gate_proj, w.up_proj]))
 
 
 def shared_expert(w, x):

@@ -39,17 +39,7 @@ def experts(w, x, routing, nvfp4=None, w4a4=False):
 
 def dense_mlp(w, x):
     """impl.moe.dense_mlp through this grouped."""
-    w.validate()
-    xs = _moe._tokens(x, int(w.gate_proj.shape[-1]))
-    for name in ("gate_proj", "up_proj", "down_proj"):
-        _moe._check_field(f"DenseMLPWeights.{name}", getattr(w, name), x)
-    N = xs.shape[0]
-    if N == 0:
-        return torch.zeros_like(x)
-    ids = torch.zeros(N, 1, device=x.device, dtype=torch.int64)
-    ones = torch.ones(N, 1, device=x.device, dtype=torch.float32)
-    y = grouped(xs, ids, ones, 1, w.width, (_moe.gate_up(w)[None], w.down_proj[None]), None, w.swiglu_limit)
-    return y.to(x.dtype).reshape(x.shape)
+    return _moe.dense_mlp_with(w, x, grouped=grouped)
 
 
 def shared_expert(w, x):
