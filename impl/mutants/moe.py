@@ -126,3 +126,12 @@ class MoeAlignBlockTaggedLeft(TritonMOE):
         with kernel_edited(imoe, "moe_align_fwd_kernel", "(pend // BM)[None, :] <= o_b[:, None]",
                            "(pend // BM)[None, :] < o_b[:, None]"):
             return imoe.forward(w, x, nvfp4, w4a4, ops=ops)
+
+
+@mutant("moe.forward", "output", base="triton")
+class MoeCombineDropsLastSlot(TritonMOE):
+    """The slot sum stops one slot early, so each token's last routed expert is left out of its output."""
+
+    def forward(self, w, x, nvfp4=None, w4a4=False, *, ops=None):
+        with kernel_edited(imoe, "moe_combine_fwd_kernel", "tl.static_range(1, TOP_K)", "tl.static_range(1, TOP_K - 1)"):
+            return imoe.forward(w, x, nvfp4, w4a4, ops=ops)
