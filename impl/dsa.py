@@ -4,7 +4,9 @@ Letters: B batch, S queries of this call, T cached tokens (past + current), D hi
 H indexer heads (H_i), K index head dim (d_i), R query latent rank (r_q), P kept pools,
 M pool size (P_k, index_kpool), W selection width (index_topk + P_k - 1).
 
-Only the scores are a kernel (`scores`); packing, pooling and the selection around them are torch.
+The pooled keys (`pool_keys`: dsa_pool_fwd_kernel) and the scores (`_scores`: dsa_score_fwd_kernel) are
+kernels; packing and the selection around them are torch (`pool_keys_torch` is the pooling's torch
+form, the peer the kernel was measured against: impl/candidates/dsa_pool_torch.py).
 Scores are float32 (SPEC §2); under the Triton interpreter every kernel operand is float32 (its
 tl.dot on bf16 is wrong). Top-k is torch.topk: exact score ties (SPEC §12 pitfall 1) may break
 differently from the oracle's lowest-index rule, which is why `index` returns the scores and
@@ -19,7 +21,7 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import interpreted, kernel_operand, paged
 from impl.graph import capturing
-from impl.kernels.dsa import dsa_score_fwd_kernel
+from impl.kernels.dsa import dsa_pool_fwd_kernel, dsa_score_fwd_kernel
 from oracle.types import IndexerWeights, Selection
 
 LN_EPS = 1e-6
@@ -58,7 +60,7 @@ def index_rows(w: IndexerWeights, a, mask=None):
     return torch.cat([k, gsc, val[..., None]], dim=-1)
 
 
-# ----------------------------------------------------------------------------- pools (torch)
+# ----------------------------------------------------------------------------- pools (kernel)
 
 
 def pool_anchor(packed, ape, kpool: int):
@@ -91,6 +93,29 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
         pool_valid: [B, P] bool (complete);  first: [B] int64 (T when a row has no real token);
         kept: [n_p] bool, which of the ceil(T / M) pools are valid in at least one row (P of them)
     """
+    B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    dev = packed.device
+    n_p = -(-T // kpool)
+    kbar = torch.empty(B, n_p, K, device=dev, dtype=torch.float32)
+    idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)
+    valid = torch.empty(B, n_p, device=dev, dtype=torch.int8)
+    if B * n_p:
+        # 16 pools a program on the interpreter (its cost is per program); 8 on the GPU: 8 pools x 4 members
+        # x 128 channels in registers (106 at sm_90, no spills)
+        BPL = 16 if interpreted() else 8
+        dsa_pool_fwd_kernel[(triton.cdiv(n_p, BPL), B)](
+            kernel_operand(packed), ape.float().contiguous(), first, kbar, idx, valid, T, n_p,
+            K=K, M=kpool, BPL=BPL, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
+            num_warps=4)
+    pool_valid = valid.bool()
+    kept = pool_valid.any(0)                                                             # [n_p]
+    if keep_all:
+        return kbar, idx, pool_valid, first, kept
+    return kbar[:, kept].contiguous(), idx[:, kept], pool_valid[:, kept], first, kept
+
+
+def pool_keys_torch(packed, ape, kpool: int, keep_all: bool = False):
+    """`pool_keys` in ~28 torch launches (the form before issue 14 step 9; the peer of its kernel)."""
     B, T, K, val, first = pool_anchor(packed, ape, kpool)
     dev = packed.device
     kI, gsc = packed[..., :K].float(), packed[..., K:2 * K].float()
@@ -226,19 +251,27 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None)
 
     k_sel = min(w.topk_pools, P)
     parts = []
+    picked = None
     if k_sel > 0:
         pick = torch.topk(I, k_sel, dim=-1).indices                                          # [B, S, k]
         ok = torch.gather(candidate, 2, pick)
         rows = torch.arange(B, device=dev)[:, None, None]
-        tok = member_idx[rows, pick]                                                         # [B, S, k, M]
-        parts.append(torch.where(ok[..., None], tok, -1).reshape(B, S, k_sel * kpool))
+        picked = torch.where(ok[..., None], member_idx[rows, pick], -1)                       # [B, S, k, M]
+        parts.append(picked.reshape(B, S, k_sel * kpool))
     if w.always_select_tail and kpool > 1:
         n_vis = torch.cumsum(val.long(), 1)[:, T - S:]                                       # [B, S]
         tau = n_vis % kpool
         o = torch.arange(kpool - 1, device=dev)
-        t = first[:, None, None] + (n_vis - tau)[..., None] + o                              # [B, S, M-1]
+        start = first[:, None] + n_vis - tau                                                 # [B, S] its pool's first token
+        t = start[..., None] + o                                                             # [B, S, M-1]
         vis = torch.gather(val, 1, t.clamp(max=T - 1).view(B, -1)).view_as(t)
         ok = (o < tau[..., None]) & (t < T) & (t <= pos[None, :, None]) & vis
+        if picked is not None:
+            # SPEC §8.7 places the tail by counting real tokens (n_vis): with pads inside the cache (mask
+            # holes) it can land in a complete pool that was also picked. The oracle then lists those
+            # tokens twice ("duplicates harmless": its attention takes a set); impl.mla.absorbed sums over
+            # slots, so the tail gives them up. Without holes the tail's pool is never complete.
+            ok = ok & ~(picked[..., 0] == start[..., None]).any(-1, keepdim=True)
         parts.append(torch.where(ok, t, -1))
     width = w.slots
     sel = torch.cat(parts, -1) if parts else torch.empty(B, S, 0, dtype=torch.int64, device=dev)

@@ -9,7 +9,8 @@ gathers only the selected latent rows and returns Σ p c per head, and W_UV is a
 softmax). Under the Triton interpreter the kernel's operands are float32 (its bf16 tl.dot is wrong).
 
 Selections must not repeat a position within a row: the oracle's softmax is over a SET, the kernel
-sums over slots, so a duplicate would count twice. `index` never emits one; other callers are refused.
+sums over slots, so a duplicate would count twice. `index` never emits one (with pads inside the cache
+its tail gives up the tokens of a picked pool: impl.dsa.index_with); other callers are refused.
 """
 from __future__ import annotations
 

@@ -30,7 +30,9 @@ TINY = Geometry.preset("tiny")     # the pinned examples' geometry
 
 class IndexCase(NamedTuple):
     """T cached tokens, the last `queries` of them querying (1 = a decode step after any prefix);
-    `tie` = "exact" copies one pool's tokens into the next so their scores tie on purpose."""
+    `tie` = "exact" copies one pool's tokens into the next so their scores tie on purpose; `holes`:
+    tokens of row 0 after its left padding that are pad too (a mask with holes, as a packed or
+    right-padded batch leaves in a cache: the pools holding one are not complete, SPEC §8.3)."""
 
     geometry: DSAGeometry
     batch: int
@@ -40,6 +42,7 @@ class IndexCase(NamedTuple):
     tie: str
     family: str
     seed: int
+    holes: tuple[int, ...] = ()
 
 
 def dsa_lengths(g: DSAGeometry, *, max_len: int = 80) -> st.SearchStrategy[int]:
@@ -62,8 +65,11 @@ def index_cases(draw, base, *, max_len: int = 80) -> IndexCase:
         draw(st.integers(1, length))
     batch = draw(st.integers(1, 2))
     pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
-    return IndexCase(g, batch, length, queries, pad, draw(st.sampled_from(("none", "exact"))),
-                     draw(st.sampled_from(("normal", "large"))), draw(SEEDS))
+    tie, family, seed = draw(st.sampled_from(("none", "exact"))), draw(st.sampled_from(("normal", "large"))), draw(SEEDS)
+    holes = ()
+    if pad[0] < length - 1 and draw(st.integers(0, 3)) == 0:
+        holes = tuple(sorted(draw(st.sets(st.integers(pad[0] + 1, length - 1), min_size=1, max_size=3))))
+    return IndexCase(g, batch, length, queries, pad, tie, family, seed, holes)
 
 
 # ---------------------------------------------------------------- run functions
@@ -93,6 +99,7 @@ def index_inputs(case: IndexCase):
     w = tz.indexer_weights(rng, g, case.family)
     a = rng.standard_normal((case.batch, case.length, g.hidden))
     mask = _mask(case.batch, case.length, case.left_pad)
+    mask[0, list(case.holes)] = 0.0
     if case.tie == "exact":
         a = _tie_exact(a, mask, g.kpool)
     q_lat = rng.standard_normal((case.batch, case.length, g.q_rank))
@@ -146,6 +153,8 @@ def run_index(case: IndexCase, cand: Target, base: Target):
     _label_sparsity(case.length, case.geometry)
     if any(case.left_pad):
         label("left padding")
+    if case.holes:
+        label("pad tokens inside the cache (mask holes)")
     if case.queries == 1:
         label("decode query after a prefix")
     w, a, q_lat, mask = index_inputs(case)
@@ -177,7 +186,8 @@ CHECKS = (
           examples=(IndexCase(G0, 1, 5, 5, (0,), "none", "normal", 0),              # tail only, P = 1
                     IndexCase(G0, 2, 13, 13, (0, 3), "none", "normal", 1),          # real top-k, left padding
                     IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2),            # decode query, exact tie
-                    IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3)),
+                    IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3),
+                    IndexCase(G0, 2, 21, 21, (0, 3), "none", "normal", 4, (5, 9))),   # mask holes
           gpu_examples=FULL_INDEX_PINS),
 )
 

@@ -92,6 +92,13 @@ def _expert_in_two_chunks(a) -> bool:
     return any(len(set(chunk[ids == e])) >= 2 for e in set(ids.tolist()))
 
 
+def _pool_hole(a) -> bool:
+    """dsa_pool_fwd_kernel: some row has a pad token after its first real one (its valid flag column)."""
+    flags = a["packed"][..., -1].detach().to("cpu").float().numpy() > 0.5          # [B, T]
+    first = _ints(a["first"])
+    return any((~flags[b, f:]).any() for b, f in enumerate(first))
+
+
 def _doubled(e: np.ndarray) -> bool:
     """Some expert runs over two or more blocks."""
     e = e[e >= 0]
@@ -194,6 +201,20 @@ PATHS: tuple[Path, ...] = (
          by=("kda.decode", "kda.paths")),
     Path("kda_decode_fused_fwd_kernel", "a head dim narrower than its tile (masked lanes)",
          lambda a: a["K"] < a["BK"], by=("kda.decode", "kda.paths")),
+    # ---------------------------------------------------------------- DSA indexer pooled keys
+    Path("dsa_pool_fwd_kernel", "a second block of pools", lambda a: _cdiv(a["NP"], a["BPL"]) >= 2,
+         by=("dsa.index", "mla.paths")),
+    Path("dsa_pool_fwd_kernel", "a pool cut by the cache's end (members past T)",
+         lambda a: bool(((_ints(a["first"]) + int(a["NP"]) * a["M"]) > int(a["T"])).any()), by=("dsa.index", "mla.paths")),
+    Path("dsa_pool_fwd_kernel", "a row with no real token (every pool empty: K̄ 0)",
+         lambda a: bool((_ints(a["first"]) >= int(a["T"])).any()),
+         why="a row of pads only; tests/test_dsa_pool.py draws it against the oracle (the model's rows each hold "
+             "a real token)"),
+    Path("dsa_pool_fwd_kernel", "a pad inside a pool (a mask hole: the pool incomplete)", _pool_hole, by=("dsa.index",)),
+    Path("dsa_pool_fwd_kernel", "a pool size not a power of two (masked member lanes)", lambda a: a["M"] < a["BM"],
+         why="the tiny and full geometries' P_k is 4; tests/test_dsa_pool.py draws P_k = 3 and 1 against the oracle"),
+    Path("dsa_pool_fwd_kernel", "an index head dim narrower than its tile", lambda a: a["K"] < a["BK"],
+         by=("dsa.index", "mla.paths")),
     # ---------------------------------------------------------------- DSA indexer scores
     Path("dsa_score_fwd_kernel", "a second query tile", lambda a: _cdiv(a["S"], a["BT"]) >= 2,
          by=("dsa.index", "dsa.index_paged")),
@@ -354,6 +375,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_decode_fused_fwd_kernel": ("H", "K", "W", "BK", "BV", "BW"),
+    "dsa_pool_fwd_kernel": ("K", "M", "BPL", "BM", "BK"),
     "dsa_score_fwd_kernel": ("H", "K", "BT", "BP", "BK"),
     "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
     "mla_combine_kernel": ("H", "R", "BR"),

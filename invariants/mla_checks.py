@@ -98,12 +98,15 @@ def run_absorbed(case: IndexCase, cand: Target, base: Target):
     S = case.queries
     q, _, c = omla.project(mw, a)
     packed = odsa.index_rows(w, a, mask)
-    sel = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
+    # with mask holes the oracle's selection can repeat a position; the attention takes it as the set it is
+    indices = odsa.as_set(odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:]).indices)
+    if case.holes:
+        label("pad tokens inside the cache (mask holes)")
     outs = []
     for t, fn in ((ORACLE, "absorbed"), (cand, "absorbed"), (base, "expanded")):
         with t.poisoned():
             o, _ = getattr(t.impl.mla, fn)(mw.map(t.tensor), t.tensor(q[:, -S:]), t.tensor(c),
-                                           t.index(sel.indices, long=True))
+                                           t.index(indices, long=True))
         outs.append(o)
     return [Comparison("absorbed", "output", outs[1], outs[0], outs[2])]
 

@@ -287,6 +287,19 @@ def _compact(idx, width: int):
     return np.concatenate([idx, np.full(idx.shape[:-1] + (pad,), -1)], axis=-1).astype(np.int64)
 
 
+def as_set(indices):
+    """[B, S, W] positions with each row's repeats (SPEC §8.7: "duplicates harmless", Sel is a set) made
+    -1 and the row compacted, first occurrences in order: the form a slot-summing attention takes."""
+    idx = np.array(indices, dtype=np.int64)
+    for row in idx.reshape(-1, idx.shape[-1]):
+        seen = set()
+        for j, t in enumerate(row):
+            if t >= 0 and t in seen:
+                row[j] = -1
+            seen.add(int(t))
+    return _compact(idx, idx.shape[-1])
+
+
 def shared(prev: Selection) -> Selection:
     """A "shared" layer's selection: the previous layer's, unchanged (SPEC §8.8).
 

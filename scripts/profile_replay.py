@@ -80,9 +80,10 @@ def main(argv=None) -> int:
         mod, obj = args.peer.split(":")
         from impl.compose import compose, link
         cand = getattr(importlib.import_module(mod), obj)
-        # a candidate's partial namespace (e.g. moe with `experts` only) over ours, as the gate composes it
-        peer = {m: compose(m, getattr(cand, m), registry.FUNCTIONS[m]) for m in registry.MECHANISMS
-                if hasattr(cand, m)}
+        # a candidate's partial namespace (e.g. moe with `experts` only) over ours, as the gate composes it;
+        # the mechanisms it lacks are composed too, so that link() points their compositions at its
+        # namespaces (impl.mla.sublayer calls ops.dsa: a dsa-only candidate left our mla calling ours)
+        peer = {m: compose(m, getattr(cand, m, None), registry.FUNCTIONS[m]) for m in registry.MECHANISMS}
         backends["peer"] = backends["ours"]._replace(**peer)
         link({m: getattr(backends["peer"], m) for m in registry.MECHANISMS})
     g, dtype = Geometry.preset("full"), torch.bfloat16

@@ -13,7 +13,7 @@ What it leaves out, stated: the layers' weights are read cold from HBM in every 
 flushes L2), as they would be in a model; the launch of 45 layer graphs (or one model graph) and the host
 between tokens are not in it; the mHC expand / reduce at the model's ends are small and not counted.
 
-    PYTHONPATH=. python3 scripts/whole_model_estimate.py [--replay bench_results/.../replay.json] [--json F]
+    PYTHONPATH=. python3 scripts/whole_model_estimate.py [--replay bench_results/.../replay.json ...] [--json F]
 """
 from __future__ import annotations
 
@@ -22,14 +22,19 @@ import collections
 import json
 import sys
 
-DEFAULT_REPLAY = "bench_results/issue14_h200_2026-12-03/step8/replay.json"
+# every layer kind from step 8's run; dsa-full+sparse from step 9's (the landed pooling kernel): a later
+# file's kinds replace an earlier one's
+DEFAULT_REPLAY = ("bench_results/issue14_h200_2026-12-03/step8/replay.json",
+                  "bench_results/issue14_h200_2026-12-04/step9/landed/replay.json")
 H200_BYTES = 139 * 2**30    # one H200's memory as the GPU machine reports it (about 139 GiB)
 COPY_CEILING = 4.27e12      # bytes/s, measured in the same runs as the layers (gate.benchlib.copy_ceiling)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--replay", default=DEFAULT_REPLAY, help="scripts/profile_replay.py --json output")
+    p.add_argument("--replay", action="append", default=None,
+                   help="scripts/profile_replay.py --json output (repeatable: a later file's layer kinds replace "
+                        "an earlier one's; default: " + ", ".join(DEFAULT_REPLAY) + ")")
     p.add_argument("--context", type=int, default=4096)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -38,15 +43,19 @@ def main(argv=None) -> int:
     from gate.costmodel import Plan, model_cost
     from oracle.config import LINEAR, Geometry
     g = Geometry.preset("full")
-    measured = {k: v["compare"]["ours"]["median_us"] if "compare" in v else v["replay_us"]
-                for k, v in json.load(open(args.replay)).items()}
+    replays = args.replay or list(DEFAULT_REPLAY)
+    measured, source = {}, {}
+    for path in replays:
+        for k, v in json.load(open(path)).items():
+            measured[k] = v["compare"]["ours"]["median_us"] if "compare" in v else v["replay_us"]
+            source[k] = path
     count = collections.Counter()
     for i in range(g.num_hidden_layers):
         att = "kda" if g.layer_types[i] == LINEAR else f"dsa-{g.indexer_types[i]}"
         count[f"{att}+{g.mlp_layer_types[i]}"] += 1
     missing = sorted(set(count) - set(measured))
     if missing:
-        print(f"no measured replay for layer kind(s) {missing} in {args.replay}", file=sys.stderr)
+        print(f"no measured replay for layer kind(s) {missing} in {', '.join(replays)}", file=sys.stderr)
         return 2
     pred = layer_predictions(g, 1, context=args.context, hbm_bw=COPY_CEILING)
     assert set(layer_kinds(g)) == set(count)
@@ -56,12 +65,12 @@ def main(argv=None) -> int:
     for kind, n in sorted(count.items()):
         f = pred[kind]["bytes_per_step"] / COPY_CEILING * 1e6
         rows.append({"kind": kind, "layers": n, "measured_us": measured[kind], "floor_us": f,
-                     "total_us": n * measured[kind]})
+                     "total_us": n * measured[kind], "source": source[kind]})
         layers_us += n * measured[kind]
         floor_us += n * f
     mem = cost.memory()
     out = {"estimate": True, "geometry": "full", "layers": g.num_hidden_layers, "context": args.context,
-           "replay_source": args.replay, "rows": rows, "ends_us_floor_not_measured": ends,
+           "replay_source": replays, "rows": rows, "ends_us_floor_not_measured": ends,
            "token_us": layers_us + ends, "floor_us": floor_us + ends, "memory": mem,
            "fits_one_h200": mem["total"] <= H200_BYTES}
     print(f"ESTIMATE (not a measurement): full geometry, {g.num_hidden_layers} layers, NVFP4 experts, B = 1, "

@@ -430,8 +430,12 @@ BASES = {"dsa": (TorchDSA, DSA64), "mla": (TorchMLA, MLA64)}
 # row alone, a second run, the eager step): their checks catch them (tests/test_framework_mutants.py), as
 # they do the kernel-edit mutants (base triton: the bug is in our kernel, not in this torch baseline)
 SELF_COMPARED = ("causal", "batch", "rerun", "vs_eager")
+# a mutant that emits what the oracle emits, a position twice where the tail meets a picked pool (the
+# oracle's attention takes a set; ours sums slots): no oracle probe sees it, test_tail_repeats below does
+AS_THE_ORACLE = ("dsa_tail_repeats_picked_pool",)
 OUR_MUTANTS = sorted(n for n, m in MUTANTS.items()
-                     if m.mechanism in ("dsa", "mla") and m.base == "torch" and m.quantity not in SELF_COMPARED)
+                     if m.mechanism in ("dsa", "mla") and m.base == "torch" and m.quantity not in SELF_COMPARED
+                     and n not in AS_THE_ORACLE)
 
 
 def test_every_dsa_mla_mutant_has_a_probe():
@@ -482,3 +486,23 @@ def test_the_softmax_max_over_masked_keys_mutant_leaks_later_tokens_and_the_base
         yb = ns.sublayer(w.map(f32), iw.map(f32), f32(b))[0]
         moved[name] = int((ya[:, :7] != yb[:, :7]).sum())
     assert moved["baseline"] == 0 and moved["mutant"] > 0, moved
+
+
+def test_tail_repeats_picked_pool_mutant_repeats_what_the_baseline_gives_once():
+    """Pads inside the cache (tokens 5 and 9): the baseline's selections hold the oracle's sets with each
+    position once; the mutant's repeat one (as the oracle's raw rows do)."""
+    rng = np.random.default_rng(5)
+    iw = indexer_weights(rng)
+    T = 21
+    a, q_lat, _ = dsa_inputs(rng, 1, T)
+    mask = np.ones((1, T))
+    mask[0, [5, 9]] = 0.0
+    packed = odsa.index_rows(iw, a, mask)
+    ref = odsa.index(iw, a, q_lat, packed, mask).indices[0]
+    good = DSA64.index(iw, a, q_lat, packed, mask).indices[0]
+    bad = AsNumpy(get("dsa_tail_repeats_picked_pool").factory()).index(iw, a, q_lat, packed, mask).indices[0]
+
+    def repeats(rows):
+        return sum(int((r >= 0).sum()) - len(np.unique(r[r >= 0])) for r in rows)
+    assert repeats(ref) > 0 and repeats(good) == 0 and repeats(bad) > 0
+    np.testing.assert_array_equal(odsa.as_set(good[None])[0], odsa.as_set(ref[None])[0])

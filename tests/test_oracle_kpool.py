@@ -437,3 +437,12 @@ def test_selection_is_a_namedtuple_of_the_documented_shapes():
     assert sel.scores.shape == sel.candidate.shape == (2, 23, P)
     assert sel.candidate.dtype == bool and sel.pool_first.shape == (2,) and sel.kept.shape == (6,)
     assert sel.map(np.copy).k_sel == sel.k_sel == 2
+
+
+def test_as_set_keeps_each_position_once_in_order():
+    """oracle.dsa.as_set: a row's repeats become -1 and move to the end; first occurrences keep their order
+    (a selection with mask holes repeats its tail's tokens: SPEC §8.7, "duplicates harmless")."""
+    rows = np.array([[[12, 13, 14, 15, 12, 13, -1], [0, -1, 3, 0, 3, 5, -1]]])
+    got = dsa.as_set(rows)
+    np.testing.assert_array_equal(got, [[[12, 13, 14, 15, -1, -1, -1], [0, 3, 5, -1, -1, -1, -1]]])
+    np.testing.assert_array_equal(dsa.as_set(got), got)

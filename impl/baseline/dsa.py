@@ -168,7 +168,7 @@ class TorchDSA:
         k_sel = min(w.topk_pools, int(kept.sum()))
         picked = self._pick_pools(I, cand, member_idx, k_sel)                              # [B, S, k_sel·P_k]
         if w.always_select_tail and w.kpool > 1:
-            tail = self._tail(first, val, pos, w.kpool)
+            tail = self._tail_not_picked(self._tail(first, val, pos, w.kpool), picked, w.kpool)
         else:
             tail = torch.full((B, S, 0), -1, dtype=torch.int64, device=dev)
         indices = _compact(torch.cat([picked, tail], dim=-1), self._width(w))
@@ -231,6 +231,15 @@ class TorchDSA:
         real = torch.gather(val, 1, safe.reshape(B, -1)).reshape(tok.shape) if T else tok >= 0
         ok = (o < tau[..., None]) & (tok >= 0) & (tok < T) & (tok <= pos[None, :, None]) & real
         return torch.where(ok, tok, torch.full_like(tok, -1))
+
+    def _tail_not_picked(self, tail, picked, kpool: int):
+        """The tail without the tokens of a picked pool: with pads inside the cache (mask holes) SPEC §8.7's
+        count places the tail in a complete pool that may be picked too, and a selection is a set
+        (impl/dsa.py index_with)."""
+        B, S, _ = tail.shape
+        start = tail[..., :1]                              # the tail's pool's first token; -1: no tail
+        dup = (picked.view(B, S, -1, kpool)[..., 0] == start).any(-1, keepdim=True) & (start >= 0)
+        return tail.masked_fill(dup, -1)
 
     def _width(self, w: IndexerWeights) -> int:
         """Selection slots per query: topk + P_k - 1 (SPEC §8.7; 2051 at full size, not 2048)."""

@@ -1,10 +1,50 @@
-"""DSA indexer score kernel (SPEC §8.4, §8.5); the host wrappers are in impl/dsa.py.
+"""DSA indexer kernels: the KPool pooled keys (SPEC §8) and the scores (SPEC §8.4, §8.5); the host wrappers are
+in impl/dsa.py.
 
 Letters: B batch, S queries, T cached tokens, H indexer heads (H_i), K index head dim (d_i),
-P kept pools.
+P kept pools, NP = ceil(T / M) pools of M = P_k members.
 """
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def dsa_pool_fwd_kernel(
+    packed, ape, first, kbar, member_idx, pool_valid,
+    T, NP,
+    K: tl.constexpr, M: tl.constexpr, BPL: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+):
+    """kbar[b, p, c] = Σ_m softmax_m(gsc[t_m, c] + ape[m, c]) · kI[t_m, c] over the real members t_m =
+    first[b] + p·M + m < T of pool p (an empty pool: 0), member_idx[b, p, m] = first[b] + p·M + m,
+    pool_valid[b, p] = all M members real; one program per (BPL pools, row b).
+    packed: [B, T, 2K + 1] float (kI | gsc | valid flag), ape: [M, K] float32, first: [B] int64."""
+    i_p, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_p = i_p * BPL + tl.arange(0, BPL).to(tl.int64)
+    o_m = tl.arange(0, BM).to(tl.int64)
+    o_c = tl.arange(0, BK)
+    mask_p, mask_m, mask_c = o_p < NP, o_m < M, o_c < K
+    b_f = tl.load(first + i_b)
+    b_t = b_f + o_p[:, None] * M + o_m[None, :]                                   # [BPL, BM] member tokens
+    b_in = mask_p[:, None] & mask_m[None, :] & (b_t < T)
+    p_row = packed + (i_b * T + b_t) * (2 * K + 1)
+    b_val = tl.load(p_row + 2 * K, mask=b_in, other=0.).to(tl.float32) > 0.5
+    b_ok = b_in & b_val                                                            # real members
+    mask3 = b_ok[:, :, None] & mask_c[None, None, :]
+    b_k = tl.load(p_row[:, :, None] + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
+    b_g = tl.load(p_row[:, :, None] + K + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
+    b_a = tl.load(ape + o_m[:, None] * K + o_c[None, :], mask=mask_m[:, None] & mask_c[None, :], other=0.)
+    b_lam = tl.where(mask3, b_g + b_a[None, :, :], float("-inf"))                 # [BPL, BM, BK]
+    b_top = tl.max(b_lam, 1)                                                      # finite where any member is real
+    # members that are not real weigh 0 (an empty pool sums to 0, and K̄ is 0 below, as the oracle's);
+    # exp takes 0 there, not -inf - -inf
+    b_e = tl.where(mask3, tl.exp(tl.where(mask3, b_lam - b_top[:, None, :], 0.)), 0.)
+    b_z = tl.sum(b_e, 1)
+    b_kbar = tl.sum(b_e * b_k, 1) / tl.where(b_z > 0, b_z, 1.)                    # empty pool: 0
+    tl.store(kbar + (i_b * NP + o_p)[:, None] * K + o_c[None, :], b_kbar, mask=mask_p[:, None] & mask_c[None, :])
+    tl.store(member_idx + (i_b * NP + o_p)[:, None] * M + o_m[None, :], b_t,
+             mask=mask_p[:, None] & mask_m[None, :])
+    b_all = tl.sum((b_ok | ~mask_m[None, :]).to(tl.int32), 1) == BM
+    tl.store(pool_valid + i_b * NP + o_p, b_all.to(tl.int8), mask=mask_p)
 
 
 @triton.jit

@@ -1,10 +1,12 @@
-"""DSA indexer mutants: each a TorchDSA (impl/baseline/dsa.py) overriding ONE small method."""
+"""DSA indexer mutants: each a TorchDSA (impl/baseline/dsa.py) overriding ONE small method, or a TritonDSA
+whose index launches our kernels with one planted source edit."""
 from __future__ import annotations
 
 import torch
 
+from impl import dsa as idsa
 from impl.baseline.dsa import TorchDSA
-from impl.mutants.catalogue import mutant
+from impl.mutants.catalogue import kernel_edited, mutant
 
 
 @mutant("dsa.index", "selection")
@@ -38,6 +40,14 @@ class DsaVisibleByFirstToken(TorchDSA):
 
     def _visible_member(self, member_idx):
         return member_idx[..., 0]
+
+
+@mutant("dsa.index", "selection")
+class DsaTailRepeatsPickedPool(TorchDSA):
+    """With pads inside the cache, the tail keeps tokens of a pool the top-k also picked: a position twice in one selection (the sparse attention counts it twice)."""
+
+    def _tail_not_picked(self, tail, picked, kpool):
+        return tail
 
 
 @mutant("dsa.index", "selection")
@@ -107,3 +117,31 @@ class DsaTopkTiesRaced(TorchDSA):
         # a fresh pool order per call: which of exactly tied pools sorts first changes from run to run
         perm = torch.randperm(I.shape[-1], device=I.device)
         return super()._pick_pools(I[..., perm], cand[..., perm], member_idx[:, perm], k_sel)
+
+
+class TritonDSA:
+    """Our Triton dsa namespace (impl/dsa.py) as a class: the base of mutants that plant one edit in a kernel
+    its `index` launches."""
+
+    BATCH_INVARIANT = idsa.BATCH_INVARIANT
+    index_rows = staticmethod(idsa.index_rows)
+    index = staticmethod(idsa.index)
+    index_paged = staticmethod(idsa.index_paged)
+
+
+@mutant("dsa.index", "scores", base="triton")
+class DsaPoolKernelNoApe(TritonDSA):
+    """The pooling kernel's softmax logits leave out the member position embedding ape: gsc alone weighs the members."""
+
+    def index(self, w, a, q_lat, packed_all, mask=None):
+        with kernel_edited(idsa, "dsa_pool_fwd_kernel", "b_g + b_a[None, :, :]", "b_g"):
+            return idsa.index(w, a, q_lat, packed_all, mask)
+
+
+@mutant("dsa.index", "selection", base="triton")
+class DsaPoolKernelIgnoresValidFlag(TritonDSA):
+    """The pooling kernel takes every cached token after the anchor as a real member, ignoring its valid flag: a pad inside a pool joins it and the pool counts as complete."""
+
+    def index(self, w, a, q_lat, packed_all, mask=None):
+        with kernel_edited(idsa, "dsa_pool_fwd_kernel", "b_ok = b_in & b_val", "b_ok = b_in"):
+            return idsa.index(w, a, q_lat, packed_all, mask)
