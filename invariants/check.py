@@ -78,13 +78,15 @@ def case_to_json(case) -> dict:
 
 def case_from_json(d: dict, case_types: dict):
     """Inverse of case_to_json over `case_types` (name -> class), with a clear error on an unknown type
-    or field; a field annotated with a NamedTuple type (a geometry) is rebuilt from its object."""
+    or field; a field annotated with a NamedTuple type (a geometry) is rebuilt from its object; a field
+    with a default may be left out."""
     d = dict(d)
     name = d.pop("type", None)
     if name not in case_types:
         raise ValueError(f"case type: expected one of {sorted(case_types)}, got {name!r}")
     cls = case_types[name]
-    missing = set(cls._fields) - set(d)
+    # a field with a default may be absent: a case recorded before the field existed replays as before
+    missing = set(cls._fields) - set(d) - set(cls._field_defaults)
     extra = set(d) - set(cls._fields)
     if missing or extra:
         raise ValueError(f"{name}: missing fields {sorted(missing)}, unexpected {sorted(extra)}")
