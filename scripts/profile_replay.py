@@ -76,16 +76,10 @@ def main(argv=None) -> int:
     from oracle.config import Geometry
     backends = {"ours": registry.get("triton")}
     if args.peer:
-        import importlib
-        mod, obj = args.peer.split(":")
-        from impl.compose import compose, link
-        cand = getattr(importlib.import_module(mod), obj)
-        # a candidate's partial namespace (e.g. moe with `experts` only) over ours, as the gate composes it;
-        # the mechanisms it lacks are composed too, so that link() points their compositions at its
-        # namespaces (impl.mla.sublayer calls ops.dsa: a dsa-only candidate left our mla calling ours)
-        peer = {m: compose(m, getattr(cand, m, None), registry.FUNCTIONS[m]) for m in registry.MECHANISMS}
-        backends["peer"] = backends["ours"]._replace(**peer)
-        link({m: getattr(backends["peer"], m) for m in registry.MECHANISMS})
+        # composed over ours and linked as the gate does (impl.registry.get): a partial namespace (moe with
+        # `experts` only) is completed from ours, and our compositions reach the peer's other namespaces
+        # (impl.mla.sublayer calls ops.dsa, so a dsa-only peer is timed inside our MLA layer)
+        backends["peer"] = registry.get(args.peer)
     g, dtype = Geometry.preset("full"), torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(7)
     out = {}
