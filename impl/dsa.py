@@ -21,7 +21,7 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import interpreted, kernel_operand, paged
 from impl.graph import capturing
-from impl.kernels.dsa import dsa_pool_fwd_kernel, dsa_score_fwd_kernel
+from impl.kernels.dsa import dsa_pool_fwd_kernel, dsa_score_fwd_kernel, dsa_select_fwd_kernel
 from oracle.types import IndexerWeights, Selection
 
 LN_EPS = 1e-6
@@ -192,6 +192,112 @@ def scores(w: IndexerWeights, q_lat, a, kbar):
     return _scores(qI, wts, kbar, torch.zeros(B, P, dtype=torch.int64, device=a.device), 0)
 
 
+# ----------------------------------------------------------------------------- the pick (kernel)
+
+
+def _check_select(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width: int):
+    """`select_pools`' arguments checked -> (B, S, P, T, M)."""
+    if I.ndim != 3 or I.dtype != torch.float32:
+        raise ValueError(f"I: expected float32 [B, S, P], got {I.dtype} of shape {tuple(I.shape)}")
+    B, S, P = I.shape
+    if val.ndim != 2 or val.shape[0] != B or val.dtype != torch.bool:
+        raise ValueError(f"val: expected bool [B, T] with B = {B}, got {val.dtype} of shape {tuple(val.shape)}")
+    T = val.shape[1]
+    if member_idx.ndim != 3 or tuple(member_idx.shape[:2]) != (B, P):
+        raise ValueError(f"member_idx: expected [B, P, M] = [{B}, {P}, M], got {tuple(member_idx.shape)}")
+    _check_shape("pool_last", pool_last, (B, P))
+    _check_shape("n_vis", n_vis, (B, S))
+    _check_shape("first", first, (B,))
+    if not 0 <= k_sel <= P:
+        raise ValueError(f"k_sel: expected 0 <= k_sel <= P = {P}, got {k_sel}")
+    M = member_idx.shape[2]
+    if width < k_sel * M + M - 1:
+        raise ValueError(f"width: {width} slots cannot hold {k_sel} pools of {M} and a tail of {M - 1}")
+    return B, S, P, T, M
+
+
+def select_pools(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width: int, tail: bool,
+                 block_pools=None, radix_bits=None, num_warps=None):
+    """Top-k pools, expanded, the tail, compacted (SPEC §8.6, §8.7) in one kernel: dsa_select_fwd_kernel.
+
+    Picks are listed in pool order (the oracle lists them by score: the same set; nothing downstream
+    reads the order), then the tail, then -1. Ties at the k-th score go to the lowest pool, as the oracle.
+
+    Args:
+        I: [B, S, P] float32 scores (a non-candidate's value is ignored);  pool_last: [B, P] the last
+        member of a valid pool, -1 otherwise;  member_idx: [B, P, M] int64;  val: [B, T] bool real flags;
+        n_vis: [B, S] int64 real tokens up to each query;  first: [B] int64 first real token;
+        k_sel: pools to pick;  width: slots W;  tail: append the current incomplete pool's tokens;
+        block_pools / radix_bits / num_warps: tile, search step and launch overrides (tests, benchmarks)
+    Returns:
+        indices [B, S, W] int64, scores [B, S, P] float32 (non-candidates -inf), candidate [B, S, P] bool
+    """
+    B, S, P, T, M = _check_select(I, pool_last, member_idx, val, n_vis, first, k_sel, width)
+    dev = I.device
+    indices = torch.empty(B, S, width, dtype=torch.int64, device=dev)
+    scored = torch.empty(B, S, P, dtype=torch.float32, device=dev)
+    candidate = torch.empty(B, S, P, dtype=torch.bool, device=dev)
+    if B * S == 0:
+        return indices, scored, candidate
+    # the interpreter's cost is per operation: many queries a program and 8-bit digits (4 passes over the
+    # [BS, BP, 256] counts). On the GPU one query a program, up to 2048 pools (8K tokens) held in
+    # registers across the passes (254 registers, no spill at sm_90 over 8 warps; 16 warps spill), 2-bit
+    # digits (16 passes): measured fastest of 1 / 2 / 4 bits on the H200 (scripts/dsa_select_variants.py).
+    # 4 warps do not compile on triton 3.6 (an assertion in its scan lowering), whatever the digit.
+    BS = 16 if interpreted() else 1
+    RB = radix_bits or (8 if interpreted() else 2)
+    if 32 % RB:
+        raise ValueError(f"radix_bits: expected a divisor of 32, got {RB}")
+    BP = block_pools or min(triton.next_power_of_2(max(P, 1)), 16 if interpreted() else 2048)
+    dsa_select_fwd_kernel[(triton.cdiv(S, BS), B)](
+        I.contiguous(), pool_last.to(torch.int64).contiguous(), member_idx.contiguous(),
+        val.contiguous().view(torch.int8), n_vis.to(torch.int64).contiguous(), first.to(torch.int64).contiguous(),
+        indices, scored, candidate.view(torch.int8), S, P, T, k_sel, width,
+        M=M, TAIL=bool(tail and M > 1), ONE=P <= BP, RB=RB, BS=BS, BP=BP, BM=triton.next_power_of_2(M),
+        BW=8 if interpreted() else 1024, num_warps=num_warps or (4 if interpreted() else 8))
+    return indices, scored, candidate
+
+
+def select_pools_torch(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width: int, tail: bool):
+    """`select_pools` in torch (the form before issue 14 step 10, its peer): torch.topk, picks in score
+    order, the compaction a stable sort. Unlike the kernel it reads a non-candidate's score: I must hold
+    float32 min there (as dsa_score_fwd_kernel writes it)."""
+    B, S, P, T, M = _check_select(I, pool_last, member_idx, val, n_vis, first, k_sel, width)
+    dev = I.device
+    pos = torch.arange(T - S, T, device=dev)                                                 # [S]
+    candidate = (pool_last[:, None, :] >= 0) & (pool_last[:, None, :] <= pos[None, :, None])  # [B, S, P]
+    parts, picked = [], None
+    if k_sel > 0:
+        # non-candidates must rank last: the score kernel writes float32 min there (finite for topk)
+        pick = torch.topk(I, k_sel, dim=-1).indices                                        # [B, S, k]
+        ok = torch.gather(candidate, 2, pick)
+        rows = torch.arange(B, device=dev)[:, None, None]
+        picked = torch.where(ok[..., None], member_idx[rows, pick], -1)                       # [B, S, k, M]
+        parts.append(picked.reshape(B, S, k_sel * M))
+    if tail and M > 1:
+        tau = n_vis % M
+        o = torch.arange(M - 1, device=dev)
+        start = first[:, None] + n_vis - tau                                                 # [B, S] its pool's first token
+        t = start[..., None] + o                                                             # [B, S, M-1]
+        vis = torch.gather(val, 1, t.clamp(max=T - 1).view(B, -1)).view_as(t)
+        ok = (o < tau[..., None]) & (t < T) & (t <= pos[None, :, None]) & vis
+        if picked is not None:
+            # SPEC §8.7 places the tail by counting real tokens (n_vis): with pads inside the cache (mask
+            # holes) it can land in a complete pool that was also picked. The oracle then lists those
+            # tokens twice ("duplicates harmless": its attention takes a set); impl.mla.absorbed sums over
+            # slots, so the tail gives them up. Without holes the tail's pool is never complete.
+            ok = ok & ~(picked[..., 0] == start[..., None]).any(-1, keepdim=True)
+        parts.append(torch.where(ok, t, -1))
+    sel = torch.cat(parts, -1) if parts else torch.empty(B, S, 0, dtype=torch.int64, device=dev)
+    sel = torch.where(val[:, T - S:, None], sel, -1)
+    # compact: valid entries first, in pick order, then the -1 padding
+    order = torch.sort((sel < 0).to(torch.int8), dim=-1, stable=True).indices
+    sel = torch.gather(sel, 2, order)
+    indices = torch.full((B, S, width), -1, dtype=torch.int64, device=dev)
+    indices[..., :sel.shape[-1]] = sel
+    return indices, I.masked_fill(~candidate, float("-inf")), candidate
+
+
 # ----------------------------------------------------------------------------- selection
 
 
@@ -218,9 +324,9 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     return index_with(w, a, q_lat, packed_all, mask)
 
 
-def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None) -> Selection:
-    """`index` with the pooling chosen (pool: `pool_keys`' signature; None: ours, a candidate's from
-    impl/candidates/)."""
+def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None, select=None) -> Selection:
+    """`index` with the pooling and the selection chosen (pool: `pool_keys`' signature, select:
+    `select_pools`'; None: ours; a candidate's from impl/candidates/)."""
     if a.ndim != 3:
         raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
     B, S, _ = a.shape
@@ -232,7 +338,6 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None)
     T = packed_all.shape[1]
     if T < S:
         raise ValueError(f"packed_all: {T} cached rows, fewer than the {S} queries of this call")
-    dev = a.device
     val = packed_all[..., 2 * K] > 0.5                                                       # [B, T]
     qmask = val[:, T - S:]
     if mask is not None:
@@ -243,46 +348,16 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None)
     kbar, member_idx, pool_valid, first, kept = (pool or pool_keys)(packed_all, w.compress_ape, kpool,
                                                                     keep_all=capturing())
     P = kbar.shape[1]
-    pos = torch.arange(T - S, T, device=dev)                                                 # [S]
     pool_last = torch.where(pool_valid, member_idx[..., -1], -1)                             # [B, P]
-    candidate = (pool_last[:, None, :] >= 0) & (pool_last[:, None, :] <= pos[None, :, None])  # [B, S, P]
     qI, wts = _query_parts(w, q_lat, a)
     I = _scores(qI, wts, kbar, pool_last, T - S)
 
     k_sel = min(w.topk_pools, P)
-    parts = []
-    picked = None
-    if k_sel > 0:
-        pick = torch.topk(I, k_sel, dim=-1).indices                                          # [B, S, k]
-        ok = torch.gather(candidate, 2, pick)
-        rows = torch.arange(B, device=dev)[:, None, None]
-        picked = torch.where(ok[..., None], member_idx[rows, pick], -1)                       # [B, S, k, M]
-        parts.append(picked.reshape(B, S, k_sel * kpool))
-    if w.always_select_tail and kpool > 1:
-        n_vis = torch.cumsum(val.long(), 1)[:, T - S:]                                       # [B, S]
-        tau = n_vis % kpool
-        o = torch.arange(kpool - 1, device=dev)
-        start = first[:, None] + n_vis - tau                                                 # [B, S] its pool's first token
-        t = start[..., None] + o                                                             # [B, S, M-1]
-        vis = torch.gather(val, 1, t.clamp(max=T - 1).view(B, -1)).view_as(t)
-        ok = (o < tau[..., None]) & (t < T) & (t <= pos[None, :, None]) & vis
-        if picked is not None:
-            # SPEC §8.7 places the tail by counting real tokens (n_vis): with pads inside the cache (mask
-            # holes) it can land in a complete pool that was also picked. The oracle then lists those
-            # tokens twice ("duplicates harmless": its attention takes a set); impl.mla.absorbed sums over
-            # slots, so the tail gives them up. Without holes the tail's pool is never complete.
-            ok = ok & ~(picked[..., 0] == start[..., None]).any(-1, keepdim=True)
-        parts.append(torch.where(ok, t, -1))
-    width = w.slots
-    sel = torch.cat(parts, -1) if parts else torch.empty(B, S, 0, dtype=torch.int64, device=dev)
-    sel = torch.where(qmask[..., None], sel, -1)
-    # compact: valid entries first, in pick order, then the -1 padding
-    order = torch.sort((sel < 0).to(torch.int8), dim=-1, stable=True).indices
-    sel = torch.gather(sel, 2, order)
-    indices = torch.full((B, S, width), -1, dtype=torch.int64, device=dev)
-    indices[..., :sel.shape[-1]] = sel
-    # the container's convention is -inf; the kernel writes float32 min so that topk stays finite
-    return Selection(indices, I.masked_fill(~candidate, float("-inf")), candidate, k_sel, first, kept)
+    n_vis = torch.cumsum(val, 1)[:, T - S:]                                                  # [B, S] int64
+    tail = w.always_select_tail and kpool > 1
+    indices, scored, candidate = (select or select_pools)(I, pool_last, member_idx, val, n_vis, first, k_sel,
+                                                          w.slots, tail)
+    return Selection(indices, scored, candidate, k_sel, first, kept)
 
 
 # ----------------------------------------------------------------------------- paged cache

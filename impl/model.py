@@ -16,6 +16,7 @@ given state is never mutated (a new impl.state.HybridState is returned).
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Optional, Union
 
 import numpy as np
@@ -119,11 +120,22 @@ class TorchDecoder(decoder.Decoder):
         return super()._kda(w, a, docs)
 
     def _moe_options(self, lw: LayerWeights) -> dict:
-        # W4A16 on the checkpoint's codes with the impl kernels; any other implementation runs the
-        # exact dequantization (the torch backend's weights drop the codes)
-        if self.impl.name == "triton" and lw.mlp.nvfp4 is not None:
+        # W4A16 on the checkpoint's codes whenever the implementation's MoE takes them (ours, and every
+        # candidate or mutant built on it); one that does not (the torch baseline) runs the exact
+        # dequantization. Deciding by the implementation's NAME sent every candidate down the
+        # dequantized path, so a replay's peer ran another MoE than the one it was meant to time.
+        if lw.mlp.nvfp4 is not None and _takes(self.impl.moe.forward, "nvfp4"):
             return {"nvfp4": lw.mlp.nvfp4}
         return {}
+
+
+def _takes(fn, name: str) -> bool:
+    """Whether callable fn accepts a parameter called `name` (by name, or through **kwargs)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def effective_mask(attention_mask, B: int, S: int, device="cpu") -> torch.Tensor:

@@ -99,6 +99,21 @@ def _pool_hole(a) -> bool:
     return any((~flags[b, f:]).any() for b, f in enumerate(first))
 
 
+def _select_pad_query(a) -> bool:
+    """dsa_select_fwd_kernel: some query of the launch is a pad (its row's valid flag 0)."""
+    S, T = int(a["S"]), int(a["T"])
+    return bool((_ints(a["val"])[:, T - S:] == 0).any())
+
+
+def _select_short(a) -> bool:
+    """dsa_select_fwd_kernel: some query has fewer candidate pools than k_sel (all of them picked)."""
+    S, T = int(a["S"]), int(a["T"])
+    last = _ints(a["pool_last"])                                                    # [B, P]
+    pos = np.arange(T - S, T)
+    n = ((last[:, None, :] >= 0) & (last[:, None, :] <= pos[None, :, None])).sum(-1)  # [B, S]
+    return bool((n < int(a["k_sel"])).any())
+
+
 def _doubled(e: np.ndarray) -> bool:
     """Some expert runs over two or more blocks."""
     e = e[e >= 0]
@@ -359,6 +374,19 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
     Path("moe_combine_fwd_kernel", "a second column tile", lambda a: int(a["D"]) > a["BD"],
          why="needs D > 1024 (the full geometry's 4096, on the GPU); tests/test_moe_align.py draws D up to 2100 on "
              "the CPU against the slot-order sum"),
+    # ---------------------------------------------------------------- DSA indexer selection
+    Path("dsa_select_fwd_kernel", "the pools in one tile, held across the threshold passes", lambda a: a["ONE"],
+         by=("dsa.index", "mla.paths")),
+    Path("dsa_select_fwd_kernel", "the pools over several tiles, re-read each pass (ranks carried across)",
+         lambda a: not a["ONE"], by=("dsa.index",)),
+    Path("dsa_select_fwd_kernel", "the tail appended", lambda a: a["TAIL"], by=("dsa.index", "mla.paths")),
+    Path("dsa_select_fwd_kernel", "no tail (P_k = 1)", lambda a: not a["TAIL"], by=("dsa.index",)),
+    Path("dsa_select_fwd_kernel", "a second query block", lambda a: _cdiv(a["S"], a["BS"]) >= 2,
+         by=("dsa.index", "mla.paths")),
+    Path("dsa_select_fwd_kernel", "a pad query (selects nothing)", _select_pad_query, by=("dsa.index",)),
+    Path("dsa_select_fwd_kernel", "a query with fewer candidates than k_sel", _select_short, by=("dsa.index",)),
+    Path("dsa_select_fwd_kernel", "a second block of the -1 fill", lambda a: _cdiv(a["W"], a["BW"]) >= 2,
+         by=("dsa.index", "mla.paths")),
     Path("nvfp4_qdq_fwd_kernel", "the W4A4 prologue alone", lambda a: True,
          why="`impl.nvfp4.qdq_activation` launches it, which the matrix calls only for a candidate without a fused "
              "NVFP4 path (our gate_up / down kernels run the same prologue inline); tests/test_w4a4.py holds it "
@@ -377,6 +405,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_decode_fused_fwd_kernel": ("H", "K", "W", "BK", "BV", "BW"),
     "dsa_pool_fwd_kernel": ("K", "M", "BPL", "BM", "BK"),
     "dsa_score_fwd_kernel": ("H", "K", "BT", "BP", "BK"),
+    "dsa_select_fwd_kernel": ("M", "BS", "BP", "BM", "BW",
+                              "RB"),      # the search step: the same code at 1 to 32 bits a pass
     "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
     "mla_combine_kernel": ("H", "R", "BR"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),

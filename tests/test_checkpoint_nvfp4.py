@@ -197,6 +197,23 @@ def test_impl_runs_the_nvfp4_kernels(ckpts):
     _check("nvfp4 logits S=13", got, base, ref)
 
 
+def test_a_renamed_implementation_keeps_the_w4a16_path(ckpts):
+    """The MoE path follows what the implementation's moe.forward takes, not its name: a candidate built
+    on ours (here ours renamed) runs the W4A16 kernels, bit for bit ours; the torch baseline, whose
+    forward takes no codes, runs the dequantization. (A name test sent every candidate down the
+    dequantized path, so a replay's peer timed another MoE.)"""
+    from impl import registry
+    m = im.load(ckpts[MO])
+    lw = _sparse(m.weights)[0]
+    renamed = registry.get("triton")._replace(name="a-candidate")
+    assert im.TorchDecoder(renamed)._moe_options(lw)["nvfp4"] is lw.mlp.nvfp4
+    assert im.TorchDecoder("torch")._moe_options(lw) == {}
+    ids = np.random.default_rng(5).integers(0, m.weights.geometry.vocab_size, (1, 7))
+    ours, _ = m.forward(ids)
+    theirs, _ = im.Model(m.weights, renamed).forward(ids)
+    assert torch.equal(ours, theirs)
+
+
 # ----------------------------------------------------------------------------- defects
 
 

@@ -87,3 +87,126 @@ def dsa_score_fwd_kernel(
     b_i = tl.where(mask_c, b_i, -3.4028234663852886e38)
     p_out = out + (i_b * S + o_t[:, None]) * P + o_p[None, :]
     tl.store(p_out, b_i, mask=mask_t[:, None] & mask_p[None, :])
+
+
+@triton.jit
+def _select_keys(I, pool_last, i_b, o_s, o_p, S, P, offset):
+    """One [BS, BP] tile of a selection: (order key, candidate, score). The key orders the float32 scores
+    as integers in [0, 2^32) (a candidate's; -1 for any other pool), -0 folded into +0 so that the two
+    zeros tie, as they compare in the oracle's sort."""
+    mask = (o_s < S)[:, None] & (o_p < P)[None, :]
+    b_i = tl.load(I + (i_b * S + o_s)[:, None] * P + o_p[None, :], mask=mask, other=0.)
+    b_last = tl.load(pool_last + i_b * P + o_p, mask=o_p < P, other=-1)
+    b_c = mask & (b_last[None, :] >= 0) & (b_last[None, :] <= offset + o_s[:, None])
+    b_bits = tl.where(b_i == 0., 0., b_i).to(tl.int32, bitcast=True).to(tl.int64)
+    b_key = tl.where(b_bits >= 0, b_bits, b_bits ^ 0x7FFFFFFF) + 2147483648
+    return tl.where(b_c, b_key, -1), b_c, b_i
+
+
+@triton.jit
+def dsa_select_fwd_kernel(
+    I, pool_last, member_idx, val, n_vis, first, indices, scores, candidate,
+    S, P, T, k_sel, W,
+    M: tl.constexpr, TAIL: tl.constexpr, ONE: tl.constexpr, RB: tl.constexpr,
+    BS: tl.constexpr, BP: tl.constexpr, BM: tl.constexpr, BW: tl.constexpr,
+):
+    """The selection of BS queries of row b (SPEC §8.6, §8.7): the k_sel best candidate pools (ties: the
+    lowest pool first, as the oracle's stable sort), expanded to their M tokens in pool order, then the
+    visible tail of the current incomplete pool (when TAIL; dropped when that pool was picked), then -1
+    up to W slots; a pad query selects nothing. Also scores (non-candidates -inf) and candidate (int8).
+
+    The k-th best key is found by a threshold search, RB bits a pass over the 32 key bits (no sort):
+    the largest t with at least k keys >= t. Every key above t is picked and the ties at t fill the rest.
+    ONE: the P pools fit one [BS, BP] tile, held across the passes; otherwise each pass re-reads I.
+    I: [B, S, P] float32 scores;  pool_last: [B, P] int64 (-1: not a valid pool);  member_idx: [B, P, M];
+    val: [B, T] int8 real flags;  n_vis: [B, S] int64 real tokens <= each query;  first: [B] int64;
+    indices: [B, S, W] int64;  scores: [B, S, P] float32;  candidate: [B, S, P] int8.
+    """
+    i_s, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_s = i_s * BS + tl.arange(0, BS).to(tl.int64)
+    o_p = tl.arange(0, BP).to(tl.int64)
+    o_d = tl.arange(0, 2 ** RB).to(tl.int64)
+    mask_s = o_s < S
+    offset = T - S
+    b_q = mask_s & (tl.load(val + i_b * T + offset + o_s, mask=mask_s, other=0) != 0)
+    row = i_b * S + o_s
+
+    # candidates per query: a pad query, or one with fewer than k_sel candidates, picks fewer
+    if ONE:
+        b_key, b_c, b_i = _select_keys(I, pool_last, i_b, o_s, o_p, S, P, offset)
+        b_n = tl.sum(b_c.to(tl.int64), 1)
+    else:
+        b_n = tl.zeros([BS], dtype=tl.int64)
+        for p0 in range(0, P, BP):
+            _, b_c, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
+            b_n += tl.sum(b_c.to(tl.int64), 1)
+    b_k = tl.where(b_q, tl.minimum(b_n, k_sel), 0)
+
+    # the threshold, RB bits a pass from the top: count(key >= t) >= k holds for t = 0 whenever k > 0;
+    # with k = 0 every digit qualifies and t ends above every key
+    b_t = tl.zeros([BS], dtype=tl.int64)
+    for i in range(32 // RB):
+        shift = 32 - RB * (i + 1)
+        b_try = b_t[:, None] + (o_d[None, :] << shift)                                # [BS, 2^RB]
+        if ONE:
+            b_cnt = tl.sum((b_key[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
+        else:
+            b_cnt = tl.zeros([BS, 2 ** RB], dtype=tl.int64)
+            for p0 in range(0, P, BP):
+                b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
+                b_cnt += tl.sum((b_kc[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
+        b_dig = tl.sum((b_cnt >= b_k[:, None]).to(tl.int64), 1) - 1                  # counts fall with the digit
+        b_t += b_dig << shift
+
+    # keys above t are all picked; ties at t fill the remaining picks, lowest pool first
+    if ONE:
+        b_gt = tl.sum((b_key > b_t[:, None]).to(tl.int64), 1)
+    else:
+        b_gt = tl.zeros([BS], dtype=tl.int64)
+        for p0 in range(0, P, BP):
+            b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
+            b_gt += tl.sum((b_kc > b_t[:, None]).to(tl.int64), 1)
+    b_need = b_k - b_gt
+    b_sel = tl.zeros([BS], dtype=tl.int64)          # pools picked so far: the next pick's rank
+    b_tie = tl.zeros([BS], dtype=tl.int64)          # ties at t met so far
+    b_f = tl.load(first + i_b)
+    b_nv = tl.load(n_vis + row, mask=mask_s, other=0)
+    b_start = b_f + b_nv - b_nv % M                 # the tail's pool: its first token
+    b_hit = tl.zeros([BS], dtype=tl.int64)          # that pool was picked
+    o_m = tl.arange(0, BM).to(tl.int64)
+    for p0 in range(0, P, BP):
+        o_pc = p0 + o_p
+        if ONE:
+            b_kc, b_cc, b_ic = b_key, b_c, b_i
+        else:
+            b_kc, b_cc, b_ic = _select_keys(I, pool_last, i_b, o_s, o_pc, S, P, offset)
+        mask = mask_s[:, None] & (o_pc < P)[None, :]
+        p_out = row[:, None] * P + o_pc[None, :]
+        tl.store(scores + p_out, tl.where(b_cc, b_ic, float("-inf")), mask=mask)
+        tl.store(candidate + p_out, b_cc.to(tl.int8), mask=mask)
+        b_eq = (b_kc == b_t[:, None]).to(tl.int64)
+        b_rk = b_tie[:, None] + tl.cumsum(b_eq, 1) - b_eq
+        b_pick = ((b_kc > b_t[:, None]) | ((b_eq > 0) & (b_rk < b_need[:, None]))).to(tl.int64)
+        b_rank = b_sel[:, None] + tl.cumsum(b_pick, 1) - b_pick                       # [BS, BP]
+        b_pf = tl.load(member_idx + (i_b * P + o_pc) * M, mask=o_pc < P, other=-1)    # first member
+        p_ix = indices + row[:, None, None] * W + b_rank[:, :, None] * M + o_m[None, None, :]
+        tl.store(p_ix, b_pf[None, :, None] + o_m[None, None, :],
+                 mask=(b_pick > 0)[:, :, None] & (o_m < M)[None, None, :] & (b_rank < k_sel)[:, :, None])
+        b_hit += tl.sum(((b_pick > 0) & (b_pf[None, :] == b_start[:, None])).to(tl.int64), 1)
+        b_sel += tl.sum(b_pick, 1)
+        b_tie += tl.sum(b_eq, 1)
+
+    b_end = b_sel * M
+    if TAIL:
+        # SPEC §8.7: tokens start + o, o < tau = n_vis mod M, that are cached, visible and real
+        b_tt = b_start[:, None] + o_m[None, :]                                        # [BS, BM]
+        b_in = b_q[:, None] & (o_m[None, :] < (b_nv % M)[:, None]) & (b_tt < T) \
+            & (b_tt <= (offset + o_s)[:, None]) & (b_hit == 0)[:, None]
+        b_ok = b_in & (tl.load(val + i_b * T + b_tt, mask=b_in, other=0) != 0)
+        b_o = b_ok.to(tl.int64)
+        tl.store(indices + row[:, None] * W + b_end[:, None] + tl.cumsum(b_o, 1) - b_o, b_tt, mask=b_ok)
+        b_end += tl.sum(b_o, 1)
+    for w0 in range(0, W, BW):
+        o_w = w0 + tl.arange(0, BW).to(tl.int64)
+        tl.store(indices + row[:, None] * W + o_w[None, :], tl.full([BS, BW], -1, tl.int64),
+                 mask=mask_s[:, None] & (o_w < W)[None, :] & (o_w[None, :] >= b_end[:, None]))

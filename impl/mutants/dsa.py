@@ -145,3 +145,31 @@ class DsaPoolKernelIgnoresValidFlag(TritonDSA):
     def index(self, w, a, q_lat, packed_all, mask=None):
         with kernel_edited(idsa, "dsa_pool_fwd_kernel", "b_ok = b_in & b_val", "b_ok = b_in"):
             return idsa.index(w, a, q_lat, packed_all, mask)
+
+
+@mutant("dsa.index", "selection", base="triton")
+class DsaSelectKernelThreshold16Bits(TritonDSA):
+    """The selection kernel's threshold search stops after the top 16 of the 32 key bits: pools whose scores agree in sign, exponent and 7 mantissa bits with the k-th best are all picked, more than k."""
+
+    def index(self, w, a, q_lat, packed_all, mask=None):
+        with kernel_edited(idsa, "dsa_select_fwd_kernel", "range(32 // RB)", "range(16 // RB)"):
+            return idsa.index(w, a, q_lat, packed_all, mask)
+
+
+@mutant("dsa.index", "selection", base="triton")
+class DsaSelectKernelTailOverPickedPool(TritonDSA):
+    """The selection kernel appends the tail even when its pool was picked (a mask hole): those positions twice in one selection."""
+
+    def index(self, w, a, q_lat, packed_all, mask=None):
+        with kernel_edited(idsa, "dsa_select_fwd_kernel", "(b_hit == 0)[:, None]", "(b_hit >= 0)[:, None]"):
+            return idsa.index(w, a, q_lat, packed_all, mask)
+
+
+@mutant("dsa.index", "selection", base="triton")
+class DsaSelectKernelRanksRestartPerTile(TritonDSA):
+    """The selection kernel numbers each tile's picks from 0 (the count of earlier tiles' picks dropped): a later tile's pools overwrite the first ones' slots."""
+
+    def index(self, w, a, q_lat, packed_all, mask=None):
+        with kernel_edited(idsa, "dsa_select_fwd_kernel", "b_sel[:, None] + tl.cumsum(b_pick, 1) - b_pick",
+                           "tl.cumsum(b_pick, 1) - b_pick"):
+            return idsa.index(w, a, q_lat, packed_all, mask)
