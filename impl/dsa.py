@@ -239,16 +239,17 @@ def select_pools(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width:
     candidate = torch.empty(B, S, P, dtype=torch.bool, device=dev)
     if B * S == 0:
         return indices, scored, candidate
-    # the interpreter's cost is per operation: many queries a program and 8-bit digits (4 passes over the
-    # [BS, BP, 256] counts). On the GPU one query a program, up to 2048 pools (8K tokens) held in
-    # registers across the passes (254 registers, no spill at sm_90 over 8 warps; 16 warps spill), 2-bit
-    # digits (16 passes): measured fastest of 1 / 2 / 4 bits on the H200 (scripts/dsa_select_variants.py).
-    # 4 warps do not compile on triton 3.6 (an assertion in its scan lowering), whatever the digit.
+    # the interpreter's cost is per operation: many queries a program and 8-bit digits (4 passes over a
+    # [BS, BP, 256] count). On the GPU one query a program over up to 1024 pools held in registers across
+    # the passes, 2-bit digits (16 passes), 8 warps. Measured on the H200 (scripts/dsa_select_variants.py):
+    # 2 bits beat 1 and 4 (11.6 us at 1024 pools); 1025 pools in one 2048-pool tile took 104 us, in two
+    # 1024-pool tiles 33 us (register pressure of the [BS, BP, 2^RB] count); 4 warps do not compile on
+    # triton 3.6 (an assertion in its scan lowering).
     BS = 16 if interpreted() else 1
     RB = radix_bits or (8 if interpreted() else 2)
     if 32 % RB:
         raise ValueError(f"radix_bits: expected a divisor of 32, got {RB}")
-    BP = block_pools or min(triton.next_power_of_2(max(P, 1)), 16 if interpreted() else 2048)
+    BP = block_pools or min(triton.next_power_of_2(max(P, 1)), 16 if interpreted() else 1024)
     dsa_select_fwd_kernel[(triton.cdiv(S, BS), B)](
         I.contiguous(), pool_last.to(torch.int64).contiguous(), member_idx.contiguous(),
         val.contiguous().view(torch.int8), n_vis.to(torch.int64).contiguous(), first.to(torch.int64).contiguous(),

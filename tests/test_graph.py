@@ -47,6 +47,11 @@ def test_a_capture_runs_nothing_on_the_pool_and_the_first_replay_runs_the_first_
     step.capture(*args)
     assert torch.equal(step.pool.recurrent, start.recurrent) and torch.equal(step.pool.conv, start.conv)
     o = step.replay(*args)
-    expect, new = t.impl.kda.decode(t.weights(w), *args[:3], KDAState(start.recurrent[1:], start.conv[1:]))
-    assert torch.equal(o, expect) and torch.equal(step.pool.recurrent[1], new.recurrent[0])
+    # the step decodes max_batch = 2 rows (the live one, then a zero row on a zero scratch slot): the eager
+    # expectation runs the same two rows, since a torch GEMM's bits may follow its row count (measured: the
+    # torch baseline's B=1 and B=2 decodes differ in the last bit on one CPU and agree on another)
+    pad = lambda a: torch.cat([a, torch.zeros_like(a[:1])])
+    expect, new = t.impl.kda.decode(t.weights(w), *(pad(a) for a in args[:3]),
+                                    KDAState(pad(start.recurrent[1:]), pad(start.conv[1:])))
+    assert torch.equal(o, expect[:1]) and torch.equal(step.pool.recurrent[1], new.recurrent[0])
     assert torch.equal(step.pool.recurrent[0], start.recurrent[0])        # a slot no row used
