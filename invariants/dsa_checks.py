@@ -187,7 +187,11 @@ CHECKS = (
                     IndexCase(G0, 2, 13, 13, (0, 3), "none", "normal", 1),          # real top-k, left padding
                     IndexCase(G0, 1, 23, 1, (0,), "exact", "normal", 2),            # decode query, exact tie
                     IndexCase(G0._replace(kpool=8), 1, 17, 17, (0,), "none", "large", 3),
-                    IndexCase(G0, 2, 21, 21, (0, 3), "none", "normal", 4, (5, 9))),   # mask holes
+                    IndexCase(G0, 2, 21, 21, (0, 3), "none", "normal", 4, (5, 9)),    # mask holes
+                    # a decode query over 16 pools whose 2nd and 3rd scores agree to 7 mantissa bits
+                    IndexCase(G0, 2, 64, 1, (0, 0), "none", "normal", 0),
+                    # 31 pools of 2: the interpreter's selection runs them over two tiles
+                    IndexCase(G0._replace(kpool=2), 1, 63, 1, (0,), "none", "normal", 0)),
           gpu_examples=FULL_INDEX_PINS),
 )
 

@@ -90,7 +90,7 @@ SEEDS = range(60)
 
 
 # the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each
-@pytest.mark.parametrize("block_pools,radix_bits,every", [(None, None, 1), (2, 8, 6), (8, 1, 6), (4, 4, 4)],
+@pytest.mark.parametrize("block_pools,radix_bits,every", [(None, None, 1), (2, 8, 6), (8, 1, 10), (4, 4, 8)],
                          ids=["defaults", "tiles2_rb8", "tiles8_rb1", "tiles4_rb4"])
 def test_the_kernel_is_the_oracles_pick(block_pools, radix_bits, every):
     for seed in SEEDS[::every]:
