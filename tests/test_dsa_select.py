@@ -102,6 +102,18 @@ def test_the_kernel_is_the_oracles_pick(block_pools, radix_bits, every):
         np.testing.assert_array_equal(g_scores, scores, err_msg=f"seed {seed}: scores")
 
 
+@pytest.mark.parametrize("block_pools,radix_bits,every", [(None, 2, 5), (8, 1, 12)], ids=["defaults", "tiles8_rb1"])
+def test_the_packed_count_candidate_is_the_oracles_pick(block_pools, radix_bits, every):
+    """impl.candidates.dsa_select_packed (not landed: step 10's next, unmeasured) under the same exact rule."""
+    from impl.candidates import dsa_select_packed
+    for seed in SEEDS[::every]:
+        c = draw(seed)
+        want, scores, cand = expected(c)
+        got, g_scores, g_cand = run(dsa_select_packed.select_pools, c, block_pools=block_pools, radix_bits=radix_bits)
+        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}: indices")
+        np.testing.assert_array_equal(g_cand, cand, err_msg=f"seed {seed}: candidate")
+
+
 def test_the_torch_form_picks_the_oracles_set_without_ties():
     n = 0
     for seed in SEEDS:
