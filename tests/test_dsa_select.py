@@ -15,26 +15,24 @@ import pytest
 import torch
 
 from impl import dsa as idsa
+from impl.candidates import dsa_select_packed
 from oracle import dsa as odsa
 
 F32_MIN = -3.4028234663852886e38
 
 
 def pools(rng, B, T, M, holes):
-    """Random real flags (left padding, `holes` pads after it) and the kept pools as oracle.dsa.pool_keys
-    anchors them: (val [B, T] bool, first [B], member_idx [B, P, M], pool_valid [B, P])."""
+    """Random real flags (left padding, `holes` pads after it) and the kept pools oracle.dsa.pool_keys
+    anchors on them: (val [B, T] bool, first [B], member_idx [B, P, M], pool_valid [B, P])."""
     val = np.ones((B, T), dtype=bool)
     for b in range(B):
         val[b, :int(rng.integers(0, T + 1)) if b else int(rng.integers(0, max(T // 3, 1)))] = False
         if holes and b == 0:
             val[b, rng.integers(0, T, size=holes)] = False
-    first = np.where(val.any(1), val.argmax(1), T)
-    n_p = -(-T // M)
-    idx = first[:, None, None] + np.arange(n_p * M).reshape(1, n_p, M)
-    member = (idx < T) & np.take_along_axis(val, np.minimum(idx, T - 1).reshape(B, -1), 1).reshape(idx.shape)
-    valid = member.all(-1)
-    kept = valid.any(0)
-    return val, first, idx[:, kept], valid[:, kept]
+    # rows of a 1-wide index key (the pooling's anchors and members read only the valid flags)
+    rows = np.concatenate([np.zeros((B, T, 2)), val[..., None].astype(np.float64)], axis=-1)
+    _, idx, valid, first, _ = odsa.pool_keys(rows, np.zeros((M, 1)), M)
+    return val, first, idx, valid
 
 
 def draw(seed):
@@ -89,29 +87,21 @@ def run(select, c, device="cpu", **kw):
 SEEDS = range(60)
 
 
-# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each
-@pytest.mark.parametrize("block_pools,radix_bits,every", [(None, None, 1), (2, 8, 6), (8, 1, 10), (4, 4, 8)],
-                         ids=["defaults", "tiles2_rb8", "tiles8_rb1", "tiles4_rb4"])
-def test_the_kernel_is_the_oracles_pick(block_pools, radix_bits, every):
+# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each; the packed
+# candidate (not landed: step 10's next) is held to the same exact rule
+@pytest.mark.parametrize("select,block_pools,radix_bits,every", [
+    (idsa.select_pools, None, None, 1), (idsa.select_pools, 2, 8, 6), (idsa.select_pools, 8, 1, 10),
+    (idsa.select_pools, 4, 4, 8), (dsa_select_packed.select_pools, None, 2, 5),
+    (dsa_select_packed.select_pools, 8, 1, 12)],
+    ids=["defaults", "tiles2_rb8", "tiles8_rb1", "tiles4_rb4", "packed_defaults", "packed_tiles8_rb1"])
+def test_the_kernel_is_the_oracles_pick(select, block_pools, radix_bits, every):
     for seed in SEEDS[::every]:
         c = draw(seed)
         want, scores, cand = expected(c)
-        got, g_scores, g_cand = run(idsa.select_pools, c, block_pools=block_pools, radix_bits=radix_bits)
+        got, g_scores, g_cand = run(select, c, block_pools=block_pools, radix_bits=radix_bits)
         np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}: indices")
         np.testing.assert_array_equal(g_cand, cand, err_msg=f"seed {seed}: candidate")
         np.testing.assert_array_equal(g_scores, scores, err_msg=f"seed {seed}: scores")
-
-
-@pytest.mark.parametrize("block_pools,radix_bits,every", [(None, 2, 5), (8, 1, 12)], ids=["defaults", "tiles8_rb1"])
-def test_the_packed_count_candidate_is_the_oracles_pick(block_pools, radix_bits, every):
-    """impl.candidates.dsa_select_packed (not landed: step 10's next, unmeasured) under the same exact rule."""
-    from impl.candidates import dsa_select_packed
-    for seed in SEEDS[::every]:
-        c = draw(seed)
-        want, scores, cand = expected(c)
-        got, g_scores, g_cand = run(dsa_select_packed.select_pools, c, block_pools=block_pools, radix_bits=radix_bits)
-        np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}: indices")
-        np.testing.assert_array_equal(g_cand, cand, err_msg=f"seed {seed}: candidate")
 
 
 def test_the_torch_form_picks_the_oracles_set_without_ties():

@@ -165,7 +165,7 @@ def _edited(kernel, old: str, new: str):
     name = kernel.fn.__name__
     if src.count(old) != 1:
         raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its source, "
-                         f"expected once (the kernel changed: update the mutant)")
+                         f"expected once (the kernel changed: update the edit)")
     src = src.replace(old, new)
     # triton reads a kernel's source back through inspect: register the edited text under its own name
     filename = f"<{name} with a planted edit {len(linecache.cache)}>"
