@@ -8,8 +8,11 @@ Timed, all in the same process:
   nvfp4    the same kernels with NVFP4 weights dequantized in registers (W4A16; gate and up each with
            its own global scale, global_decode [E, 2], as checkpoints have them)
   nvfp4_swizzled  the same with the block scales in the 128x4 swizzled layout (scale_layout "swizzled")
-  nvfp4_split  the NVFP4 weight tiles in the split form (even / odd columns, the scale product in fp16:
-           impl.moe._grouped(split=True), issue 14 step 1, docs/optimization_log.md)
+  nvfp4_split  the NVFP4 weight tiles in the split form (even / odd columns: impl.moe._grouped(split=True),
+           issue 14 step 1, docs/optimization_log.md), dequantized as the default does on this GPU: two
+           codes per 32-bit instruction (inline PTX, step 11) where impl.moe.pairs_possible
+  nvfp4_split_fp16  the split form with step 1's dequantization (the scale product in fp16, pairs=False):
+           the peer of step 11
   w4a4     the W4A4 emulation (activations quantize-dequantized in the GEMM prologues), if present
   bf16_glue_torch, nvfp4_split_glue_torch  bf16 and nvfp4_split with the host glue of before issue 14
            step 8 (impl.candidates.moe_align_torch: the torch alignment's ~25 launches and the slot loop),
@@ -27,6 +30,7 @@ the benchmark refuses to time and exits 1.
 
     python -m gate.bench_moe --json out.json
     python -m gate.bench_moe --paths bf16,nvfp4,nvfp4_split --repeats 5 --skip-torch --json out.json
+    python -m gate.bench_moe --paths bf16,nvfp4_split_fp16,nvfp4_split --repeats 5 --skip-torch --no-w4a4
 """
 from __future__ import annotations
 
@@ -96,10 +100,11 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
         refs["bf16"] = refs["bf16_glue_torch"] = om.experts(ws, x64, routing)
     if nv is not None and set(outs) - {"bf16", "bf16_glue_torch"}:
         sub = _sub_nvfp4(nv, used)
-        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_glue_torch"}:
+        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"}:
             # the swizzled scales are the same bytes reordered, the split tiles the same values regrouped
-            refs["nvfp4"] = refs["nvfp4_swizzled"] = refs["nvfp4_split"] = refs["nvfp4_split_glue_torch"] = om.experts(
-                ws, x64, routing, nvfp4=sub)
+            ref = om.experts(ws, x64, routing, nvfp4=sub)
+            for k in ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
+                refs[k] = ref
         if "w4a4" in outs:
             gx, gh = _static_scales(x)
             from oracle import nvfp4 as onv
@@ -108,7 +113,8 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
     return {k: rel_l2(to_np(o[n]), refs[k]) for k, o in outs.items()}
 
 
-PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4", "bf16_glue_torch", "nvfp4_split_glue_torch")
+PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "w4a4", "bf16_glue_torch",
+         "nvfp4_split_glue_torch")
 
 
 def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
@@ -127,6 +133,7 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
             swz = inv.swizzle_experts(nv) if swz is None else swz
             paths["nvfp4_swizzled"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=swz, split=False)
         paths["nvfp4_split"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True)
+        paths["nvfp4_split_fp16"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True, pairs=False)
         paths["nvfp4_split_glue_torch"] = lambda: moe_align_torch.grouped(x, ids, wts, E, I, nv=nv, split=True)
         if w4a4 and "w4a4" in names:
             gx, gh = _static_scales(x)
@@ -185,13 +192,14 @@ def main(argv=None) -> int:
     w = _weights(gen)
     nv = inv.quantize_experts(w.gate_up_proj, w.down_proj)
     per_expert = {"bf16": 3 * I * D * 2, "nvfp4": 3 * I * D // 2 + 3 * I * D // 16 + 8}
-    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_glue_torch"):
+    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
         per_expert[name] = per_expert["nvfp4"]
     per_expert["bf16_glue_torch"] = per_expert["bf16"]
     w4a4 = not args.no_w4a4
     bounds = {"bf16": bench_bound("moe", "experts", "output", "bfloat16"),
               "nvfp4": bench_bound("nvfp4", "experts", "output", "bfloat16")}
-    bounds["w4a4"] = bounds["nvfp4_swizzled"] = bounds["nvfp4_split"] = bounds["nvfp4_split_glue_torch"] = bounds["nvfp4"]
+    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
+        bounds[name] = bounds["nvfp4"]
     bounds["bf16_glue_torch"] = bounds["bf16"]
     tokens = TOKENS if args.tokens is None else [int(t) for t in args.tokens.split(",")]
     swz = inv.swizzle_experts(nv) if "nvfp4_swizzled" in names else None
@@ -240,13 +248,14 @@ def main(argv=None) -> int:
             row["torch_pct_copy"] = 100 * row["experts_touched"] * per_expert["bf16"] / (row["torch_us"] * 1e-6) / copy_bw
             if "bf16_us" in row:
                 row["bf16_vs_torch"] = row["torch_us"] / row["bf16_us"]
-        for name in ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "w4a4"):
+        for name in ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "w4a4"):
             if f"{name}_us" in row and "bf16_us" in row:
                 row[f"{name}_speedup_vs_bf16"] = row["bf16_us"] / row[f"{name}_us"]
         if "nvfp4_split_us" in row and "nvfp4_us" in row:
             row["nvfp4_split_speedup_vs_nvfp4"] = row["nvfp4_us"] / row["nvfp4_split_us"]
         # ours against the step 8 peer (the torch host glue), same kernels otherwise
-        for ours, peer in (("nvfp4_split", "nvfp4_split_glue_torch"), ("bf16", "bf16_glue_torch")):
+        for ours, peer in (("nvfp4_split", "nvfp4_split_glue_torch"), ("bf16", "bf16_glue_torch"),
+                           ("nvfp4_split", "nvfp4_split_fp16")):
             if f"{ours}_us" in row and f"{peer}_us" in row:
                 row[f"{ours}_speedup_vs_{peer}"] = row[f"{peer}_us"] / row[f"{ours}_us"]
         if args.sweep:
@@ -273,7 +282,8 @@ def main(argv=None) -> int:
                   f"{args.repeats} repeats){vs}")
         if "nvfp4_split_speedup_vs_nvfp4" in row:
             print(f"      nvfp4_split vs nvfp4: {row['nvfp4_split_speedup_vs_nvfp4']:.3f}x")
-        for key in ("nvfp4_split_speedup_vs_nvfp4_split_glue_torch", "bf16_speedup_vs_bf16_glue_torch"):
+        for key in ("nvfp4_split_speedup_vs_nvfp4_split_glue_torch", "bf16_speedup_vs_bf16_glue_torch",
+                    "nvfp4_split_speedup_vs_nvfp4_split_fp16"):
             if key in row:
                 print(f"      {key.replace('_speedup_vs_', ' vs ')}: {row[key]:.3f}x")
         del x, outs

@@ -144,9 +144,14 @@ RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SWIZZLED": Tru
 # the grouped GEMMs' NVFP4 weight tile form (SPLIT, issue 14): interleaved above, and split for W4A16
 # (linear and swizzled scales) and W4A4
 _GEMMS = ("moe_gate_up_fwd_kernel", "moe_down_fwd_kernel")
-RECORDS = tuple(r._replace(constexprs={**r.constexprs, "SPLIT": False}) if r.name in _GEMMS else r for r in RECORDS)
+RECORDS = tuple(r._replace(constexprs={**r.constexprs, "SPLIT": False, "PAIRS": False}) if r.name in _GEMMS else r
+                for r in RECORDS)
 RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SPLIT": True}) for r in RECORDS
                           if r.name in _GEMMS and r.constexprs.get("NVFP4"))
+
+# the split W4A16 decode tiles dequantize two codes per 32-bit instruction on a GPU (PAIRS, issue 14 step 11)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "PAIRS": True}) for r in RECORDS
+                          if r.name in _GEMMS and r.constexprs.get("SPLIT") and not r.constexprs.get("W4A4"))
 
 # the MoE GEMMs also run with prefill tiles (impl.moe._tiles: > 16 pairs per expert)
 RECORDS = RECORDS + tuple(
@@ -216,6 +221,7 @@ def main(argv=None) -> int:
         if args.kernel and rec.name not in args.kernel:
             continue
         label = rec.name + (" split" if rec.module == "moe" and rec.constexprs.get("SPLIT") else "") + (
+                            " pairs" if rec.constexprs.get("PAIRS") else "") + (
                             " (w4a4)" if rec.constexprs.get("W4A4") else
                             " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else
                             " (nvfp4)" if rec.constexprs.get("NVFP4") else

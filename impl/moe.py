@@ -32,6 +32,10 @@ NVFP4 weight tiles come in two forms (issue 14, docs/optimization_log.md step 1)
 tile on the interpreter). `split_tiles` decides; `_grouped(split=...)` forces one. The candidates
 `impl.candidates.nvfp4_split` and `impl.candidates.nvfp4_interleaved` run one form everywhere through
 `glmgate gate`.
+The split tiles dequantize in one of two ways (step 11): the fp16 product above, or, compiled for a CUDA
+GPU with bf16 dots, two codes per 32-bit instruction (inline PTX: e2m1 · 2^-126 as bf16 bit patterns,
+times the scale · 2^119 by fma.bf16x2, 2^7 left to the epilogue). `pairs_possible` and NVFP4_PAIRS
+decide; `_grouped(pairs=...)` forces one; `impl.candidates.nvfp4_fp16_split` runs the fp16 form.
 """
 from __future__ import annotations
 
@@ -63,6 +67,20 @@ ALIGN_KERNEL_PAIRS = 64
 # (docs/optimization_log.md step 1): split is 1.07-1.17x the interleaved form at 1-128 tokens, 1.00x at
 # 4096 (the prefill tile is not dequantization-bound); W4A4 split was not measured, so it stays interleaved
 NVFP4_SPLIT = None
+
+
+# the split tiles' dequantization (kernels' PAIRS, issue 14 step 11): None = two e2m1 codes per 32-bit
+# instruction (inline PTX) wherever it can run: bf16 dots compiled for a CUDA GPU of compute capability
+# >= 8.0 (fma.rn.bf16x2); the fp16 form of step 1 elsewhere (float32 dots, the interpreter, which cannot
+# run inline PTX). True / False force one; True where it cannot run is refused.
+NVFP4_PAIRS = None
+
+
+def pairs_possible(work: torch.dtype, device) -> bool:
+    """Whether the PAIRS dequantization can run: bf16 dots in a compiled kernel on a CUDA GPU (sm >= 80)."""
+    device = torch.device(device)
+    return (work == torch.bfloat16 and device.type == "cuda" and not impl.interpreted()
+            and torch.cuda.get_device_capability(device) >= (8, 0))
 
 
 def split_tiles(BM: int, BK: int, w4a4: bool) -> bool:
@@ -244,11 +262,13 @@ def _input_scales(t, acts, E: int) -> torch.Tensor:
 
 def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts] = None, limit: float = 10.0,
              w4a4: bool = False, tiles: Optional[tuple] = None, split: Optional[bool] = None,
-             out_dtype: torch.dtype = torch.float32, align_fn=None, combine_fn=None):
+             out_dtype: torch.dtype = torch.float32, align_fn=None, combine_fn=None, pairs: Optional[bool] = None):
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
     (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
     tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them).
     split: the NVFP4 weight tile's form (None: split_tiles); ignored for dense weights.
+    pairs: the split tiles' dequantization, two codes per 32-bit instruction (None: NVFP4_PAIRS, else
+        wherever pairs_possible); True where it cannot run raises ValueError.
     out_dtype: the result's dtype (the slot sum runs in float32 either way).
     align_fn, combine_fn: `align` and `combine` by default; a peer's host glue (impl/candidates/moe_align_torch)."""
     N, D = x2.shape
@@ -263,6 +283,14 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     if split and BK % 32:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: split NVFP4 tiles need BK a multiple of 32 (two half-dots "
                          f"of K >= 16 per step)")
+    can = split and pairs_possible(work, x2.device)
+    want = NVFP4_PAIRS if pairs is None else pairs
+    pairs = can if want is None else bool(want)
+    if pairs and not can:
+        raise ValueError(f"pairs=True: the two-codes-per-instruction dequantization runs only on split NVFP4 tiles "
+                         f"(split={split}) with bf16 dots (here {work}) compiled for a CUDA GPU of compute capability "
+                         f">= 8.0 (device {x2.device}{', under the Triton interpreter' if impl.interpreted() else ''}): "
+                         f"it is inline PTX")
     sorted_ids, block_expert = (align_fn or align)(ids, E, BM)
     NB = block_expert.shape[0]
     # W4A4 keeps h in float32 so its quantization sees the accumulator, not a bf16 rounding of it
@@ -270,7 +298,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     out = torch.empty(P, D, device=x2.device, dtype=torch.float32)
     precision = "ieee" if work == torch.float32 else "tf32"
     common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, W4A4=w4a4, DOT=_DOT[work], PRECISION=precision,
-                  SPLIT=split, num_warps=nw)
+                  SPLIT=split, PAIRS=pairs, num_warps=nw)
     if nv is None:
         gu, dn = (a.to(work).contiguous() for a in dense)
         gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)
@@ -307,9 +335,10 @@ def experts(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = 
 
 
 def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Experts] = None, w4a4: bool = False,
-                 *, split: Optional[bool] = None, grouped=None):
-    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: split_tiles), and the
-    grouped GEMMs (grouped: `_grouped`'s signature; None: ours; a candidate's, impl/candidates/)."""
+                 *, split: Optional[bool] = None, grouped=None, pairs: Optional[bool] = None):
+    """`experts` with the NVFP4 weight tile's form chosen (split: True / False, None: split_tiles; pairs: the
+    split tiles' dequantization, `_grouped`'s), and the grouped GEMMs (grouped: `_grouped`'s signature;
+    None: ours; a candidate's, impl/candidates/)."""
     if w4a4 and nvfp4 is None:
         raise ValueError("w4a4: needs the NVFP4 experts (nvfp4=...): W4A4 has no bf16-weight form")
     if nvfp4 is None:
@@ -337,7 +366,8 @@ def experts_with(w: MoEWeights, x, routing: Routing, nvfp4: Optional[NVFP4Expert
     args = (xs, ids, wts.to(x.device), E, I, (w.gate_up_proj, w.down_proj) if nvfp4 is None else None, nvfp4,
             w.swiglu_limit, w4a4)
     # ours writes the slot sum in x's dtype; a candidate's grouped GEMM returns float32
-    y = _grouped(*args, split=split, out_dtype=x.dtype) if grouped is None else grouped(*args, split=split)
+    y = (_grouped(*args, split=split, out_dtype=x.dtype, pairs=pairs) if grouped is None
+         else grouped(*args, split=split))
     return y.to(x.dtype).reshape(x.shape)
 
 

@@ -123,6 +123,9 @@ def _doubled(e: np.ndarray) -> bool:
 _F32 = "fp32"          # str() of tl.float32, a constexpr dtype argument
 GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes float32 operands with ieee "
             "dots (its bf16 tl.dot is wrong); `glmgate run --device cuda` runs them")
+GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA GPU); the interpreter cannot run it, "
+           "so the CPU checks its bit arithmetic's twin (tests/test_nvfp4_pairs.py) and `glmgate run --device cuda` "
+           "the kernels")
 # the GPU's mHC partial projection (impl.mhc._PARTIAL_DOT: a tl.dot over 16 token rows), never the
 # interpreter's: numpy's matmul sums a row differently by its place in the tile (mhc.batch)
 MHC_DOT = ("the GPU's partial (impl.mhc._PARTIAL_DOT; the interpreter keeps the broadcast-and-sum form, its "
@@ -344,6 +347,8 @@ def _grouped_gemm(kernel: str, k: str, n: str) -> tuple[Path, ...]:
              by=("nvfp4.gate",)),
         Path(kernel, "NVFP4 split weight tiles (even / odd columns, two half-dots per K step)",
              lambda a: a["SPLIT"], by=("nvfp4.gate",)),
+        Path(kernel, "NVFP4 split tiles dequantized two codes per 32-bit instruction (inline PTX)",
+             lambda a: bool(a.get("PAIRS")), why=GPU_PTX),
         Path(kernel, "a second reduction tile", lambda a: _cdiv(a[k], a["BK"]) >= 2,
              by=("moe.forward", "nvfp4.gate")),
         Path(kernel, "a partial reduction tile", lambda a: a[k] % a["BK"] != 0, by=("moe.forward", "nvfp4.gate")),

@@ -327,5 +327,9 @@ CHECKS = (
                     QuantGateCase(32, 8, 2, 2, 1, 16, 13, "outliers", "static", "linear", 64, 3),
                     QuantGateCase(32, 8, 2, 2, 1, 16, 11, "normal", "dynamic", "swizzled", 64, 4)),
           # ~2 s an example on the interpreter (four pins cover both scale layouts and input scales)
-          needs=("nvfp4", "moe"), cpu_examples=6),
+          needs=("nvfp4", "moe"), cpu_examples=6,
+          # D = 1024, I = 256: K loops of 8 and 2 steps of the GPU's 128-wide decode tiles, where the split
+          # tiles' two-codes-per-instruction dequantization (PAIRS, CUDA only) runs
+          gpu_examples=(QuantGateCase(1024, 8, 2, 2, 1, 256, 5, "normal", "dynamic", "swizzled", 256, 5),
+                        QuantGateCase(1024, 8, 2, 2, 1, 256, 3, "clamps", "static", "linear", 256, 6))),
 )

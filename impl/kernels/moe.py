@@ -185,6 +185,62 @@ def _nvfp4_halves(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW:
     return b_lo, b_hi
 
 
+# Two e2m1 codes per 32-bit instruction (PAIRS: inline PTX, CUDA GPUs of sm >= 80 only; the CPU twin of its bit
+# arithmetic, step for step, is `twin` in tests/test_nvfp4_pairs.py). Input: 4 bytes (4 half-columns' code pairs) and their 4 bf16 scales in two
+# bf16x2 registers; output: the 4 low-nibble values (even k) and the 4 high-nibble ones (odd k), as bf16x2.
+# Each byte is spread into a 16-bit lane (prmt), the code's 3 magnitude bits moved to bits 6-8 (bf16's
+# exponent LSBs and mantissa MSB: the value · 2^-126 for every code, e = 0 landing on the bf16 subnormals
+# with the same factor) and its sign to bit 15; fma by the scale · 2^119 with -0 added is the exact product
+# value · scale · 2^-7 (bf16 subnormals are kept: fma.bf16x2 has no flush-to-zero).
+_E2M1X2_ASM = tl.constexpr("""{
+.reg .b32 t0, t1, a, b, z;
+mov.b32 z, 0x80008000;
+prmt.b32 t0, $4, 0, 0x4140;
+prmt.b32 t1, $4, 0, 0x4342;
+shl.b32 a, t0, 6;
+shl.b32 b, t0, 12;
+and.b32 b, b, 0x80008000;
+lop3.b32 a, a, 0x01C001C0, b, 0xEA;
+fma.rn.bf16x2 $0, a, $5, z;
+shl.b32 a, t1, 6;
+shl.b32 b, t1, 12;
+and.b32 b, b, 0x80008000;
+lop3.b32 a, a, 0x01C001C0, b, 0xEA;
+fma.rn.bf16x2 $1, a, $6, z;
+shl.b32 a, t0, 2;
+shl.b32 b, t0, 8;
+and.b32 b, b, 0x80008000;
+lop3.b32 a, a, 0x01C001C0, b, 0xEA;
+fma.rn.bf16x2 $2, a, $5, z;
+shl.b32 a, t1, 2;
+shl.b32 b, t1, 8;
+and.b32 b, b, 0x80008000;
+lop3.b32 a, a, 0x01C001C0, b, 0xEA;
+fma.rn.bf16x2 $3, a, $6, z;
+}""")
+
+
+@triton.jit
+def _nvfp4_halves_x2(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: tl.constexpr, BK: tl.constexpr,
+                     SWIZZLED: tl.constexpr):
+    """_nvfp4_halves' (even, odd) tiles in bf16 as e2m1 · fp8 scale · 2^-7 (the caller's epilogue multiplies
+    by 2^7), two codes per 32-bit instruction (_E2M1X2_ASM). GPU only (inline PTX)."""
+    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
+    o_r = i_e * NW + o_m
+    o_b = k0 // 2 + tl.arange(0, BK // 2)
+    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
+                  mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0)                 # [BN, BK/2] uint8
+    o_s = k0 // 16 + tl.arange(0, BK // 16)
+    # fp8 -> float32 -> x 2^119 -> bf16: all exact (4 significant bits; 448 · 2^119 < 2^128)
+    b_s = (tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
+                   mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.).to(tl.float32)
+           * 6.646139978924579e+35).to(tl.bfloat16)
+    b_s = tl.reshape(tl.broadcast_to(b_s[:, :, None], (o_n.shape[0], BK // 16, 8)), (o_n.shape[0], BK // 2))
+    b_lo, b_hi = tl.inline_asm_elementwise(_E2M1X2_ASM, "=r,=r,=r,=r,r,r,r", [b_b, b_s],
+                                           dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    return b_lo, b_hi
+
+
 @triton.jit
 def _a_halves(p_rows, mask_m, k0, K: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, W4A4: tl.constexpr,
               b_gin, DOT: tl.constexpr):
@@ -259,6 +315,7 @@ def moe_gate_up_fwd_kernel(
     D: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr, SPLIT: tl.constexpr,
+    PAIRS: tl.constexpr = False,
 ):
     """h[pair, n] = silu(min(x Wg[e]^T, L)) · clip(x Wu[e]^T, -L, L) for the BM pairs of one block;
     NVFP4: gscale [E, 2] = (gate, up) DECODE scales, each scaling its own accumulator. SPLIT (NVFP4
@@ -280,10 +337,18 @@ def moe_gate_up_fwd_kernel(
         for i_k in range(tl.cdiv(D, BK)):
             if SPLIT:
                 b_xe, b_xo = _a_halves(x + b_tok[:, None] * D, mask_m, i_k * BK, D, BM, BK, W4A4, b_gin, DOT)
-                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                if PAIRS:
+                    b_we, b_wo = _nvfp4_halves_x2(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, SWIZZLED)
+                else:
+                    b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT,
+                                               SWIZZLED)
                 b_g = tl.dot(b_xe, tl.trans(b_we), b_g, input_precision=PRECISION)
                 b_g = tl.dot(b_xo, tl.trans(b_wo), b_g, input_precision=PRECISION)
-                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT, SWIZZLED)
+                if PAIRS:
+                    b_we, b_wo = _nvfp4_halves_x2(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, SWIZZLED)
+                else:
+                    b_we, b_wo = _nvfp4_halves(packed, scale, i_e, I, o_n, mask_n, i_k * BK, 2 * I, D, BK, DOT,
+                                               SWIZZLED)
                 b_u = tl.dot(b_xe, tl.trans(b_we), b_u, input_precision=PRECISION)
                 b_u = tl.dot(b_xo, tl.trans(b_wo), b_u, input_precision=PRECISION)
             else:
@@ -312,8 +377,8 @@ def moe_gate_up_fwd_kernel(
                 b_gd_g = tl.math.div_rn(b_gd_g, b_gin)                           # alpha = g_w / G_a (A6), per half
                 b_gd_u = tl.math.div_rn(b_gd_u, b_gin)
             if SPLIT:
-                b_gd_g = b_gd_g * 16384.0                                        # the halves' 2^-14, exact
-                b_gd_u = b_gd_u * 16384.0
+                b_gd_g = b_gd_g * (128.0 if PAIRS else 16384.0)                  # the halves' 2^-7 / 2^-14, exact
+                b_gd_u = b_gd_u * (128.0 if PAIRS else 16384.0)
             b_g = b_g * b_gd_g
             b_u = b_u * b_gd_u
         b_g = tl.minimum(b_g, limit)                                             # gate: from above only
@@ -330,6 +395,7 @@ def moe_down_fwd_kernel(
     D: tl.constexpr, I: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, NVFP4: tl.constexpr, W4A4: tl.constexpr,
     DOT: tl.constexpr, PRECISION: tl.constexpr, SWIZZLED: tl.constexpr, SPLIT: tl.constexpr,
+    PAIRS: tl.constexpr = False,
 ):
     """out[pair, n] = weight[pair] · (h[pair] Wdown[e]^T)[n] for the BM pairs of one block (float32);
     SPLIT as in moe_gate_up_fwd_kernel."""
@@ -349,7 +415,10 @@ def moe_down_fwd_kernel(
         for i_k in range(tl.cdiv(I, BK)):
             if SPLIT:
                 b_he, b_ho = _a_halves(h + b_row[:, None] * I, mask_m, i_k * BK, I, BM, BK, W4A4, b_gin, DOT)
-                b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
+                if PAIRS:
+                    b_we, b_wo = _nvfp4_halves_x2(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, SWIZZLED)
+                else:
+                    b_we, b_wo = _nvfp4_halves(packed, scale, i_e, 0, o_n, mask_n, i_k * BK, D, I, BK, DOT, SWIZZLED)
                 b_acc = tl.dot(b_he, tl.trans(b_we), b_acc, input_precision=PRECISION)
                 b_acc = tl.dot(b_ho, tl.trans(b_wo), b_acc, input_precision=PRECISION)
             else:
@@ -372,7 +441,7 @@ def moe_down_fwd_kernel(
             if W4A4:
                 b_wt = tl.math.div_rn(b_wt, b_gin)
             if SPLIT:
-                b_wt = b_wt * 16384.0                                            # the halves' 2^-14, exact
+                b_wt = b_wt * (128.0 if PAIRS else 16384.0)                      # the halves' 2^-7 / 2^-14, exact
         tl.store(out + b_pair[:, None] * D + o_n[None, :], b_acc * b_wt[:, None],
                  mask=mask_m[:, None] & mask_n[None, :])
 

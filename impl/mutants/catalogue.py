@@ -159,8 +159,9 @@ def get(name: str) -> Mutant:
 
 
 @functools.lru_cache(maxsize=None)
-def _edited(kernel, old: str, new: str):
-    """A new @triton.jit kernel: `kernel`'s own source with the text `old` (found exactly once) replaced."""
+def _edited(kernel, old: str, new: str, scope: tuple = ()):
+    """A new @triton.jit kernel: `kernel`'s own source with the text `old` (found exactly once) replaced;
+    scope: (name, value) pairs added to its globals (an edited helper or constant the new text names)."""
     src = inspect.getsource(kernel.fn)
     name = kernel.fn.__name__
     if src.count(old) != 1:
@@ -170,19 +171,27 @@ def _edited(kernel, old: str, new: str):
     # triton reads a kernel's source back through inspect: register the edited text under its own name
     filename = f"<{name} with a planted edit {len(linecache.cache)}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    scope = dict(kernel.fn.__globals__)
-    exec(compile(src, filename, "exec"), scope)
-    return scope[name]
+    env = dict(kernel.fn.__globals__)
+    env.update(scope)
+    exec(compile(src, filename, "exec"), env)
+    return env[name]
 
 
 @contextlib.contextmanager
-def kernel_edited(module, name: str, old: str, new: str):
+def kernel_edited(module, name: str, old: str, new: str, scope: tuple = ()):
     """Within the block, `module`'s kernel `name` (what its host wrappers launch) is a copy whose source
     has the text `old` replaced by `new`: a kernel mutant is the product's wrapper launching the product's
-    kernel with one planted edit, so the bug sits in the code path that ships."""
+    kernel with one planted edit, so the bug sits in the code path that ships. scope: (name, value)
+    pairs the new text may name (an edited jit helper, from `edited_helper`)."""
     kernel = getattr(module, name)
-    setattr(module, name, _edited(kernel, old, new))
+    setattr(module, name, _edited(kernel, old, new, scope))
     try:
         yield
     finally:
         setattr(module, name, kernel)
+
+
+def edited_helper(helper, old: str, new: str, scope: tuple = ()):
+    """A @triton.jit helper (a kernel's callee) with one planted edit, as `kernel_edited` makes a kernel's:
+    hand it to kernel_edited's scope under a new name and edit the kernel's call to use that name."""
+    return _edited(helper, old, new, scope)

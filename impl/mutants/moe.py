@@ -3,10 +3,11 @@ forward launches our kernels with one planted source edit."""
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 
 from impl import moe as imoe
 from impl.baseline.moe import TorchMoE
-from impl.mutants.catalogue import kernel_edited, mutant
+from impl.mutants.catalogue import edited_helper, kernel_edited, mutant
 
 
 @mutant("moe.route", "weights")
@@ -135,3 +136,27 @@ class MoeCombineDropsLastSlot(TritonMOE):
     def forward(self, w, x, nvfp4=None, w4a4=False, *, ops=None):
         with kernel_edited(imoe, "moe_combine_fwd_kernel", "tl.static_range(1, TOP_K)", "tl.static_range(1, TOP_K - 1)"):
             return imoe.forward(w, x, nvfp4, w4a4, ops=ops)
+
+
+def _pairs_high_sign_from_low():
+    """The PAIRS helper whose PTX shifts the high nibbles' sign (bit 7 of each byte) by 12, the low nibble's
+    shift, so bit 3 (the low nibble's sign) lands in the high nibble's sign bit (edited once, cached)."""
+    from impl.kernels import moe as km
+    asm = km._E2M1X2_ASM.value
+    assert asm.count("shl.b32 b, t0, 8;") == 1, "the PAIRS PTX changed: update the planted edit"
+    bad = tl.constexpr(asm.replace("shl.b32 b, t0, 8;", "shl.b32 b, t0, 12;"))
+    return edited_helper(km._nvfp4_halves_x2, "tl.inline_asm_elementwise(_E2M1X2_ASM,",
+                         "tl.inline_asm_elementwise(_E2M1X2_ASM_PLANTED,", (("_E2M1X2_ASM_PLANTED", bad),))
+
+
+# GPU only: PAIRS is inline PTX, which runs in compiled kernels on a CUDA GPU (bf16 dots), never on the CPU
+@mutant("nvfp4.gate", "kernel_w4a16", base="triton", device="cuda")
+class Nvfp4PairsHighNibbleLowSign(TritonMOE):
+    """The two-codes-per-instruction NVFP4 dequantization gives half of the high nibbles the low nibble's sign (a PTX shift of 12 where 8 belongs)."""
+
+    @staticmethod
+    def experts(w, x, routing, nvfp4=None, w4a4=False):
+        with kernel_edited(imoe, "moe_down_fwd_kernel", "b_we, b_wo = _nvfp4_halves_x2(",
+                           "b_we, b_wo = _nvfp4_halves_x2_planted(",
+                           (("_nvfp4_halves_x2_planted", _pairs_high_sign_from_low()),)):
+            return imoe.experts(w, x, routing, nvfp4, w4a4)
