@@ -93,8 +93,8 @@ def get(name: str) -> Implementation:
         m = mutants.get(name.split(":", 1)[1])
         # one planted bug: the mutated namespace (or engine), everything else from the mutant's base
         ns = m.factory()
-        return get(m.base)._replace(name=name, **{m.mechanism: _check(name, ns, m.mechanism)
-                                                  if m.mechanism in FUNCTIONS else ns})
+        return get(m.base)._replace(name=name, **{m.target: _check(name, ns, m.target)
+                                                  if m.target in FUNCTIONS else ns})
     if ":" in name:
         mod, _, attr = name.partition(":")
         obj = _load_candidate(name, mod, attr)

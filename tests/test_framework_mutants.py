@@ -141,10 +141,10 @@ def test_a_mutant_implementation_is_its_base_with_one_namespace_replaced(name):
     m = mutants.MUTANTS[name]
     got, base = registry.get(f"mutant:{name}"), registry.get(m.base)
     assert got.name == f"mutant:{name}"
-    impl = getattr(got, m.mechanism)
+    impl = getattr(got, m.target)
     assert impl is m.cls if isinstance(impl, type) else isinstance(impl, m.cls)
     differ = [f for f in [f.name for f in dataclasses.fields(got)][1:] if getattr(got, f) is not getattr(base, f)]
-    assert differ == [m.mechanism], differ
+    assert differ == [m.target], differ
 
 
 MECHANISM_MUTANTS = sorted(n for n, m in mutants.MUTANTS.items() if m.mechanism in registry.MECHANISMS)
@@ -156,8 +156,8 @@ def test_a_mechanism_mutant_is_its_baseline_class_with_one_method_overridden(nam
     baseline class that defines exactly one method the baseline has."""
     m = mutants.MUTANTS[name]
     # a kernel mutant (base "triton") subclasses our Triton namespace as a class (impl/mutants/<mech>.py)
-    base = (getattr(importlib.import_module(f"impl.mutants.{m.mechanism}"), f"Triton{m.mechanism.upper()}")
-            if m.base == "triton" else type(getattr(registry.get("torch"), m.mechanism)))
+    base = (getattr(importlib.import_module(f"impl.mutants.{m.target}"), f"Triton{m.target.upper()}")
+            if m.base == "triton" else type(getattr(registry.get("torch"), m.target)))
     assert m.name == name and m.description and "\n" not in m.description
     assert m.check.startswith(m.mechanism + ".") and m.quantity
     a, b = m.factory(), m.factory()

@@ -30,8 +30,11 @@ class Mutant:
             in that dtype on every device (a bf16 run cannot resolve the bug below its own rounding)
         base: the implementation (impl/registry.py) whose other namespaces the mutant keeps
         device: None: caught on every device; "cuda": the bug needs sizes only a GPU affords (its check's
-            CUDA pins, Check.gpu_examples / nightly_examples, show it): the CPU zoo and suite list it as
-            GPU-only instead of running it, and `glmgate zoo --device cuda` replays those pins
+            CUDA pins, Check.gpu_examples / nightly_examples, show it), or sits in a path only a GPU runs
+            (inline PTX): the CPU zoo and suite list it as GPU-only instead of running it, and
+            `glmgate zoo --device cuda` replays those pins
+        namespace: the namespace the class replaces when it is not the check's mechanism (a bug in the
+            moe namespace's NVFP4 kernels that only nvfp4.gate's NVFP4 layers show); None: the mechanism
     """
 
     name: str
@@ -43,11 +46,17 @@ class Mutant:
     dtype: Optional[str] = None
     base: str = "torch"
     device: Optional[str] = None
+    namespace: Optional[str] = None
 
     @property
     def mechanism(self) -> str:
-        """The mechanism it breaks ("kda"), "model" or "serving": its registry.Implementation field."""
+        """The mechanism whose check catches it ("kda"), "model" or "serving"."""
         return self.check.split(".", 1)[0]
+
+    @property
+    def target(self) -> str:
+        """The registry.Implementation field its class replaces: `namespace`, else the mechanism."""
+        return self.namespace or self.mechanism
 
     @property
     def origin(self) -> str:
@@ -71,7 +80,7 @@ def snake_name(cls: type, mechanism: str) -> str:
 
 def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Optional[str] = None,
            factory: Optional[Callable[[type], object]] = None, base: str = "torch",
-           table: Optional[dict] = None, device: Optional[str] = None):
+           table: Optional[dict] = None, device: Optional[str] = None, namespace: Optional[str] = None):
     """Class decorator: register the class as the planted bug that `check` must catch through `quantity`.
 
     Args:
@@ -85,6 +94,7 @@ def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Opti
         base: Mutant.base
         table: the table to register in, MUTANTS when left out (tests register into a scratch dict)
         device: Mutant.device
+        namespace: Mutant.namespace
     """
     if check.count(".") != 1 or "." in quantity:
         raise ValueError(f"@mutant({check!r}, {quantity!r}): expected a check 'mechanism.path' and a quantity")
@@ -101,7 +111,7 @@ def mutant(check: str, quantity: str, *, name: Optional[str] = None, dtype: Opti
         build = cls if factory is None else functools.partial(factory, cls)
         if device not in (None, "cuda"):
             raise ValueError(f"mutant {key}: device {device!r}, expected None or 'cuda'")
-        into[key] = Mutant(key, check, quantity, doc, build, cls, dtype, base, device)
+        into[key] = Mutant(key, check, quantity, doc, build, cls, dtype, base, device, namespace)
         return cls
 
     return register

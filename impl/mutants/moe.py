@@ -150,12 +150,11 @@ def _pairs_high_sign_from_low():
 
 
 # GPU only: PAIRS is inline PTX, which runs in compiled kernels on a CUDA GPU (bf16 dots), never on the CPU
-@mutant("nvfp4.gate", "kernel_w4a16", base="triton", device="cuda")
+@mutant("nvfp4.gate", "kernel_w4a16", base="triton", device="cuda", namespace="moe")
 class Nvfp4PairsHighNibbleLowSign(TritonMOE):
     """The two-codes-per-instruction NVFP4 dequantization gives half of the high nibbles the low nibble's sign (a PTX shift of 12 where 8 belongs)."""
 
-    @staticmethod
-    def experts(w, x, routing, nvfp4=None, w4a4=False):
+    def experts(self, w, x, routing, nvfp4=None, w4a4=False):
         with kernel_edited(imoe, "moe_down_fwd_kernel", "b_we, b_wo = _nvfp4_halves_x2(",
                            "b_we, b_wo = _nvfp4_halves_x2_planted(",
                            (("_nvfp4_halves_x2_planted", _pairs_high_sign_from_low()),)):
