@@ -217,7 +217,7 @@ def _check_select(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width
 
 
 def select_pools(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width: int, tail: bool,
-                 block_pools=None, radix_bits=None, num_warps=None):
+                 block_pools=None, radix_bits=None, num_warps=None, packed=None):
     """Top-k pools, expanded, the tail, compacted (SPEC §8.6, §8.7) in one kernel: dsa_select_fwd_kernel.
 
     Picks are listed in pool order (the oracle lists them by score: the same set; nothing downstream
@@ -228,7 +228,8 @@ def select_pools(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width:
         member of a valid pool, -1 otherwise;  member_idx: [B, P, M] int64;  val: [B, T] bool real flags;
         n_vis: [B, S] int64 real tokens up to each query;  first: [B] int64 first real token;
         k_sel: pools to pick;  width: slots W;  tail: append the current incomplete pool's tokens;
-        block_pools / radix_bits / num_warps: tile, search step and launch overrides (tests, benchmarks)
+        block_pools / radix_bits / num_warps: tile, search step and launch overrides (tests, benchmarks);
+        packed: count a pass's digits packed in one int64 (None: whenever radix_bits <= 2)
     Returns:
         indices [B, S, W] int64, scores [B, S, P] float32 (non-candidates -inf), candidate [B, S, P] bool
     """
@@ -240,22 +241,27 @@ def select_pools(I, pool_last, member_idx, val, n_vis, first, k_sel: int, width:
     if B * S == 0:
         return indices, scored, candidate
     # the interpreter's cost is per operation: many queries a program and 8-bit digits (4 passes over a
-    # [BS, BP, 256] count). On the GPU one query a program over up to 1024 pools held in registers across
-    # the passes, 2-bit digits (16 passes), 8 warps. Measured on the H200 (scripts/dsa_select_variants.py):
-    # 2 bits beat 1 and 4 (11.6 us at 1024 pools); 1025 pools in one 2048-pool tile took 104 us, in two
-    # 1024-pool tiles 33 us (register pressure of the [BS, BP, 2^RB] count); 4 warps do not compile on
-    # triton 3.6 (an assertion in its scan lowering).
+    # [BS, BP, 256] count). On the GPU one query a program over up to 2048 pools held in registers across
+    # the passes, 2-bit digits (16 passes) counted packed, 8 warps. Measured on the H200
+    # (scripts/dsa_select_variants.py, docs/optimization_log.md steps 10 and 12): 2 bits beat 1 and 4; the
+    # unpacked [BS, BP, 2^RB] count held 1024 pools (11.6 us; 1025 pools over two tiles 33.1 us, in one
+    # 2048-pool tile 104 us), the packed one holds 2048 (1025 pools 15.8 us); 4 warps do not compile
+    # on triton 3.6 (an assertion in its scan lowering).
     BS = 16 if interpreted() else 1
     RB = radix_bits or (8 if interpreted() else 2)
     if 32 % RB:
         raise ValueError(f"radix_bits: expected a divisor of 32, got {RB}")
-    BP = block_pools or min(triton.next_power_of_2(max(P, 1)), 16 if interpreted() else 1024)
+    packed = RB <= 2 if packed is None else bool(packed)
+    if packed and (RB > 2 or P >= 1 << 20):
+        raise ValueError(f"packed: needs radix_bits <= 2 (got {RB}) and fewer than 2^20 pools (got {P}): "
+                         f"the 2^RB - 1 digit counts share one int64 in 20-bit fields")
+    BP = block_pools or min(triton.next_power_of_2(max(P, 1)), 16 if interpreted() else 2048 if packed else 1024)
     dsa_select_fwd_kernel[(triton.cdiv(S, BS), B)](
         I.contiguous(), pool_last.to(torch.int64).contiguous(), member_idx.contiguous(),
         val.contiguous().view(torch.int8), n_vis.to(torch.int64).contiguous(), first.to(torch.int64).contiguous(),
         indices, scored, candidate.view(torch.int8), S, P, T, k_sel, width,
         M=M, TAIL=bool(tail and M > 1), ONE=P <= BP, RB=RB, BS=BS, BP=BP, BM=triton.next_power_of_2(M),
-        BW=8 if interpreted() else 1024, num_warps=num_warps or (4 if interpreted() else 8))
+        BW=8 if interpreted() else 1024, PACKED=packed, num_warps=num_warps or (4 if interpreted() else 8))
     return indices, scored, candidate
 
 

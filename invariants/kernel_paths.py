@@ -126,6 +126,10 @@ GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes fl
 GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA GPU); the interpreter cannot run it, "
            "so the CPU checks its bit arithmetic's twin (tests/test_nvfp4_pairs.py) and `glmgate run --device cuda` "
            "the kernels")
+GPU_SELECT = ("the GPU's selection (impl.dsa.select_pools: 2-bit digits, packed counts, tiles of 2048 pools); "
+              "the interpreter's checks take 8-bit digits (its cost is per operation), so on the CPU "
+              "tests/test_dsa_select.py runs the packed form against the oracle's pick, and `glmgate run "
+              "--device cuda` the checks")
 # the GPU's mHC partial projection (impl.mhc._PARTIAL_DOT: a tl.dot over 16 token rows), never the
 # interpreter's: numpy's matmul sums a row differently by its place in the tile (mhc.batch)
 MHC_DOT = ("the GPU's partial (impl.mhc._PARTIAL_DOT; the interpreter keeps the broadcast-and-sum form, its "
@@ -384,6 +388,10 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
          by=("dsa.index", "mla.paths")),
     Path("dsa_select_fwd_kernel", "the pools over several tiles, re-read each pass (ranks carried across)",
          lambda a: not a["ONE"], by=("dsa.index",)),
+    Path("dsa_select_fwd_kernel", "digit counts packed in one int64 (2-bit digits: the GPU's form)",
+         lambda a: a["PACKED"], why=GPU_SELECT),
+    Path("dsa_select_fwd_kernel", "digit counts as a [BS, BP, 2^RB] tile (8-bit digits: the interpreter's form)",
+         lambda a: not a["PACKED"], by=("dsa.index", "mla.paths")),
     Path("dsa_select_fwd_kernel", "the tail appended", lambda a: a["TAIL"], by=("dsa.index", "mla.paths")),
     Path("dsa_select_fwd_kernel", "no tail (P_k = 1)", lambda a: not a["TAIL"], by=("dsa.index",)),
     Path("dsa_select_fwd_kernel", "a second query block", lambda a: _cdiv(a["S"], a["BS"]) >= 2,

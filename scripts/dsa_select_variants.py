@@ -3,7 +3,7 @@ torch form select_pools_torch, at the released geometry's selection (pools of 4,
 each timed from a CUDA graph (triton.testing.do_bench_cudagraph: GPU time, no host launch cost). Every
 variant's picks are checked equal to the defaults' first (a variant that is wrong is not timed).
 
-    PYTHONPATH=. python3 scripts/dsa_select_variants.py [--packed] [--json FILE]
+    PYTHONPATH=. python3 scripts/dsa_select_variants.py [--json FILE]
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 import triton.testing
 
 from impl import dsa
+from impl.candidates import dsa_select_digits
 
 
 def inputs(B, S, T, M=4, seed=0):
@@ -36,8 +37,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--packed", action="store_true",
-                    help="also time impl.candidates.dsa_select_packed (the digit counts in one packed reduction)")
     args = ap.parse_args()
     rows = []
     # 4097 cached tokens: a 4096-token context and the decoded one (1025 pools, as the layer replay's)
@@ -48,15 +47,12 @@ def main():
         ref = dsa.select_pools(*x, k_sel, W, True)[0]
         ref_sets = ref.sort(-1).values
         variants = {"torch": lambda: dsa.select_pools_torch(*x, k_sel, W, True)}
+        # ours: packed counts, tiles of up to 2048 pools (step 12); step 10's unpacked counts over tiles
+        # of up to 1024 pools (impl.candidates.dsa_select_digits) at each digit width
+        for rb in (1, 2):
+            variants[f"kernel rb{rb}"] = lambda rb=rb: dsa.select_pools(*x, k_sel, W, True, radix_bits=rb)
         for rb in (1, 2, 4):
-            for nw in (8,):
-                variants[f"kernel rb{rb} w{nw}"] = (lambda rb=rb, nw=nw:
-                                                     dsa.select_pools(*x, k_sel, W, True, radix_bits=rb, num_warps=nw))
-        if args.packed:
-            from impl.candidates import dsa_select_packed
-            for rb in (1, 2):
-                variants[f"packed rb{rb}"] = (lambda rb=rb:
-                                              dsa_select_packed.select_pools(*x, k_sel, W, True, radix_bits=rb))
+            variants[f"digits rb{rb}"] = lambda rb=rb: dsa_select_digits.select_pools(*x, k_sel, W, True, radix_bits=rb)
         for name, fn in variants.items():
             try:
                 got = fn()[0]

@@ -6,7 +6,8 @@ The kernel's row is exact: the picked pools' tokens in pool order (the oracle's 
 among exactly tied scores), then the tail's tokens (none when the tail's pool was picked: a mask hole),
 then -1. The torch form picks by torch.topk (any of exactly tied pools), so it is held to the same SET on
 scores without ties. Shapes: left padding, holes, an all-pad row, P_k = 1 (no tail), 3 and 4, fewer
-candidates than k_sel, k_sel 0, pools over several tiles (block_pools) and every search step (radix_bits).
+candidates than k_sel, k_sel 0, pools over several tiles (block_pools), every search step (radix_bits),
+the digit counts packed (the GPU's form) and not (the interpreter's).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pytest
 import torch
 
 from impl import dsa as idsa
-from impl.candidates import dsa_select_packed
 from oracle import dsa as odsa
 
 F32_MIN = -3.4028234663852886e38
@@ -87,18 +87,19 @@ def run(select, c, device="cpu", **kw):
 SEEDS = range(60)
 
 
-# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each; the packed
-# candidate (not landed: step 10's next) is held to the same exact rule
-@pytest.mark.parametrize("select,block_pools,radix_bits,every", [
-    (idsa.select_pools, None, None, 1), (idsa.select_pools, 2, 8, 6), (idsa.select_pools, 8, 1, 10),
-    (idsa.select_pools, 4, 4, 8), (dsa_select_packed.select_pools, None, 2, 5),
-    (dsa_select_packed.select_pools, 8, 1, 12)],
-    ids=["defaults", "tiles2_rb8", "tiles8_rb1", "tiles4_rb4", "packed_defaults", "packed_tiles8_rb1"])
-def test_the_kernel_is_the_oracles_pick(select, block_pools, radix_bits, every):
+# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each. 1- and
+# 2-bit digits are counted packed (the GPU's form, which the interpreter's checks do not take), and
+# unpacked when asked (step 10's form: impl.candidates.dsa_select_digits)
+@pytest.mark.parametrize("block_pools,radix_bits,packed,every", [
+    (None, None, None, 1), (2, 8, None, 6), (8, 1, None, 10), (4, 4, None, 8), (None, 2, None, 5),
+    (8, 1, False, 12), (None, 2, False, 10)],
+    ids=["defaults", "tiles2_rb8", "packed_tiles8_rb1", "tiles4_rb4", "packed_rb2", "tiles8_rb1", "rb2"])
+def test_the_kernel_is_the_oracles_pick(block_pools, radix_bits, packed, every):
     for seed in SEEDS[::every]:
         c = draw(seed)
         want, scores, cand = expected(c)
-        got, g_scores, g_cand = run(select, c, block_pools=block_pools, radix_bits=radix_bits)
+        got, g_scores, g_cand = run(idsa.select_pools, c, block_pools=block_pools, radix_bits=radix_bits,
+                                    packed=packed)
         np.testing.assert_array_equal(got, want, err_msg=f"seed {seed}: indices")
         np.testing.assert_array_equal(g_cand, cand, err_msg=f"seed {seed}: candidate")
         np.testing.assert_array_equal(g_scores, scores, err_msg=f"seed {seed}: scores")
@@ -140,7 +141,8 @@ def test_the_cases_reach_what_they_claim():
     (lambda a: a.update(n_vis=a["n_vis"][:, :1]), "n_vis: expected shape"),
     (lambda a: a.update(k_sel=99), "k_sel"),
     (lambda a: a.update(width=1), "width"),
-], ids=["I_dtype", "val_dtype", "n_vis_shape", "k_sel", "width"])
+    (lambda a: a.update(radix_bits=4, packed=True), "packed: needs radix_bits <= 2"),
+], ids=["I_dtype", "val_dtype", "n_vis_shape", "k_sel", "width", "packed_rb4"])
 def test_bad_arguments_are_refused(bad, match):
     a = dict(I=torch.zeros(1, 3, 2), pool_last=torch.tensor([[3, 7]]), member_idx=torch.arange(8).view(1, 2, 4),
              val=torch.ones(1, 9, dtype=torch.bool), n_vis=torch.tensor([[7, 8, 9]]), first=torch.zeros(1, dtype=torch.long),
@@ -153,8 +155,8 @@ def test_bad_arguments_are_refused(bad, match):
 @pytest.mark.gpu
 def test_the_compiled_kernel_is_the_oracles_pick():
     """On the GPU: the drawn cases, and the released shape's one (4097, 8192 and 8300 cached tokens in
-    pools of 4: 1025 to ~2070 pools over two and three 1024-pool tiles; 512 picks; a wide tie at the
-    k-th place)."""
+    pools of 4: 1025 to ~2070 pools in one or two 2048-pool tiles; 512 picks; a wide tie at the k-th
+    place)."""
     for seed in SEEDS:
         c = draw(seed)
         want, _, _ = expected(c)

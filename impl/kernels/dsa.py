@@ -103,12 +103,14 @@ def _select_keys(I, pool_last, i_b, o_s, o_p, S, P, offset):
     return tl.where(b_c, b_key, -1), b_c, b_i
 
 
-@triton.jit
+# P not specialized on divisibility by 16: triton 3.6 fails to lower a 2048-pool tile when it is
+# (ConvertTritonGPUToLLVM, reproduced with its sm_90 compiler; 3.9 compiles both)
+@triton.jit(do_not_specialize=["P"])
 def dsa_select_fwd_kernel(
     I, pool_last, member_idx, val, n_vis, first, indices, scores, candidate,
     S, P, T, k_sel, W,
     M: tl.constexpr, TAIL: tl.constexpr, ONE: tl.constexpr, RB: tl.constexpr,
-    BS: tl.constexpr, BP: tl.constexpr, BM: tl.constexpr, BW: tl.constexpr,
+    BS: tl.constexpr, BP: tl.constexpr, BM: tl.constexpr, BW: tl.constexpr, PACKED: tl.constexpr,
 ):
     """The selection of BS queries of row b (SPEC §8.6, §8.7): the k_sel best candidate pools (ties: the
     lowest pool first, as the oracle's stable sort), expanded to their M tokens in pool order, then the
@@ -118,6 +120,9 @@ def dsa_select_fwd_kernel(
     The k-th best key is found by a threshold search, RB bits a pass over the 32 key bits (no sort):
     the largest t with at least k keys >= t. Every key above t is picked and the ties at t fill the rest.
     ONE: the P pools fit one [BS, BP] tile, held across the passes; otherwise each pass re-reads I.
+    PACKED (RB <= 2, P < 2^20): a pass counts its 2^RB - 1 candidate digits in 20-bit fields of one int64,
+    one reduction of a [BS, BP] tile, instead of a [BS, BP, 2^RB] count: the registers of a 2048-pool tile
+    (the GPU's form); the interpreter, whose cost is per operation, takes 8-bit digits unpacked.
     I: [B, S, P] float32 scores;  pool_last: [B, P] int64 (-1: not a valid pool);  member_idx: [B, P, M];
     val: [B, T] int8 real flags;  n_vis: [B, S] int64 real tokens <= each query;  first: [B] int64;
     indices: [B, S, W] int64;  scores: [B, S, P] float32;  candidate: [B, S, P] int8.
@@ -147,16 +152,36 @@ def dsa_select_fwd_kernel(
     b_t = tl.zeros([BS], dtype=tl.int64)
     for i in range(32 // RB):
         shift = 32 - RB * (i + 1)
-        b_try = b_t[:, None] + (o_d[None, :] << shift)                                # [BS, 2^RB]
-        if ONE:
-            b_cnt = tl.sum((b_key[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
+        if PACKED:
+            b_unit = (b_t * 0 + 1) << shift
+            if ONE:
+                b_v = tl.zeros([BS, BP], dtype=tl.int64)
+                for d in tl.static_range(1, 2 ** RB):
+                    b_v += (b_key >= (b_t + d * b_unit)[:, None]).to(tl.int64) << (20 * (d - 1))
+                b_cnt = tl.sum(b_v, 1)
+            else:
+                b_cnt = tl.zeros([BS], dtype=tl.int64)
+                for p0 in range(0, P, BP):
+                    b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
+                    b_v = tl.zeros([BS, BP], dtype=tl.int64)
+                    for d in tl.static_range(1, 2 ** RB):
+                        b_v += (b_kc >= (b_t + d * b_unit)[:, None]).to(tl.int64) << (20 * (d - 1))
+                    b_cnt += tl.sum(b_v, 1)
+            b_dig = tl.zeros([BS], dtype=tl.int64)
+            for d in tl.static_range(1, 2 ** RB):
+                b_dig += (((b_cnt >> (20 * (d - 1))) & 0xFFFFF) >= b_k).to(tl.int64)  # counts fall with the digit
+            b_t += b_dig * b_unit
         else:
-            b_cnt = tl.zeros([BS, 2 ** RB], dtype=tl.int64)
-            for p0 in range(0, P, BP):
-                b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
-                b_cnt += tl.sum((b_kc[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
-        b_dig = tl.sum((b_cnt >= b_k[:, None]).to(tl.int64), 1) - 1                  # counts fall with the digit
-        b_t += b_dig << shift
+            b_try = b_t[:, None] + (o_d[None, :] << shift)                            # [BS, 2^RB]
+            if ONE:
+                b_cnt = tl.sum((b_key[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
+            else:
+                b_cnt = tl.zeros([BS, 2 ** RB], dtype=tl.int64)
+                for p0 in range(0, P, BP):
+                    b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
+                    b_cnt += tl.sum((b_kc[:, :, None] >= b_try[:, None, :]).to(tl.int64), 1)
+            b_dig = tl.sum((b_cnt >= b_k[:, None]).to(tl.int64), 1) - 1              # counts fall with the digit
+            b_t += b_dig << shift
 
     # keys above t are all picked; ties at t fill the remaining picks, lowest pool first
     if ONE:
