@@ -159,6 +159,23 @@ def _nvfp4_tile(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: t
 
 
 @triton.jit
+def _nvfp4_split_tiles(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: tl.constexpr,
+                       BK: tl.constexpr, SWIZZLED: tl.constexpr):
+    """(bytes [BN, BK/2] uint8, fp8 scales [BN, BK/16]) of rows r0 + o_n, columns k0..k0+BK of expert i_e's
+    NVFP4 weight [NW, KW], as stored: byte j holds columns k0 + 2j (low nibble) and k0 + 2j + 1 (high),
+    the scale column of half-column j is k0/16 + j // 8. Masked entries read 0."""
+    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
+    o_r = i_e * NW + o_m
+    o_b = k0 // 2 + tl.arange(0, BK // 2)
+    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
+                  mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0)
+    o_s = k0 // 16 + tl.arange(0, BK // 16)
+    b_s = tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
+                  mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.)
+    return b_b, b_s
+
+
+@triton.jit
 def _nvfp4_halves(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW: tl.constexpr, BK: tl.constexpr,
                   DOT: tl.constexpr, SWIZZLED: tl.constexpr):
     """(even, odd): rows r0 + o_n of expert i_e's NVFP4 weight [NW, KW] at columns k0 + 2j and k0 + 2j + 1,
@@ -168,30 +185,26 @@ def _nvfp4_halves(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, KW:
     with no join back into K order. The fp16 pattern sign << 15 | (e, m) << 9 (= value · 2^-14) is cut
     from the byte in place: low nibble bits 3 and 0-2, high nibble bits 7 and 4-6. Its product with the
     fp8 scale is taken in fp16, exact (2 x 4 significant bits, a multiple of 2^-24 and below 0.17), and
-    so is the one conversion to bf16 or float32. Scale column of half-column j: k0/16 + j // 8.
+    so is the one conversion to bf16 or float32.
     """
-    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
-    o_r = i_e * NW + o_m
-    o_b = k0 // 2 + tl.arange(0, BK // 2)
-    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
-                  mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0).to(tl.int32)   # [BN, BK/2]
+    b_b, b_s = _nvfp4_split_tiles(packed, scale, i_e, r0, o_n, mask_n, k0, NW, KW, BK, SWIZZLED)
+    b_b = b_b.to(tl.int32)                                                                  # [BN, BK/2]
     b_lo = (((b_b << 12) & 0x8000) | ((b_b << 9) & 0xE00)).to(tl.int16).to(tl.float16, bitcast=True)
     b_hi = (((b_b << 8) & 0x8000) | ((b_b << 5) & 0xE00)).to(tl.int16).to(tl.float16, bitcast=True)
-    o_s = k0 // 16 + tl.arange(0, BK // 16)
-    b_s = tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
-                  mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.).to(tl.float16)[:, :, None]
+    b_s = b_s.to(tl.float16)[:, :, None]
     b_lo = tl.reshape(tl.reshape(b_lo, (o_n.shape[0], BK // 16, 8)) * b_s, (o_n.shape[0], BK // 2)).to(DOT)
     b_hi = tl.reshape(tl.reshape(b_hi, (o_n.shape[0], BK // 16, 8)) * b_s, (o_n.shape[0], BK // 2)).to(DOT)
     return b_lo, b_hi
 
 
-# Two e2m1 codes per 32-bit instruction (PAIRS: inline PTX, CUDA GPUs of sm >= 80 only; the CPU twin of its bit
-# arithmetic, step for step, is `twin` in tests/test_nvfp4_pairs.py). Input: 4 bytes (4 half-columns' code pairs) and their 4 bf16 scales in two
-# bf16x2 registers; output: the 4 low-nibble values (even k) and the 4 high-nibble ones (odd k), as bf16x2.
-# Each byte is spread into a 16-bit lane (prmt), the code's 3 magnitude bits moved to bits 6-8 (bf16's
-# exponent LSBs and mantissa MSB: the value · 2^-126 for every code, e = 0 landing on the bf16 subnormals
-# with the same factor) and its sign to bit 15; fma by the scale · 2^119 with -0 added is the exact product
-# value · scale · 2^-7 (bf16 subnormals are kept: fma.bf16x2 has no flush-to-zero).
+# Two e2m1 codes per 32-bit instruction (PAIRS: inline PTX, CUDA GPUs of sm >= 80 only; the CPU twin of its
+# bit arithmetic, step for step, is `twin` in tests/test_nvfp4_pairs.py). Input: 4 bytes (4 half-columns'
+# code pairs) and their 4 bf16 scales in two bf16x2 registers; output: the 4 low-nibble values (even k) and
+# the 4 high-nibble ones (odd k), as bf16x2. Each byte is spread into a 16-bit lane (prmt), the code's 3
+# magnitude bits moved to bits 6-8 (bf16's exponent LSBs and mantissa MSB: the value · 2^-126 for every
+# code, e = 0 landing on the bf16 subnormals with the same factor) and its sign to bit 15; fma by the
+# scale · 2^119 with -0 added is the exact product value · scale · 2^-7 (bf16 subnormals are kept:
+# fma.bf16x2 has no flush-to-zero).
 _E2M1X2_ASM = tl.constexpr("""{
 .reg .b32 t0, t1, a, b, z;
 mov.b32 z, 0x80008000;
@@ -225,16 +238,9 @@ def _nvfp4_halves_x2(packed, scale, i_e, r0, o_n, mask_n, k0, NW: tl.constexpr, 
                      SWIZZLED: tl.constexpr):
     """_nvfp4_halves' (even, odd) tiles in bf16 as e2m1 · fp8 scale · 2^-7 (the caller's epilogue multiplies
     by 2^7), two codes per 32-bit instruction (_E2M1X2_ASM). GPU only (inline PTX)."""
-    o_m = (r0 + o_n).to(tl.int64)                                               # row within the expert
-    o_r = i_e * NW + o_m
-    o_b = k0 // 2 + tl.arange(0, BK // 2)
-    b_b = tl.load(packed + o_r[:, None] * (KW // 2) + o_b[None, :],
-                  mask=mask_n[:, None] & (o_b < KW // 2)[None, :], other=0)                 # [BN, BK/2] uint8
-    o_s = k0 // 16 + tl.arange(0, BK // 16)
+    b_b, b_s = _nvfp4_split_tiles(packed, scale, i_e, r0, o_n, mask_n, k0, NW, KW, BK, SWIZZLED)
     # fp8 -> float32 -> x 2^119 -> bf16: all exact (4 significant bits; 448 · 2^119 < 2^128)
-    b_s = (tl.load(scale + _scale_offsets(i_e, o_m, o_s, NW, KW // 16, SWIZZLED),
-                   mask=mask_n[:, None] & (o_s < KW // 16)[None, :], other=0.).to(tl.float32)
-           * 6.646139978924579e+35).to(tl.bfloat16)
+    b_s = (b_s.to(tl.float32) * 6.646139978924579e+35).to(tl.bfloat16)
     b_s = tl.reshape(tl.broadcast_to(b_s[:, :, None], (o_n.shape[0], BK // 16, 8)), (o_n.shape[0], BK // 2))
     b_lo, b_hi = tl.inline_asm_elementwise(_E2M1X2_ASM, "=r,=r,=r,=r,r,r,r", [b_b, b_s],
                                            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
