@@ -142,10 +142,13 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
     return {k: f for k, f in paths.items() if k in names}
 
 
-# (BM, BN, BK, num_warps) variants the --sweep times: BM 16 drops the padded rows of decode blocks
-# (1-4 pairs per expert), BN 32 doubles the programs in flight
+# (BM, BN, BK, num_warps[, num_stages]) variants the --sweep times: BM 16 drops the padded rows of decode
+# blocks (1-4 pairs per expert), BN 32 doubles the programs in flight; after issue 14 step 11 (the PAIRS
+# dequantization: the decode tiles' issue time and bytes of one size) deeper pipelines, BK 256 and BN 128,
+# compiled for sm_90 in docs/optimization_log.md step 11's "Next"
 SWEEP_TILES = ((64, 64, 64, 4), (16, 64, 64, 4), (16, 32, 64, 4), (16, 32, 128, 4), (16, 64, 128, 4),
-               (32, 64, 64, 4), (16, 128, 64, 4), (16, 64, 64, 8), (128, 128, 64, 8))
+               (32, 64, 64, 4), (16, 128, 64, 4), (16, 64, 64, 8), (128, 128, 64, 8),
+               (16, 64, 128, 4, 4), (16, 64, 128, 4, 5), (16, 32, 128, 4, 4), (16, 128, 128, 4), (16, 32, 256, 4))
 
 
 def _sweep(w, nv, x, ids, wts, N: int) -> dict:

@@ -265,7 +265,8 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
              out_dtype: torch.dtype = torch.float32, align_fn=None, combine_fn=None, pairs: Optional[bool] = None):
     """Σ_slots wts · expert_{ids}(x2) with dense weights (gate_up [E, 2I, D], down [E, D, I]) or NVFP4
     (W4A16, or W4A4: both GEMM inputs quantize-dequantized in the kernels' prologue).
-    tiles: (BM, BN, BK, num_warps) launch override (the benchmark sweeps them).
+    tiles: (BM, BN, BK, num_warps[, num_stages]) launch override (the benchmark sweeps them; stages:
+        Triton's default when left out).
     split: the NVFP4 weight tile's form (None: split_tiles); ignored for dense weights.
     pairs: the split tiles' dequantization, two codes per 32-bit instruction (None: NVFP4_PAIRS, else
         wherever pairs_possible); True where it cannot run raises ValueError.
@@ -276,7 +277,9 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     P = N * k
     work = _work_dtype(x2.dtype)
     xs = x2.to(work).contiguous()
-    BM, BN, BK, nw = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
+    BM, BN, BK, nw, *stages = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
+    if len(stages) > 1 or (stages and stages[0] < 1):
+        raise ValueError(f"tiles: {tuple(tiles)}: expected (BM, BN, BK, num_warps[, num_stages >= 1])")
     if BM < 16 or BK % 16 or BN < 16:
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: BM, BN >= 16 and BK a multiple of 16 (tl.dot, NVFP4 blocks)")
     split = nv is not None and (split_tiles(BM, BK, w4a4) if split is None else bool(split))
@@ -298,7 +301,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     out = torch.empty(P, D, device=x2.device, dtype=torch.float32)
     precision = "ieee" if work == torch.float32 else "tf32"
     common = dict(BM=BM, BN=BN, BK=BK, NVFP4=nv is not None, W4A4=w4a4, DOT=_DOT[work], PRECISION=precision,
-                  SPLIT=split, PAIRS=pairs, num_warps=nw)
+                  SPLIT=split, PAIRS=pairs, num_warps=nw, **({"num_stages": stages[0]} if stages else {}))
     if nv is None:
         gu, dn = (a.to(work).contiguous() for a in dense)
         gu_args, dn_args = (gu, None, None, None), (dn, None, None, None)

@@ -11,6 +11,8 @@ opcode mix.
     python3 scripts/sass_loop.py                      # the decode tiles of impl.moe._tiles
     python3 scripts/sass_loop.py --set SPLIT=True     # with extra constexprs (a variant's flag)
     python3 scripts/sass_loop.py --json out.json --dump DIR   # also the SASS and TTGIR files
+    python3 scripts/sass_loop.py --set SPLIT=True --set PAIRS=True --tile 16x64x256/4 --tile 16x64x128/4/4
+                                                      # other tiles: BMxBNxBK/warps[/pipeline stages]
 
 The numbers depend on the Triton version (the H200 runs 3.6; set PYTHONPATH to another install to
 compare). Static counts: no stalls, no memory time; issue-bound kernels only.
@@ -53,7 +55,11 @@ def _compile(rec, arch: int):
         fh.write(c.asm["cubin"])
         fh.flush()
         sass = subprocess.run([nvdisasm, "-c", fh.name], capture_output=True, text=True, check=True).stdout
-    return sass, c.asm["ttgir"]
+        res = subprocess.run([os.path.join(os.path.dirname(nvdisasm), "cuobjdump"), "-res-usage", fh.name],
+                             capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", res)
+    usage = dict(regs=int(m.group(1)) if m else -1, spill=int(m.group(2)) if m else -1, smem=int(c.metadata.shared))
+    return sass, c.asm["ttgir"], usage
 
 
 def hot_loop(sass: str) -> collections.Counter:
@@ -80,7 +86,18 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], help="NAME=VALUE constexpr override (True/False/int)")
     p.add_argument("--json", default=None)
     p.add_argument("--dump", default=None, help="write each kernel's SASS and TTGIR into this folder")
+    p.add_argument("--tile", action="append", default=None,
+                   help="BMxBNxBK/warps[/stages] instead of the default tiles (repeatable; stages: Triton's "
+                        "default 3 when left out)")
     args = p.parse_args(argv)
+    tiles = TILES
+    if args.tile:
+        tiles = []
+        for t in args.tile:
+            m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)(?:/(\d+))?", t)
+            if not m:
+                p.error(f"--tile {t!r}: expected BMxBNxBK/warps[/stages], e.g. 16x64x256/4/4")
+            tiles.append(tuple(int(g) for g in m.groups() if g is not None))
     import triton
 
     from gate import compile_check as cc
@@ -93,16 +110,19 @@ def main(argv=None) -> int:
             and r.constexprs["BM"] == 16}
     rows = []
     print(f"triton {triton.__version__}, sm_{args.arch}, overrides {extra or 'none'}")
-    print(f"{'kernel':24s} {'BMxBNxBK/warps':16s} {'per K step':>10s} {'per element':>11s}  top opcodes")
+    print(f"{'kernel':24s} {'BMxBNxBK/warps':16s} {'per K step':>10s} {'per element':>11s} {'regs':>4s} "
+          f"{'spill':>5s} {'smem':>6s}  top opcodes")
     for name in ("moe_gate_up_fwd_kernel", "moe_down_fwd_kernel"):
-        for bm, bn, bk, nw in TILES:
+        for bm, bn, bk, nw, *st in tiles:
+            opts = dict(num_warps=nw, **({"num_stages": st[0]} if st else {}))
             rec = base[name]._replace(constexprs={**base[name].constexprs, "BM": bm, "BN": bn, "BK": bk, **extra},
-                                      options=dict(num_warps=nw))
+                                      options=opts)
+            label = f"{bm}x{bn}x{bk}/{nw}" + (f"/{st[0]}" if st else "")
             try:
-                sass, ttgir = _compile(rec, args.arch)
+                sass, ttgir, usage = _compile(rec, args.arch)
             except Exception as e:  # a variant that does not compile is the finding: say so and go on
-                print(f"{name:24s} {bm}x{bn}x{bk}/{nw}: FAILED {type(e).__name__}: {str(e).strip()[-200:]}")
-                rows.append(dict(kernel=name, tile=[bm, bn, bk, nw], error=str(e)[-500:]))
+                print(f"{name:24s} {label}: FAILED {type(e).__name__}: {str(e).strip()[-200:]}")
+                rows.append(dict(kernel=name, tile=[bm, bn, bk, nw, *st], error=str(e)[-500:]))
                 continue
             ops = hot_loop(sass)
             total = sum(ops.values())
@@ -111,12 +131,13 @@ def main(argv=None) -> int:
             for op, n in ops.items():
                 fam[op.split(".")[0] if op.split(".")[0] not in ("IMAD", "HADD2") else op] += n
             top = ", ".join(f"{k} {v / elems:.2f}" for k, v in fam.most_common(9))
-            print(f"{name:24s} {f'{bm}x{bn}x{bk}/{nw}':16s} {total:>10d} {total / elems:>11.2f}  {top}")
-            rows.append(dict(kernel=name, tile=[bm, bn, bk, nw], per_step=total, per_element=total / elems,
-                             opcodes=dict(ops), convert_layouts=ttgir.count("ttg.convert_layout")))
+            print(f"{name:24s} {label:16s} {total:>10d} {total / elems:>11.2f} {usage['regs']:>4d} "
+                  f"{usage['spill']:>5d} {usage['smem']:>6d}  {top}")
+            rows.append(dict(kernel=name, tile=[bm, bn, bk, nw, *st], per_step=total, per_element=total / elems,
+                             opcodes=dict(ops), convert_layouts=ttgir.count("ttg.convert_layout"), **usage))
             if args.dump:
                 os.makedirs(args.dump, exist_ok=True)
-                stem = os.path.join(args.dump, f"{name}_{bm}x{bn}x{bk}_{nw}")
+                stem = os.path.join(args.dump, f"{name}_{label.replace('/', '_')}")
                 for ext, text in (("sass", sass), ("ttgir", ttgir)):
                     with open(f"{stem}.{ext}", "w") as fh:
                         fh.write(text)

@@ -144,3 +144,17 @@ def test_pairs_experts_match_the_oracle_and_the_fp16_form(swizzled):
     assert_contract("nvfp4", "experts", "output", "bench_gate", "bfloat16", got, want, what="PAIRS")
     assert_contract("nvfp4", "experts", "output", "bench_gate", "bfloat16", fp16, want, what="fp16 form")
     assert np.abs(got - fp16).max() <= 1e-2 * np.abs(fp16).max()
+
+
+def test_a_tile_override_may_name_its_pipeline_stages():
+    """tiles=(BM, BN, BK, warps, stages) (the bench's --sweep): the same result as Triton's default stages;
+    a stage count below 1 or a sixth field is refused."""
+    E, D, I = 2, 64, 32
+    nv = inv.quantize_experts(torch.randn(E, 2 * I, D), torch.randn(E, D, I))
+    x, ids, wts = torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    tile = (16, 16, 32, 4) if impl.interpreted() or DEVICE == "cpu" else (16, 32, 128, 4)
+    assert torch.equal(imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=tile),
+                       imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=tile + (2,)))
+    for bad in (tile + (0,), tile + (2, 2)):
+        with pytest.raises(ValueError, match="num_stages"):
+            imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=bad)
