@@ -72,7 +72,8 @@ NVFP4_SPLIT = None
 # the split tiles' dequantization (kernels' PAIRS, issue 14 step 11): None = two e2m1 codes per 32-bit
 # instruction (inline PTX) wherever it can run: bf16 dots compiled for a CUDA GPU of compute capability
 # >= 8.0 (fma.rn.bf16x2); the fp16 form of step 1 elsewhere (float32 dots, the interpreter, which cannot
-# run inline PTX). True / False force one; True where it cannot run is refused.
+# run inline PTX). True / False force one on split NVFP4 tiles (dense and interleaved launches never take
+# it); True where it cannot run is refused.
 NVFP4_PAIRS = None
 
 
@@ -287,8 +288,9 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
         raise ValueError(f"tiles: {(BM, BN, BK, nw)}: split NVFP4 tiles need BK a multiple of 32 (two half-dots "
                          f"of K >= 16 per step)")
     can = split and pairs_possible(work, x2.device)
-    want = NVFP4_PAIRS if pairs is None else pairs
-    pairs = can if want is None else bool(want)
+    if pairs is None:
+        # the module switch speaks of split NVFP4 tiles only: dense and interleaved launches never take PAIRS
+        pairs = split and (can if NVFP4_PAIRS is None else bool(NVFP4_PAIRS))
     if pairs and not can:
         raise ValueError(f"pairs=True: the two-codes-per-instruction dequantization runs only on split NVFP4 tiles "
                          f"(split={split}) with bf16 dots (here {work}) compiled for a CUDA GPU of compute capability "

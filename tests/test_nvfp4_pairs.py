@@ -158,3 +158,20 @@ def test_a_tile_override_may_name_its_pipeline_stages():
     for bad in (tile + (0,), tile + (2, 2)):
         with pytest.raises(ValueError, match="num_stages"):
             imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=bad)
+
+
+def test_the_module_switch_speaks_of_split_nvfp4_tiles_only(monkeypatch):
+    """NVFP4_PAIRS = True forces PAIRS on split NVFP4 tiles (refused where it cannot run, as pairs=True),
+    never on dense weights or interleaved tiles."""
+    E, D, I = 2, 64, 32
+    nv = inv.quantize_experts(torch.randn(E, 2 * I, D), torch.randn(E, D, I))
+    dense = (torch.randn(E, 2 * I, D), torch.randn(E, D, I))
+    x, ids, wts = torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    want_dense = imoe._grouped(x, ids, wts, E, I, dense=dense)
+    want_inter = imoe._grouped(x, ids, wts, E, I, nv=nv, split=False)
+    monkeypatch.setattr(imoe, "NVFP4_PAIRS", True)
+    assert torch.equal(imoe._grouped(x, ids, wts, E, I, dense=dense), want_dense)
+    assert torch.equal(imoe._grouped(x, ids, wts, E, I, nv=nv, split=False), want_inter)
+    if not imoe.pairs_possible(torch.float32, "cpu"):
+        with pytest.raises(ValueError, match="inline PTX"):
+            imoe._grouped(x, ids, wts, E, I, nv=nv, split=True)
