@@ -59,7 +59,8 @@ RECORDS = (
     KernelRecord("dsa", "dsa_score_fwd_kernel", dict(q=BF, w=F32, kbar=BF, pool_last="*i64", out=F32),
                  dict(S="i32", P="i32", offset="i32", scale="fp32"),
                  dict(H=32, K=128, BT=64, BP=64, BK=128, PRECISION="tf32"), dict(num_warps=4)),
-    # the selection over up to 1024 pools held in registers (4096 cached tokens), and over several tiles
+    # the GPU's selection (packed digit counts): up to 2048 pools held in registers (8192 cached tokens),
+    # and over several tiles
     KernelRecord("dsa", "dsa_select_fwd_kernel",
                  dict(I=F32, pool_last="*i64", member_idx="*i64", val="*i8", n_vis="*i64", first="*i64",
                       indices="*i64", scores=F32, candidate="*i8"),

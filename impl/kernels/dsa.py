@@ -103,6 +103,16 @@ def _select_keys(I, pool_last, i_b, o_s, o_p, S, P, offset):
     return tl.where(b_c, b_key, -1), b_c, b_i
 
 
+@triton.jit
+def _packed_counts(b_key, b_t, b_unit, RB: tl.constexpr, BS: tl.constexpr, BP: tl.constexpr):
+    """[BS]: per query, how many of a [BS, BP] tile's keys reach t + d · unit, for each candidate digit
+    d = 1 .. 2^RB - 1, the count of digit d in bits 20 (d - 1) to 20 d - 1 (one reduction for them all)."""
+    b_v = tl.zeros([BS, BP], dtype=tl.int64)
+    for d in tl.static_range(1, 2 ** RB):
+        b_v += (b_key >= (b_t + d * b_unit)[:, None]).to(tl.int64) << (20 * (d - 1))
+    return tl.sum(b_v, 1)
+
+
 # P not specialized on divisibility by 16: triton 3.6 fails to lower a 2048-pool tile when it is
 # (ConvertTritonGPUToLLVM, reproduced with its sm_90 compiler; 3.9 compiles both)
 @triton.jit(do_not_specialize=["P"])
@@ -155,18 +165,12 @@ def dsa_select_fwd_kernel(
         if PACKED:
             b_unit = (b_t * 0 + 1) << shift
             if ONE:
-                b_v = tl.zeros([BS, BP], dtype=tl.int64)
-                for d in tl.static_range(1, 2 ** RB):
-                    b_v += (b_key >= (b_t + d * b_unit)[:, None]).to(tl.int64) << (20 * (d - 1))
-                b_cnt = tl.sum(b_v, 1)
+                b_cnt = _packed_counts(b_key, b_t, b_unit, RB, BS, BP)
             else:
                 b_cnt = tl.zeros([BS], dtype=tl.int64)
                 for p0 in range(0, P, BP):
                     b_kc, _, _ = _select_keys(I, pool_last, i_b, o_s, p0 + o_p, S, P, offset)
-                    b_v = tl.zeros([BS, BP], dtype=tl.int64)
-                    for d in tl.static_range(1, 2 ** RB):
-                        b_v += (b_kc >= (b_t + d * b_unit)[:, None]).to(tl.int64) << (20 * (d - 1))
-                    b_cnt += tl.sum(b_v, 1)
+                    b_cnt += _packed_counts(b_kc, b_t, b_unit, RB, BS, BP)
             b_dig = tl.zeros([BS], dtype=tl.int64)
             for d in tl.static_range(1, 2 ** RB):
                 b_dig += (((b_cnt >> (20 * (d - 1))) & 0xFFFFF) >= b_k).to(tl.int64)  # counts fall with the digit
