@@ -79,10 +79,15 @@ def test_the_scaled_product_is_exact_in_bf16():
     assert float(nz.min()) == 2.0 ** -17 >= 2.0 ** -126 and float(nz.max()) == 6 * 448 * 2.0 ** -7
 
 
-def test_asking_for_pairs_where_it_cannot_run_is_refused():
+def _tiny():
+    """(E, D, I, NVFP4 experts, x [3, D], ids, weights): 2 experts, 3 tokens all on expert 0, on the CPU."""
     E, D, I = 2, 64, 32
     nv = inv.quantize_experts(torch.randn(E, 2 * I, D), torch.randn(E, D, I))
-    x, ids, wts = torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    return E, D, I, nv, torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+
+
+def test_asking_for_pairs_where_it_cannot_run_is_refused():
+    E, D, I, nv, x, ids, wts = _tiny()
     with pytest.raises(ValueError, match="inline PTX"):
         imoe._grouped(x, ids, wts, E, I, nv=nv, pairs=True)                  # float32 on the CPU
     with pytest.raises(ValueError, match="split NVFP4 tiles"):
@@ -149,9 +154,7 @@ def test_pairs_experts_match_the_oracle_and_the_fp16_form(swizzled):
 def test_a_tile_override_may_name_its_pipeline_stages():
     """tiles=(BM, BN, BK, warps, stages) (the bench's --sweep): the same result as Triton's default stages;
     a stage count below 1 or a sixth field is refused."""
-    E, D, I = 2, 64, 32
-    nv = inv.quantize_experts(torch.randn(E, 2 * I, D), torch.randn(E, D, I))
-    x, ids, wts = torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    E, D, I, nv, x, ids, wts = _tiny()
     tile = (16, 16, 32, 4) if impl.interpreted() or DEVICE == "cpu" else (16, 32, 128, 4)
     assert torch.equal(imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=tile),
                        imoe._grouped(x, ids, wts, E, I, nv=nv, tiles=tile + (2,)))
@@ -163,10 +166,8 @@ def test_a_tile_override_may_name_its_pipeline_stages():
 def test_the_module_switch_speaks_of_split_nvfp4_tiles_only(monkeypatch):
     """NVFP4_PAIRS = True forces PAIRS on split NVFP4 tiles (refused where it cannot run, as pairs=True),
     never on dense weights or interleaved tiles."""
-    E, D, I = 2, 64, 32
-    nv = inv.quantize_experts(torch.randn(E, 2 * I, D), torch.randn(E, D, I))
+    E, D, I, nv, x, ids, wts = _tiny()
     dense = (torch.randn(E, 2 * I, D), torch.randn(E, D, I))
-    x, ids, wts = torch.randn(3, D), torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
     want_dense = imoe._grouped(x, ids, wts, E, I, dense=dense)
     want_inter = imoe._grouped(x, ids, wts, E, I, nv=nv, split=False)
     monkeypatch.setattr(imoe, "NVFP4_PAIRS", True)

@@ -2,6 +2,8 @@
 forward launches our kernels with one planted source edit."""
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton.language as tl
 
@@ -138,6 +140,7 @@ class MoeCombineDropsLastSlot(TritonMOE):
             return imoe.forward(w, x, nvfp4, w4a4, ops=ops)
 
 
+@functools.lru_cache(maxsize=None)
 def _pairs_high_sign_from_low():
     """The PAIRS helper whose PTX shifts the high nibbles' sign (bit 7 of each byte) by 12, the low nibble's
     shift, so bit 3 (the low nibble's sign) lands in the high nibble's sign bit (edited once, cached)."""
