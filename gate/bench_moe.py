@@ -17,6 +17,8 @@ Timed, all in the same process:
   bf16_glue_torch, nvfp4_split_glue_torch  bf16 and nvfp4_split with the host glue of before issue 14
            step 8 (impl.candidates.moe_align_torch: the torch alignment's ~25 launches and the slot loop),
            the peers of ours' one-launch alignment and slot sum
+  bf16_step12, nvfp4_split_step12  bf16 and nvfp4_split with the decode tiles and alignment of before
+           step 13 (impl.candidates.moe_decode_step12: BK 128 at <= 16 pairs, the pad slots by a last pass)
 `--paths` picks some of them; `--repeats R` times each path R times, round-robin over the paths (a drift
 of the clock or the temperature then falls on every path alike), and reports the median with the min and
 max of the R medians.
@@ -96,15 +98,15 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
                     to_np(w.down_proj[used]), None, None, None, top_k=K_TOP)
     x64 = to_np(x[n])
     refs = {}
-    if set(outs) & {"bf16", "bf16_glue_torch"}:
-        refs["bf16"] = refs["bf16_glue_torch"] = om.experts(ws, x64, routing)
-    if nv is not None and set(outs) - {"bf16", "bf16_glue_torch"}:
+    if set(outs) & set(BF16_PATHS):
+        ref = om.experts(ws, x64, routing)
+        refs.update({k: ref for k in BF16_PATHS})
+    if nv is not None and set(outs) - set(BF16_PATHS):
         sub = _sub_nvfp4(nv, used)
-        if set(outs) & {"nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"}:
+        if set(outs) & set(NVFP4_PATHS):
             # the swizzled scales are the same bytes reordered, the split tiles the same values regrouped
             ref = om.experts(ws, x64, routing, nvfp4=sub)
-            for k in ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
-                refs[k] = ref
+            refs.update({k: ref for k in NVFP4_PATHS})
         if "w4a4" in outs:
             gx, gh = _static_scales(x)
             from oracle import nvfp4 as onv
@@ -114,7 +116,11 @@ def _check(w, nv, x, ids, wts, outs: dict, tokens=(0, -1)) -> dict:
 
 
 PATHS = ("bf16", "nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "w4a4", "bf16_glue_torch",
-         "nvfp4_split_glue_torch")
+         "nvfp4_split_glue_torch", "bf16_step12", "nvfp4_split_step12")
+# the paths over bf16 weights and over W4A16 NVFP4 weights (each family has one oracle reference and one bound)
+BF16_PATHS = ("bf16", "bf16_glue_torch", "bf16_step12")
+NVFP4_PATHS = ("nvfp4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch",
+               "nvfp4_split_step12")
 
 
 def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
@@ -122,9 +128,10 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
     swz: the experts with swizzled scales (made once by the caller)."""
     from impl import moe as imoe
     from impl import nvfp4 as inv
-    from impl.candidates import moe_align_torch
+    from impl.candidates import moe_align_torch, moe_decode_step12
     paths = {"bf16": lambda: imoe._grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj)),
-             "bf16_glue_torch": lambda: moe_align_torch.grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
+             "bf16_glue_torch": lambda: moe_align_torch.grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj)),
+             "bf16_step12": lambda: moe_decode_step12.grouped(x, ids, wts, E, I, dense=(w.gate_up_proj, w.down_proj))}
     if nv is not None:
         # the interleaved tiles, named explicitly: NVFP4_SPLIT must not change what "nvfp4" times
         paths["nvfp4"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=False)
@@ -135,6 +142,7 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
         paths["nvfp4_split"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True)
         paths["nvfp4_split_fp16"] = lambda: imoe._grouped(x, ids, wts, E, I, nv=nv, split=True, pairs=False)
         paths["nvfp4_split_glue_torch"] = lambda: moe_align_torch.grouped(x, ids, wts, E, I, nv=nv, split=True)
+        paths["nvfp4_split_step12"] = lambda: moe_decode_step12.grouped(x, ids, wts, E, I, nv=nv, split=True)
         if w4a4 and "w4a4" in names:
             gx, gh = _static_scales(x)
             static = inv.with_input_scales(nv, torch.full((E,), gx), torch.full((E,), gh))
@@ -195,15 +203,17 @@ def main(argv=None) -> int:
     w = _weights(gen)
     nv = inv.quantize_experts(w.gate_up_proj, w.down_proj)
     per_expert = {"bf16": 3 * I * D * 2, "nvfp4": 3 * I * D // 2 + 3 * I * D // 16 + 8}
-    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
+    for name in ("w4a4",) + NVFP4_PATHS:
         per_expert[name] = per_expert["nvfp4"]
-    per_expert["bf16_glue_torch"] = per_expert["bf16"]
+    for name in BF16_PATHS:
+        per_expert[name] = per_expert["bf16"]
     w4a4 = not args.no_w4a4
     bounds = {"bf16": bench_bound("moe", "experts", "output", "bfloat16"),
               "nvfp4": bench_bound("nvfp4", "experts", "output", "bfloat16")}
-    for name in ("w4a4", "nvfp4_swizzled", "nvfp4_split", "nvfp4_split_fp16", "nvfp4_split_glue_torch"):
+    for name in ("w4a4",) + NVFP4_PATHS:
         bounds[name] = bounds["nvfp4"]
-    bounds["bf16_glue_torch"] = bounds["bf16"]
+    for name in BF16_PATHS:
+        bounds[name] = bounds["bf16"]
     tokens = TOKENS if args.tokens is None else [int(t) for t in args.tokens.split(",")]
     swz = inv.swizzle_experts(nv) if "nvfp4_swizzled" in names else None
     results.update(paths=list(names), repeats=args.repeats)
@@ -258,7 +268,8 @@ def main(argv=None) -> int:
             row["nvfp4_split_speedup_vs_nvfp4"] = row["nvfp4_us"] / row["nvfp4_split_us"]
         # ours against the step 8 peer (the torch host glue), same kernels otherwise
         for ours, peer in (("nvfp4_split", "nvfp4_split_glue_torch"), ("bf16", "bf16_glue_torch"),
-                           ("nvfp4_split", "nvfp4_split_fp16")):
+                           ("nvfp4_split", "nvfp4_split_fp16"), ("nvfp4_split", "nvfp4_split_step12"),
+                           ("bf16", "bf16_step12")):
             if f"{ours}_us" in row and f"{peer}_us" in row:
                 row[f"{ours}_speedup_vs_{peer}"] = row[f"{peer}_us"] / row[f"{ours}_us"]
         if args.sweep:
@@ -286,7 +297,8 @@ def main(argv=None) -> int:
         if "nvfp4_split_speedup_vs_nvfp4" in row:
             print(f"      nvfp4_split vs nvfp4: {row['nvfp4_split_speedup_vs_nvfp4']:.3f}x")
         for key in ("nvfp4_split_speedup_vs_nvfp4_split_glue_torch", "bf16_speedup_vs_bf16_glue_torch",
-                    "nvfp4_split_speedup_vs_nvfp4_split_fp16"):
+                    "nvfp4_split_speedup_vs_nvfp4_split_fp16", "nvfp4_split_speedup_vs_nvfp4_split_step12",
+                    "bf16_speedup_vs_bf16_step12"):
             if key in row:
                 print(f"      {key.replace('_speedup_vs_', ' vs ')}: {row[key]:.3f}x")
         del x, outs

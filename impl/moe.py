@@ -133,6 +133,17 @@ def _check_field(name: str, a, x) -> None:
 # ----------------------------------------------------------------------------- routing
 
 
+def _router_tile(N: int, BE: int) -> tuple:
+    """(BT tokens a program, num_warps) of moe_router_fwd_kernel. A program runs its k top-k passes one
+    after another, so on a GPU one token a program at every N, one warp per 512 expert lanes: a 16-token
+    tile at N = 1 computed 15 pad rows and took 14.6 us of the H200 decode step, one token on one warp
+    4.8 us; at N = 4096 one token a program is also faster (docs/optimization_log.md step 13). The
+    interpreter pays per program, so there only N = 1 takes the one-token tile (the GPU's kernel)."""
+    if not impl.interpreted() or N == 1:
+        return 1, max(1, BE // 512)
+    return 16, 16 if BE >= 512 else (8 if BE >= 256 else 4)    # [16, BE] f32 tiles: no spills at E = 288
+
+
 def route(w: MoEWeights, x) -> Routing:
     """oracle.moe.route in float32 in one launch; ties to the lowest group / expert id.
 
@@ -142,6 +153,12 @@ def route(w: MoEWeights, x) -> Routing:
         Routing(expert_ids [N, k] int64, weights [N, k] f32, scores [N, E] f32, biased [N, E] f32
         (-inf outside the kept groups), group_scores [N, G] f32)
     """
+    return route_with(w, x)
+
+
+def route_with(w: MoEWeights, x, *, tile=None) -> Routing:
+    """`route` with the kernel's token tile chosen (tile: `_router_tile`'s signature, (N, BE) -> (BT,
+    num_warps); None: ours): the seam of impl/candidates/moe_decode_step12."""
     w.validate()
     D = int(w.router.shape[-1])
     xs = _tokens(x, D).contiguous()
@@ -160,13 +177,12 @@ def route(w: MoEWeights, x) -> Routing:
         # logits in float32 (SPEC §2) by one GEMM; the kernel does sigmoid, groups and top-k per token
         logits = torch.matmul(xs.float(), _f32(w.router).T).contiguous()
         BE = triton.next_power_of_2(max(E, 16))
-        BT = 16
+        BT, warps = (tile or _router_tile)(N, BE)
         moe_router_fwd_kernel[(triton.cdiv(N, BT),)](
             logits, w.e_score_correction_bias.float().contiguous(),
             scores, biased, groups, ids, weights, N, float(w.routed_scaling_factor),
             E=E, G=G, TOPK_GROUP=w.topk_group, TOP_K=k, NORM=bool(w.norm_topk_prob),
-            BT=BT, BE=BE, BG=triton.next_power_of_2(G), BKE=triton.next_power_of_2(k),
-            num_warps=16 if BE >= 512 else (8 if BE >= 256 else 4),   # [BT, BE] f32 tiles: no spills at E=288
+            BT=BT, BE=BE, BG=triton.next_power_of_2(G), BKE=triton.next_power_of_2(k), num_warps=warps,
         )
         canary.verify("moe_router_fwd_kernel", scores=scores, biased=biased, groups=groups, ids=ids,
                       weights=weights)
@@ -176,12 +192,13 @@ def route(w: MoEWeights, x) -> Routing:
 # ----------------------------------------------------------------------------- grouped GEMM
 
 
-def align(ids, num_experts: int, block_m: int):
+def align(ids, num_experts: int, block_m: int, fill: bool = True):
     """Sort the (token, slot) pairs by expert (stable) and pad each expert's run to a multiple of block_m.
 
     Up to ALIGN_KERNEL_PAIRS pairs (decode): one launch of moe_align_fwd_kernel; above, align_torch (the
     one program walks every slot against every expert, slower than torch's ~25 launches past 64 pairs).
-    Both give the same tensors, bit for bit (tests/test_moe_align.py).
+    Both give the same tensors, bit for bit (tests/test_moe_align.py). fill: the kernel's pad slots written
+    first (ours), or found by a last pass (before step 13: impl/candidates/moe_decode_step12).
 
     Args:
         ids: [N, k] expert ids
@@ -199,7 +216,7 @@ def align(ids, num_experts: int, block_m: int):
     if P:
         moe_align_fwd_kernel[(1,)](flat.contiguous(), sorted_ids, block_expert, P, NB, E=E, BM=block_m,
                                    BE=triton.next_power_of_2(max(E, 16)), BP=32, BS=64,
-                                   IDX=tl.int64 if impl.interpreted() else tl.int32, num_warps=4)
+                                   IDX=tl.int64 if impl.interpreted() else tl.int32, FILL=bool(fill), num_warps=4)
     return sorted_ids, block_expert
 
 
@@ -242,14 +259,15 @@ def combine(out, dtype: torch.dtype):
 def _tiles(D: int, I: int, w4a4: bool = False, pairs: int = 0, pairs_per_expert: float = 64.0):
     """(BM, BN, BK, num_warps): small tiles under the interpreter; on a GPU the H200 sweep's best
     (bench_moe --sweep, NOTES.md): decode (<= 16 pairs per expert) 16-row blocks, so a block is not
-    mostly padding, with BK 128 (BN 32 for <= 16 pairs in all); prefill 128 x 128 with 8 warps. W4A4
+    mostly padding, with BK 128 (BN 32 and BK 256 for <= 16 pairs in all); prefill 128 x 128 with 8 warps. W4A4
     keeps 64 x 64 at 8 warps (its prologue spilled 112 B at 4 warps in the sm_90 compile check)."""
     if impl.interpreted():
         return 16, 16, 32, 4
     if w4a4:
         return 64, 64, 64, 8
     if pairs_per_expert <= 16:
-        return (16, 32, 128, 4) if pairs <= 16 else (16, 64, 128, 4)
+        # <= 16 pairs: BK 256, twice the bytes a K step keeps in flight (1.31x at N = 1, step 13)
+        return (16, 32, 256, 4) if pairs <= 16 else (16, 64, 128, 4)
     return 128, 128, 64, 8
 
 

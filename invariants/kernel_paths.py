@@ -374,6 +374,12 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
          by=("moe.forward",)),
     Path("moe_align_fwd_kernel", "a second pass of slots", lambda a: int(a["NB"]) * a["BM"] > a["BS"],
          by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "pad slots written first, the pairs after a barrier", lambda a: a["FILL"],
+         by=("moe.forward",)),
+    Path("moe_align_fwd_kernel", "pad slots found by a last pass (the form before issue 14 step 13)",
+         lambda a: not a["FILL"],
+         why="only impl.candidates.moe_decode_step12 (the peer step 13 is gated and timed against) launches it; "
+             "tests/test_moe_align.py holds it on the CPU, bit for bit against impl.moe.align_torch"),
     Path("moe_align_fwd_kernel", "a second pass of blocks", lambda a: int(a["NB"]) > a["BS"],
          why="needs more than 64 blocks (E = 288 at decode on the GPU); the matrix's CPU experts are 8 or 32, so "
              "tests/test_moe_align.py draws E = 288 on the CPU, bit for bit against impl.moe.align_torch"),

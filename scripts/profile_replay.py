@@ -10,7 +10,7 @@ layer on our Triton implementation with the candidate's namespaces in place is t
 --repeats times alternating (median and spread of the do_bench medians), and its output compared.
 
     PYTHONPATH=. python3 scripts/profile_replay.py [--kinds kda+dense,...] [--context 4096] [--json F]
-        [--peer impl.candidates.mhc_one_program:Candidate --repeats 5]
+        [--peer impl.candidates.mhc_one_program:Candidate --repeats 5] [--copy-sites]
 """
 from __future__ import annotations
 
@@ -56,6 +56,31 @@ def compare(backends: dict, step, do_bench, graph, repeats: int) -> dict:
     return res
 
 
+def copy_sites(step) -> list:
+    """One eager step's copy ops (aten copy_ / clone / _to_copy) by call site: [count, op, input shapes and
+    dtypes, the last repo frames of its Python stack], printed and returned (which of the replay's
+    direct_copy / dtype-conversion kernels each line launches)."""
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, record_shapes=True) as pc:
+        step()
+        torch.cuda.synchronize()
+    sites = collections.Counter()
+    for e in pc.events():
+        if e.name not in ("aten::copy_", "aten::clone", "aten::_to_copy"):
+            continue
+        frames = [f for f in (e.stack or []) if ("impl/" in f or "oracle/" in f or "gate/" in f)
+                  and "profile_replay" not in f][:4]
+        sites[(e.name, str(list(zip(e.input_shapes or [], getattr(e, "input_dtypes", None) or [])))[:140],
+               " <- ".join(frames))] += 1
+    rows = [[n, *k] for k, n in sites.most_common()]
+    print("  eager step, copy ops by call site (count, op, inputs, stack):")
+    for n, op, shapes, where in rows:
+        print(f"    {n:3d} {op} {shapes}\n          {where[:400]}")
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kinds", default=None)
@@ -64,6 +89,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--peer", default=None)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--copy-sites", action="store_true",
+                   help="also list where one eager step's copies come from (aten copy_ / clone / _to_copy: "
+                        "their shapes and dtypes and the repo lines that called them)")
     args = p.parse_args(argv)
     from torch.profiler import ProfilerActivity, profile
 
@@ -101,6 +129,8 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
         mem = sorted(((e.key, _self_bytes(e)) for e in pm.key_averages()), key=lambda r: -r[1])[:12]
         eager_kernels = kernel_table(pm, 1)
+        if args.copy_sites:
+            out.setdefault("copy_sites", {})[kind] = copy_sites(step)
         replay = graph(step)
         ms = do_bench(replay, warmup=5, rep=50)
         with profile(activities=[ProfilerActivity.CUDA]) as pg:

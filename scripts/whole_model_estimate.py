@@ -24,13 +24,15 @@ import sys
 
 # every layer kind from step 8's run; dsa-full+sparse from step 9's (the landed pooling kernel), then from
 # step 10's (the landed selection kernel); kda+sparse and dsa-full+sparse from step 11's (the NVFP4 PAIRS
-# dequantization), dsa-full+sparse from step 12's (the packed selection counts, with step 11): a later
-# file's kinds replace an earlier one's
+# dequantization), dsa-full+sparse from step 12's (the packed selection counts, with step 11), kda+sparse and
+# dsa-full+sparse from step 13's (the MoE decode glue and BK 256; kda+dense's dense MLP takes the same tile
+# and alignment but was not re-measured): a later file's kinds replace an earlier one's
 DEFAULT_REPLAY = ("bench_results/issue14_h200_2026-12-03/step8/replay.json",
                   "bench_results/issue14_h200_2026-12-04/step9/landed/replay.json",
                   "bench_results/issue14_h200_2026-12-04/step10/call1_tests_replay_zoo/replay.json",
                   "bench_results/issue14_h200_2026-12-04/step11/call2/replay.json",
-                  "bench_results/issue14_h200_2026-12-04/step12/call3/replay.json")
+                  "bench_results/issue14_h200_2026-12-04/step12/call3/replay.json",
+                  "bench_results/issue14_h200_2026-12-04/step13/call2/replay.json")
 H200_BYTES = 139 * 2**30    # one H200's memory as the GPU machine reports it (about 139 GiB)
 COPY_CEILING = 4.27e12      # bytes/s, measured in the same runs as the layers (gate.benchlib.copy_ceiling)
 

@@ -456,17 +456,26 @@ def moe_down_fwd_kernel(
 def moe_align_fwd_kernel(
     ids, sorted_ids, block_expert, P, NB,
     E: tl.constexpr, BM: tl.constexpr, BE: tl.constexpr, BP: tl.constexpr, BS: tl.constexpr, IDX: tl.constexpr,
+    FILL: tl.constexpr,
 ):
     """One program: the P (token, slot) pairs sorted by expert (stable), each expert's run padded to a
     multiple of BM (pad slots hold P), block_expert[b] the expert of block b (-1 for the spare blocks of
     the NB upper bound): impl.moe.align_torch's outputs, bit for bit, in one launch.
 
-    Three passes over one-hot [BP, BE] tiles: counts per expert; each pair's slot (its expert's start,
-    plus pairs of that expert in earlier chunks, plus earlier pairs of the same expert in its chunk);
-    the pad slots and the block experts. The passes write disjoint slots, so no barrier orders them.
+    Passes over one-hot [BP, BE] tiles: counts per expert; each pair's slot (its expert's start, plus
+    pairs of that expert in earlier chunks, plus earlier pairs of the same expert in its chunk); the
+    block experts ([BS, BE]). The pad slots: FILL writes P to every slot first and a barrier orders the
+    pairs' stores after it (issue 14 step 13); else a last pass finds the slots in no expert's run
+    ([BS, BE] tiles: the larger part of the kernel's work at decode), which then writes disjoint slots.
     """
     o_e = tl.arange(0, BE).to(IDX)
     mask_e = o_e < E
+    if FILL:
+        for s0 in range(0, NB * BM, BS):
+            o_s = s0 + tl.arange(0, BS).to(IDX)
+            tl.store(sorted_ids + o_s, tl.full([BS], 0, tl.int64) + P, mask=o_s < NB * BM)
+        # a pair's store must land after the pad store to its slot, which another thread may have made
+        tl.debug_barrier()
     counts = tl.zeros([BE], dtype=IDX)
     for p0 in range(0, P, BP):
         o_p = p0 + tl.arange(0, BP).to(IDX)
@@ -488,12 +497,13 @@ def moe_align_fwd_kernel(
         b_slot = b_base + tl.sum(b_before.to(IDX), 1)
         tl.store(sorted_ids + b_slot, o_p.to(tl.int64), mask=mask_p)
         seen += tl.sum(b_hot.to(IDX), 0)
-    # pad slots: those in no expert's [pstart, pstart + count)
-    for s0 in range(0, NB * BM, BS):
-        o_s = s0 + tl.arange(0, BS).to(IDX)
-        b_in = (o_s[:, None] >= pstart[None, :]) & (o_s[:, None] < (pstart + counts)[None, :]) & mask_e[None, :]
-        b_real = tl.sum(b_in.to(IDX), 1) > 0
-        tl.store(sorted_ids + o_s, tl.full([BS], 0, tl.int64) + P, mask=(o_s < NB * BM) & (b_real == 0))
+    if not FILL:
+        # pad slots: those in no expert's [pstart, pstart + count)
+        for s0 in range(0, NB * BM, BS):
+            o_s = s0 + tl.arange(0, BS).to(IDX)
+            b_in = (o_s[:, None] >= pstart[None, :]) & (o_s[:, None] < (pstart + counts)[None, :]) & mask_e[None, :]
+            b_real = tl.sum(b_in.to(IDX), 1) > 0
+            tl.store(sorted_ids + o_s, tl.full([BS], 0, tl.int64) + P, mask=(o_s < NB * BM) & (b_real == 0))
     # block b's expert: how many experts end at or before block b (searchsorted right); E and up: spare
     for b0 in range(0, NB, BS):
         o_b = b0 + tl.arange(0, BS).to(IDX)

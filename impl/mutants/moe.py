@@ -132,6 +132,15 @@ class MoeAlignBlockTaggedLeft(TritonMOE):
 
 
 @mutant("moe.forward", "output", base="triton")
+class MoeAlignPadsPointAtLastPair(TritonMOE):
+    """The decode alignment fills its pad slots with the last pair's id instead of the pad marker P, so every padded block row recomputes the last pair with that block's expert and overwrites its output."""
+
+    def forward(self, w, x, nvfp4=None, w4a4=False, *, ops=None):
+        with kernel_edited(imoe, "moe_align_fwd_kernel", "+ P, mask=o_s < NB * BM)", "+ P - 1, mask=o_s < NB * BM)"):
+            return imoe.forward(w, x, nvfp4, w4a4, ops=ops)
+
+
+@mutant("moe.forward", "output", base="triton")
 class MoeCombineDropsLastSlot(TritonMOE):
     """The slot sum stops one slot early, so each token's last routed expert is left out of its output."""
 
