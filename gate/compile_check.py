@@ -94,6 +94,7 @@ RECORDS = (
                  dict(part=F32, base=F32, scale=F32, x=BF, pre=F32, post=F32, comb=F32, u=BF),
                  dict(R="i32", iters="i32", hc_eps="fp32", rms_eps="fp32"),
                  dict(N=4, D=4096, NS=64, BR=1, BN=4, BS=64, BD=256), dict(num_warps=1)),
+    # the 16-token router tile: the interpreter's past N = 1 and step 12's (impl.candidates.moe_decode_step12)
     KernelRecord("moe", "moe_router_fwd_kernel",
                  dict(logits=F32, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
                  dict(N="i32", scaling="fp32"),

@@ -137,7 +137,7 @@ def _router_tile(N: int, BE: int) -> tuple:
     """(BT tokens a program, num_warps) of moe_router_fwd_kernel. A program runs its k top-k passes one
     after another, so on a GPU one token a program at every N, one warp per 512 expert lanes: a 16-token
     tile at N = 1 computed 15 pad rows and took 14.6 us of the H200 decode step, one token on one warp
-    4.8 us; at N = 4096 one token a program is also faster (docs/optimization_log.md step 13). The
+    3.9 us; at N = 4096 one token a program is also faster (docs/optimization_log.md step 13). The
     interpreter pays per program, so there only N = 1 takes the one-token tile (the GPU's kernel)."""
     if not impl.interpreted() or N == 1:
         return 1, max(1, BE // 512)
@@ -259,14 +259,16 @@ def combine(out, dtype: torch.dtype):
 def _tiles(D: int, I: int, w4a4: bool = False, pairs: int = 0, pairs_per_expert: float = 64.0):
     """(BM, BN, BK, num_warps): small tiles under the interpreter; on a GPU the H200 sweep's best
     (bench_moe --sweep, NOTES.md): decode (<= 16 pairs per expert) 16-row blocks, so a block is not
-    mostly padding, with BK 128 (BN 32 and BK 256 for <= 16 pairs in all); prefill 128 x 128 with 8 warps. W4A4
-    keeps 64 x 64 at 8 warps (its prologue spilled 112 B at 4 warps in the sm_90 compile check)."""
+    mostly padding, with BK 128 (BN 32 and BK 256 for <= 16 pairs in all); prefill 128 x 128 with 8
+    warps. W4A4 keeps 64 x 64 at 8 warps (its prologue spilled 112 B at 4 warps in the sm_90 compile
+    check)."""
     if impl.interpreted():
         return 16, 16, 32, 4
     if w4a4:
         return 64, 64, 64, 8
     if pairs_per_expert <= 16:
-        # <= 16 pairs: BK 256, twice the bytes a K step keeps in flight (1.31x at N = 1, step 13)
+        # <= 16 pairs: BK 256, twice the bytes a K step keeps in flight (the sweep: 79.9 against 104.5 us
+        # at N = 1 with BK 128, docs/optimization_log.md step 13)
         return (16, 32, 256, 4) if pairs <= 16 else (16, 64, 128, 4)
     return 128, 128, 64, 8
 

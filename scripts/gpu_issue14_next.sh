@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# Issue 14, what stop 30 left for the next device session (NOTES.md "Stop 30"), one part per call:
-#  gate12   step 12's missing regression verdict: glmgate gate, ours (packed selection counts) against step 10's
-#           form, dsa.index / dsa.rerun / dsa.batch / mla.paths at seed 0 (~360 s: both sides run dsa.index's
-#           full-size CUDA pins; both earlier calls were cut while the peer's side ran)
-#  matrix   the dsa,mla matrix at seed 1 past dsa.index (mla.* and the rest were cut), 20 examples
-#  sweep    gate.bench_moe --sweep at N = 1, 8, 32: every SWEEP_TILES decode tile with the PAIRS dequantization
-#           (deeper pipelines, BK 256, BN 128: step 11's next), bf16 beside it
-#   OUT=/tmp/out PARTS=gate12 bash scripts/gpu_issue14_next.sh      # then PARTS="matrix sweep"
+# Issue 14, what stop 31 left for the next device session (NOTES.md "Stop 31"), in one call (~250 s warm):
+#  copies   scripts/profile_replay.py --copy-sites on kda+sparse: the GPU profiler's account of the 9
+#           direct_copy launches (scripts/gpu_mode_ops.py found them on the CPU: the norms' bf16 -> float32
+#           conversions); check the CPU list against it before building the fused norms (log step 13 "Next")
+#  dense    the kda+dense decode step after step 13 (its dense MLP takes BK 256 and the FILL alignment too;
+#           the whole-model estimate still uses its step 8 time), ours against step 12's forms, 5 runs
+#  kda      gate.bench_kda against fla-core 0.6.0 at the issue's shapes (the KDA kernels are unchanged since
+#           the baseline; a re-measure in the same run as the rest). Needs the fla-core wheel in .whl/:
+#           python3 -m pip download --no-deps --only-binary=:all: -d .whl fla-core==0.6.0
+#   OUT=/tmp/out PARTS="copies dense kda" bash scripts/gpu_issue14_next.sh
+# (stop 30's parts of this script, gate12 / matrix / sweep, ran in stop 31: bench_results/.../next/)
 set -u
 NAME=next
-PARTS=${PARTS:-gate12}
+PARTS=${PARTS:-copies dense}
 source "$(dirname "$0")/gpu_steps.sh"
-has gate12 && step gate12 "${T_GATE:-560}" python3 -m gate.cli gate --device cuda --candidate triton \
-    --baseline impl.candidates.dsa_select_digits:Candidate --check dsa.index --check dsa.rerun --check dsa.batch \
-    --check mla.paths --examples 10 --seed 0 --json "$L/gate12.json"
-for chk in dsa.batch dsa.rerun dsa.index_paged mla.absorbed mla.absorbed_paged mla.batch mla.causal mla.graph_replay mla.paths mla.rerun; do
-  has matrix && step "matrix_$chk" 90 python3 -m gate.cli run --device cuda --check "$chk" --examples 20 --seed 1 \
-      --json "$L/matrix_$chk.json"
-done
-has sweep && step sweep 400 python3 -m gate.bench_moe --sweep --tokens 1,8,32 --paths nvfp4_split,bf16 --skip-torch \
-    --no-w4a4 --json "$L/sweep.json"
+has copies && step copies 120 python3 scripts/profile_replay.py --kinds kda+sparse --copy-sites --steps 5 \
+    --json "$L/copies.json"
+has dense && step dense 120 python3 scripts/profile_replay.py --kinds kda+dense \
+    --peer impl.candidates.moe_decode_step12:Candidate --repeats 5 --json "$L/dense.json"
+has kda && step kda 300 python3 -m gate.bench_kda --shapes 64:16384,8:16384 --batches 1,16,64,256 \
+    --json "$L/kda.json"
 echo "=== summary"; cat "$L/summary.txt"
-has gate12 && { echo "=== gate12"; tail -12 "$L/gate12.log" | cut -c1-200; }
-has matrix && { echo "=== matrix"; grep -h "checks:" "$L"/matrix_*.log | cut -c1-200; }
-has sweep && { echo "=== sweep"; grep -E "sweep best|^ *[0-9]+ " "$L/sweep.log" | cut -c1-200; }
+has copies && { echo "=== copies"; sed -n '/copy ops by call site/,$p' "$L/copies.log" | cut -c1-200 | head -40; }
+has dense && { echo "=== dense"; grep "^===\|compare" "$L/dense.log" | cut -c1-220; }
+has kda && { echo "=== kda"; tail -25 "$L/kda.log" | cut -c1-200; }
+true
