@@ -115,8 +115,9 @@ def compose(mechanism: str, ns: Any, functions: tuple, fallback_name: str = "tri
     provided = {f: getattr(ns, f) for f in functions if callable(getattr(ns, f, None))}
     if len(provided) == len(functions):
         return ns
-    from impl.registry import FAST_PATHS, HOOKS, OPTIONAL_FUNCTIONS
-    provided.update({f: getattr(ns, f) for f in (*FAST_PATHS.get(mechanism, {}), *OPTIONAL_FUNCTIONS.get(mechanism, ()))
+    from impl.registry import FAST_PATHS, HOOKS, OPTIONAL_FUNCTIONS, SEAMS
+    provided.update({f: getattr(ns, f) for f in (*FAST_PATHS.get(mechanism, {}), *OPTIONAL_FUNCTIONS.get(mechanism, ()),
+                                                 *SEAMS.get(mechanism, ()))
                      if callable(getattr(ns, f, None))})
     if fallback_name != "triton":
         raise ValueError(f"fallback {fallback_name!r}: only 'triton' composes a partial namespace (subclass "

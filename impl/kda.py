@@ -31,7 +31,7 @@ L2_EPS = 1e-6
 CHUNK = 64
 # the compositions of this module and the functions of the namespace they call through `ops`: a
 # candidate that provides only some of them runs inside ours (impl/compose.py)
-COMPOSITIONS = {"sublayer": ("chunked", "decode"), "checkpoint": ("chunked",)}
+COMPOSITIONS = {"sublayer": ("chunked", "decode", "gated_rmsnorm"), "checkpoint": ("chunked",)}
 _SELF = sys.modules[__name__]
 # bitwise batch invariance (impl.registry.batch_invariant; the check kda.batch): every kernel's grid and
 # tiles come from per-row quantities (the state pass's segment count too, `_state_config`), so a row's
@@ -404,8 +404,8 @@ def zero_state(w: KDAWeights, batch: int, device=None, dtype=torch.float32) -> K
 def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None, *, ops=None):
     """The KDA sublayer from the post-norm input to o_proj; must match oracle.kda.sublayer.
 
-    ops: the namespace whose `chunked` and `decode` it calls (default this module's; a candidate's
-    composed namespace passes itself, impl/compose.py).
+    ops: the namespace whose `chunked`, `decode` and `gated_rmsnorm` it calls (default this module's; a
+    candidate's composed namespace passes itself, impl/compose.py; the norm is a seam, impl.registry.SEAMS).
 
     Args:
         x: [B, S, D];  mask: [B, S] 1 = real, 0 = pad;  state: KDAState or None;
@@ -432,7 +432,7 @@ def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_s
         o, M, _ = ops.chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
                           boundary_states=False)
         new = KDAState(M, conv_state)
-    o = gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
+    o = ops.gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
     y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T
     return y, new
 

@@ -38,8 +38,9 @@ def _linear(x, weight, bias=None):
     return y if bias is None else y + bias
 
 
-def project(w: MLAWeights, a):
-    """Queries and the latent to cache; oracle.mla.project.
+def project(w: MLAWeights, a, *, ops=None):
+    """Queries and the latent to cache; oracle.mla.project. ops: the namespace whose `rmsnorm` it calls
+    (default this module's; a seam, impl.registry.SEAMS).
 
     Args:
         a: [B, S, D]
@@ -49,9 +50,10 @@ def project(w: MLAWeights, a):
     if a.ndim != 3:
         raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
     B, S, _ = a.shape
-    q_lat = rmsnorm(_linear(a, w.q_a_proj, w.q_a_bias), w.q_a_layernorm, w.eps)          # [B, S, r_q]
+    ops = _SELF if ops is None else ops
+    q_lat = ops.rmsnorm(_linear(a, w.q_a_proj, w.q_a_bias), w.q_a_layernorm, w.eps)      # [B, S, r_q]
     q = (q_lat @ w.q_b_proj.T).view(B, S, w.num_heads, w.nope_dim)                      # [B, S, H, N]
-    c = rmsnorm(_linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias), w.kv_a_layernorm, w.eps)  # [B, S, R]
+    c = ops.rmsnorm(_linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias), w.kv_a_layernorm, w.eps)  # [B, S, R]
     return q, q_lat, c
 
 
@@ -371,7 +373,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
 
 
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)
-COMPOSITIONS = {"sublayer": ("project", "absorbed")}
+COMPOSITIONS = {"sublayer": ("project", "absorbed"), "project": ("rmsnorm",)}
 # the other mechanisms' namespaces its compositions call, as `ops.<mechanism>` (impl/compose.py)
 SIBLINGS = ("dsa",)
 _SELF = sys.modules[__name__]
