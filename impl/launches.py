@@ -19,7 +19,7 @@ import inspect
 from typing import Callable, Iterator
 
 # the modules of impl/kernels/ (each holds only @triton.jit code)
-KERNEL_MODULES = ("kda", "dsa", "mla", "mhc", "moe", "paged")
+KERNEL_MODULES = ("kda", "dsa", "mla", "mhc", "moe", "paged", "norm")
 _WATCHERS: list[Callable[[str, dict], None]] = []
 _HOOKED: set[int] = set()
 

@@ -126,6 +126,9 @@ GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes fl
 GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA GPU); the interpreter cannot run it, "
            "so the CPU checks its bit arithmetic's twin (tests/test_nvfp4_pairs.py) and `glmgate run --device cuda` "
            "the kernels")
+NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
+                   "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
+                   "the float64 truth")
 GPU_SELECT = ("the GPU's selection (impl.dsa.select_pools: 2-bit digits, packed counts, tiles of 2048 pools); "
               "the interpreter's checks take 8-bit digits (its cost is per operation), so on the CPU "
               "tests/test_dsa_select.py runs the packed form against the oracle's pick, and `glmgate run "
@@ -406,6 +409,12 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
     Path("dsa_select_fwd_kernel", "a query with fewer candidates than k_sel", _select_short, by=("dsa.index",)),
     Path("dsa_select_fwd_kernel", "a second block of the -1 fill", lambda a: _cdiv(a["W"], a["BW"]) >= 2,
          by=("dsa.index", "mla.paths")),
+    # ---------------------------------------------------------------- the norms (a candidate's, step 14)
+    Path("norm_fwd_kernel", "the decoder's norm (weight times the normalized row)", lambda a: a["MODE"] == 0,
+         why=NORMS_CANDIDATE),
+    Path("norm_fwd_kernel", "MLA's norm (normalized row in x's dtype, then the weight)", lambda a: a["MODE"] == 1,
+         why=NORMS_CANDIDATE),
+    Path("norm_fwd_kernel", "KDA's gated norm (times sigmoid(zg))", lambda a: a["MODE"] == 2, why=NORMS_CANDIDATE),
     Path("nvfp4_qdq_fwd_kernel", "the W4A4 prologue alone", lambda a: True,
          why="`impl.nvfp4.qdq_activation` launches it, which the matrix calls only for a candidate without a fused "
              "NVFP4 path (our gate_up / down kernels run the same prologue inline); tests/test_w4a4.py holds it "
@@ -440,6 +449,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "moe_align_fwd_kernel": ("E", "BM", "BE", "BP", "BS",
                              "IDX"),      # the bookkeeping's int type: the same code in int32 or int64
     "moe_combine_fwd_kernel": ("TOP_K", "BT", "BD"),
+    "norm_fwd_kernel": ("BD",),
 }
 
 
