@@ -7,9 +7,11 @@ the kernels still run on the interpreter, every tensor a bench_layer helper puts
 the CPU, and the step runs in bf16: the host code is the GPU's, the Triton kernels' numbers are not
 (the interpreter's bf16 dot is wrong; nothing here is checked). Listed per repo call site: the ops that
 launch a copy on the GPU (copy_, clone, _to_copy: dtype conversions and layout copies) and cat / stack,
-with their inputs' shapes, dtypes and contiguity. Tiny geometry (the call sites do not depend on sizes).
+with their inputs' shapes, dtypes and contiguity, and the step's launch count (impl.host_sync.count_launches:
+Triton kernels and the torch ops that launch a device kernel). Tiny geometry (the call sites and counts do
+not depend on sizes).
 
-    PYTHONPATH=. python3 scripts/gpu_mode_ops.py [--kinds kda+sparse,dsa-full+sparse]
+    PYTHONPATH=. python3 scripts/gpu_mode_ops.py [--kinds kda+sparse,dsa-full+sparse] [--impl pkg.mod:obj]
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ class CopySites(TorchDispatchMode):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kinds", default="kda+dense,kda+sparse,dsa-full+sparse,dsa-shared+sparse")
+    p.add_argument("--impl", default="triton", help="the implementation (a candidate: pkg.mod:obj)")
     args = p.parse_args(argv)
     from gate.bench_layer import _context, _streams, handoff, random_layer
     from gate.cost_layers import layer_predictions
@@ -81,7 +84,8 @@ def main(argv=None) -> int:
     from oracle.config import Geometry
     g, dtype = Geometry.preset("tiny"), torch.bfloat16
     gen = torch.Generator().manual_seed(7)
-    ours = registry.get("triton")
+    from impl.host_sync import count_launches
+    ours = registry.get(args.impl)
     with OnCPU():
         for kind, pr in layer_predictions(g, 1, batch=1, context=64, hbm_bw=4.27e12).items():
             if kind not in args.kinds.split(","):
@@ -93,9 +97,11 @@ def main(argv=None) -> int:
             prev, _ = handoff(None, g, x1, m1, None)
             decoder_layer(lw, g, x1, m1, cache, prev, ours)             # the eager warm-up, as a capture has
             mode = CopySites()
-            with simulated_capture(), mode:
+            with simulated_capture(), count_launches() as n, mode:
                 decoder_layer(lw, g, x1, m1, cache, prev, ours)
-            print(f"=== {kind}: {sum(mode.sites.values())} copy / cat ops in one decode step (the GPU's host path)")
+            print(f"=== {kind} ({args.impl}): {n['triton'] + n['torch']} launches (triton {n['triton']}, torch "
+                  f"{n['torch']}), {sum(mode.sites.values())} of them copy / cat ops, in one decode step (the GPU's "
+                  f"host path)")
             for (name, inputs, where), n in mode.sites.items():
                 print(f"  {n} x {name}({inputs})\n      {where}")
     return 0

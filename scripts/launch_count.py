@@ -7,7 +7,7 @@ structure, not its sizes (the full geometry launches the same kernels, except fl
 count, chosen from the SM count: the combine kernel runs on both). Also prints the host syncs (none
 expected).
 
-    PYTHONPATH=. python3 scripts/launch_count.py [--batch 1]
+    PYTHONPATH=. python3 scripts/launch_count.py [--batch 1] [--ops] [--impl impl.candidates.norms_fused:Candidate]
 """
 import argparse
 import sys
@@ -21,17 +21,20 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--ops", action="store_true", help="print the torch ops of each kind")
+    p.add_argument("--impl", default="triton", help="the implementation (a candidate: pkg.mod:obj)")
     args = p.parse_args()
     import test_host_sync as t
     from impl.graph import simulated_capture
     from impl.host_sync import count_launches, record_host_syncs
+    from impl import registry
     from impl.model import decoder_layer
+    be = registry.get(args.impl)
     for kind in ("kda+dense", "kda+sparse", "dsa-full+sparse", "dsa-shared+sparse"):
         lw, full = t._layers(kind, True)
         x1, m1, cache, prev = t._context(lw, full, args.batch, seed=1)
-        decoder_layer(lw, t.G, x1, m1, cache, prev)       # the eager warm-up (NVFP4 scale scans, once per tensor)
+        decoder_layer(lw, t.G, x1, m1, cache, prev, be)   # the eager warm-up (NVFP4 scale scans, once per tensor)
         with simulated_capture(), record_host_syncs() as syncs, count_launches() as n:
-            decoder_layer(lw, t.G, x1, m1, cache, prev)
+            decoder_layer(lw, t.G, x1, m1, cache, prev, be)
         print(f"{kind:18s} B={args.batch}: {n['triton'] + n['torch']:4d} launches "
               f"(triton {n['triton']}, torch {n['torch']}); host syncs {len(syncs)}")
         print(f"    triton: {dict(sorted(n['triton_kernels'].items()))}")
