@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import types
 
-import torch
-
 from impl import moe as _moe
+from impl.candidates import moe_namespace
 
 
 def combine_loop(out, dtype):
@@ -32,26 +31,5 @@ def grouped(x2, ids, wts, E, I, dense=None, nv=None, limit=10.0, w4a4=False, spl
                          combine_fn=combine_loop)
 
 
-def experts(w, x, routing, nvfp4=None, w4a4=False):
-    """impl.moe.experts through this grouped."""
-    return _moe.experts_with(w, x, routing, nvfp4, w4a4, grouped=grouped)
-
-
-def dense_mlp(w, x):
-    """impl.moe.dense_mlp through this grouped."""
-    return _moe.dense_mlp_with(w, x, grouped=grouped)
-
-
-def shared_expert(w, x):
-    """impl.moe.shared_expert through this dense_mlp."""
-    return torch.zeros_like(x) if w.shared is None else dense_mlp(w.shared, x)
-
-
-def forward(w, x, nvfp4=None, w4a4=False, *, ops=None):
-    """impl.moe.forward through these experts and shared expert."""
-    return _moe.forward(w, x, nvfp4, w4a4, ops=MOE if ops is None else ops)
-
-
-MOE = types.SimpleNamespace(**{k: getattr(_moe, k) for k in dir(_moe) if not k.startswith("__")})
-MOE.experts, MOE.dense_mlp, MOE.shared_expert, MOE.forward = experts, dense_mlp, shared_expert, forward
+MOE = moe_namespace(__name__, grouped=grouped)
 Candidate = types.SimpleNamespace(moe=MOE)
