@@ -62,7 +62,7 @@ class MlaNormWithoutWeight:
     mla = _LatentUnweighted
 
 
-class _DecoderEpsSquared:
+class _DecoderFourthRoot:
     @staticmethod
     def rmsnorm(x, w, eps):
         u = x.float()
@@ -73,7 +73,7 @@ class _DecoderEpsSquared:
 
 class DecoderNormFourthRoot:
     """The decoder's RMSNorm divides by the fourth root of the mean square."""
-    model = _DecoderEpsSquared
+    model = _DecoderFourthRoot
 
 
 def _run(name: str, check: str, n: int = 2):

@@ -39,7 +39,7 @@ def _norm(x, w, eps: float, mode: int, zg=None):
     work = torch.float32 if x.dtype == torch.float64 else x.dtype
     xs = x.to(work).contiguous()
     y = torch.empty_like(xs)
-    rows = xs.numel() // D if D else 0
+    rows = xs.numel() // D
     if rows:
         g = zg.to(work).contiguous() if zg is not None else xs
         norm_fwd_kernel[(rows,)](xs, w.contiguous(), g, y, D, float(eps), MODE=mode,
