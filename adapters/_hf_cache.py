@@ -48,8 +48,14 @@ def seed_mla(cache, layer: int, dsa: Optional[DSACache]) -> None:
         cache.update_indexer(dsa.index_rows, layer)
 
 
-def dsa_cache(cache, layer: int, full: bool) -> DSACache:
-    """Our DSACache out of the cache's layer: the latent, and the indexer rows on a full layer."""
+def dsa_cache(cache, layer: int, full: bool, iw=None) -> DSACache:
+    """Our DSACache out of the cache's layer: the latent, and the indexer rows on a full layer. transformers
+    keeps no pooled-key cache (it re-pools every step): with the layer's IndexerWeights `iw`, the pooled
+    rows are derived from its own indexer rows by the torch baseline's pooling, so the state has our layout."""
     entry = cache.layers[layer]
     rows = entry.indexer_keys.clone() if full else None
-    return DSACache(entry.keys[:, 0].clone(), rows)
+    pooled = None
+    if full and iw is not None:
+        from impl.baseline.dsa import TorchDSA
+        pooled = TorchDSA().pooled_rows(rows, iw.compress_ape, iw.kpool)
+    return DSACache(entry.keys[:, 0].clone(), rows, pooled)

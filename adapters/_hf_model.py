@@ -80,13 +80,15 @@ def _seeded(model, state):
     return cache
 
 
-def _state(cache, g, seq_len: int, dtype) -> HybridState:
+def _state(cache, weights, seq_len: int, dtype) -> HybridState:
+    g = weights.geometry
     layers = []
     for j, kind in enumerate(g.layer_types):
         if kind == "linear_attention":
             layers.append(hc.kda_state(cache, j, dtype))
         else:
-            layers.append(hc.dsa_cache(cache, j, g.indexer_types[j] == "full"))
+            full = g.indexer_types[j] == "full"
+            layers.append(hc.dsa_cache(cache, j, full, weights.layers[j].indexer if full else None))
     return HybridState(g.layer_types, layers, seq_len)
 
 
@@ -131,5 +133,5 @@ class Model:
             for h in hooks:
                 h.remove()
         before = 0 if state is None else state.seq_len
-        return out.logits.float(), _state(out.past_key_values, weights.geometry, before + ids.shape[1],
+        return out.logits.float(), _state(out.past_key_values, weights, before + ids.shape[1],
                                           weights.embed_tokens.dtype)

@@ -136,7 +136,7 @@ class MLA:
             y, _, topk = layer(a, attention_mask=m, past_key_values=tf_cache,
                                prev_topk_indices=None if full else prev.indices)
         sel = prev if not full else Selection(topk.long(), None, None, None, None, None)
-        return y, hc.dsa_cache(tf_cache, idx, full), sel
+        return y, hc.dsa_cache(tf_cache, idx, full, iw if full else None), sel
 
     @staticmethod
     def _kind(kind, iw, prev) -> bool:

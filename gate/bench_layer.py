@@ -129,20 +129,21 @@ def _mla(lw, a, cache, mask, prev, st: Stages):
     B, S, _ = a.shape
     q, q_lat, c = mla.project(w, a)
     st.mark("projections")
-    old_latent, old_rows = (None, None) if cache is None else cache
+    old_latent, old_rows, old_pooled = (None, None, None) if cache is None else cache
     latent = mla._append(old_latent, c, "latent")
     st.mark("cache")
     if lw.indexer_type == "full":
         rows = mla._append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")
-        sel = dsa.index(iw, a, q_lat, rows, mask)
+        pooled = dsa.pooled_rows(rows, iw.compress_ape, iw.kpool, old_pooled)
+        sel = dsa.index_pooled(iw, a, q_lat, rows, pooled, mask)
         st.mark("indexer")
     else:
-        rows, sel = old_rows, prev
+        rows, pooled, sel = old_rows, None, prev
     o, _ = mla.absorbed(w, q, latent, sel.indices)
     st.mark("attention")
     y = mla._linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)
     st.mark("projections")
-    return y, DSACache(latent, rows), sel
+    return y, DSACache(latent, rows, pooled), sel
 
 
 def _mlp(lw, g, a, st: Stages):

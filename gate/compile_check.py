@@ -56,6 +56,12 @@ RECORDS = (
     KernelRecord("dsa", "dsa_pool_fwd_kernel",
                  dict(packed=BF, ape=F32, first="*i64", kbar=F32, member_idx="*i64", pool_valid="*i8"),
                  dict(T="i32", NP="i32"), dict(K=128, M=4, BPL=8, BM=4, BK=128), dict(num_warps=4)),
+    # the pooled-key cache: the append (the pool kernel's tile, bf16 cache rows) and the read
+    KernelRecord("dsa", "dsa_pool_append_kernel", dict(packed=BF, ape=F32, first="*i64", pooled=BF),
+                 dict(T0="i32", T="i32"), dict(K=128, M=4, BR=8, BM=4, BK=128), dict(num_warps=4)),
+    KernelRecord("dsa", "dsa_pool_read_kernel",
+                 dict(pooled=BF, first="*i64", kbar=F32, member_idx="*i64", pool_valid="*i8"),
+                 dict(T="i32", NP="i32"), dict(K=128, M=4, BPL=8, BM=4, BK=128), dict(num_warps=4)),
     KernelRecord("dsa", "dsa_score_fwd_kernel", dict(q=BF, w=F32, kbar=BF, pool_last="*i64", out=F32),
                  dict(S="i32", P="i32", offset="i32", scale="fp32"),
                  dict(H=32, K=128, BT=64, BP=64, BK=128, PRECISION="tf32"), dict(num_warps=4)),

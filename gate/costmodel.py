@@ -11,7 +11,8 @@ Dtype plan: every weight in bf16 except the tensors the repo's loader keeps in f
 dt_bias, A_log and the router's e_score_correction_bias: oracle.types F32_WEIGHTS); with
 experts="nvfp4" the routed experts are NVFP4 (0.5 B a code, one e4m3 byte per 16 codes along the
 reduction dim, one float32 global scale per expert tensor: gate, up and down each have their own).
-Caches: KDA recurrent state float32, conv window, MLA latent and indexer rows in bf16 (SPEC §10).
+Caches: KDA recurrent state float32, conv window, MLA latent, indexer rows and the indexer's pooled-key
+cache in bf16 (SPEC §10; the pooled rows: impl/dsa.py pooled_rows).
 
 Parallel plan: TP ranks split heads and widths; EP ranks split the routed experts by expert id.
 world = max(TP, EP) GPUs; when EP > TP, attention is data-parallel (world / TP replicas, each with
@@ -26,11 +27,12 @@ wire per GPU).
 
 Counted per decode token: FLOPs = 2 x the weights the token multiplies on this GPU, plus the
 attention terms (KDA's recurrence 7 d^2 per head; MLA's absorbed attention 4 (r_kv + rope) per selected
-token per head; the indexer's pooling 6 d_i per cached token and scoring 2 H_i (d_i + 1) per pool,
-which is what grows with the context). HBM bytes per decode step = weights read (routed experts: the
-expected number touched by the step's tokens under uniform routing) + each sequence's state read and
-written + its cache rows read (MLA: the selected rows; the indexer: every cached row, since pools are
-rebuilt from the per-token rows on every forward, SPEC §10).
+token per head; the indexer's pooling 6 d_i per member of the pool a step completes and scoring
+2 H_i (d_i + 1) per pool, which is what grows with the context). HBM bytes per decode step = weights read
+(routed experts: the expected number touched by the step's tokens under uniform routing) + each
+sequence's state read and written + its cache rows read (MLA: the selected rows; the indexer: one
+pooled-key row per pool, read back from the append-only pooled cache instead of pooled again from every
+cached row) and the step's rows written.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ MECHANISMS = {
     "mla_proj": "MLA q_b, kv_b, o_proj (/TP); q_a, kv_a + their norms (whole)",
     "mla_latent_cache": "MLA latent rows [T, r_kv + rope] bf16 (whole) and sparse attention",
     "indexer": "DSA indexer wq_b, wk, k_norm, weights_proj, pool gate + ape (whole)",
-    "indexer_cache": "indexer rows [T, 2 d_i + 1] bf16 (whole), pooling and scoring",
+    "indexer_cache": "indexer rows [T, 2 d_i + 1] + pooled keys [T, d_i + 1] bf16 (whole), pooling and scoring",
     "dense_mlp": "dense SwiGLU gate/up/down (/TP)",
     "router": "router [E, D] + correction bias [E] f32 (whole)",
     "shared_expert": "shared expert gate/up/down (/TP)",
@@ -306,13 +308,17 @@ def _indexer(g: Geometry, plan: Plan, B: int, T: int) -> dict[str, Cost]:
            (di * D, REP, BF16), (Pk * di, REP, BF16))
     matmul = Hi * di * rq + di * D + Hi * D + di * D
     row = (2 * di + 1) * BF16
+    pooled = (di + 1) * BF16
     pools = T // Pk
     return {
         "indexer": _weights(w, hbm=w[0], flops=2 * matmul + 8 * di, layers=1),
-        # pools rebuilt from every cached row (per-channel softmax over P_k members + weighted sum),
-        # then every pool scored by every head (SPEC §8.3-8.4)
-        "indexer_cache": Cost(cache=row, hbm=B * (T + 1) * row, flops=6 * T * di + 2 * Hi * (di + 1) * pools,
-                              layers=1),
+        # the packed rows and the pooled-key cache (a token-aligned row each: K̄ | flag at a complete pool's
+        # last member, zeros elsewhere). A decode step appends its rows, pools the one pool it may complete
+        # (per-channel softmax over P_k members + weighted sum: P_k rows read), reads every pool's K̄ back
+        # (one row a pool) and scores every pool by every head (SPEC §8.3-8.4); nothing is pooled again
+        "indexer_cache": Cost(cache=row + pooled,
+                              hbm=B * (row + pooled + Pk * row + pools * pooled),
+                              flops=6 * Pk * di + 2 * Hi * (di + 1) * pools, layers=1),
     }
 
 

@@ -32,6 +32,12 @@ REGRESSION_FACTOR = 4.0
 REGRESSION_FLOOR = 0.05
 
 
+def lacking_optional(check, impl) -> list[str]:
+    """The optional functions (Check.optional, "dsa.pooled_rows") `check` calls that `impl` does not provide."""
+    return [f for f in check.optional if not callable(getattr(getattr(impl, f.split(".")[0], None),
+                                                              f.split(".", 1)[1], None))]
+
+
 def provided_checks(checks, impl, console):
     """(the checks `impl` can run, a "not run" row for each other one): a check calls its namespaces
     (Check.namespaces); a candidate that provides none of them is not run there, said once before any
@@ -45,8 +51,7 @@ def provided_checks(checks, impl, console):
     runnable, rows = [], []
     for c in checks:
         needed = c.namespaces(MECHANISMS)
-        lacking = [f for f in c.optional if not callable(getattr(getattr(impl, f.split(".")[0], None),
-                                                                 f.split(".", 1)[1], None))]
+        lacking = lacking_optional(c, impl)
         if not any(provides(getattr(impl, m, None)) for m in needed):
             rows.append(CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
                                     f"{impl.name!r} provides no {', '.join(needed)} namespace (the ones this "
@@ -257,10 +262,21 @@ def _verdicts(args, checks, geometry, cand, base, peer, profile, factor, dtype, 
                          f"--no-warmup runs the examples without it)") from e
     results = _run_checks(checks, geometry, cand, base, profile, args.examples, args.seed, console, "candidate",
                           store=store, replays=replays)
-    # the peer only where the candidate passed: a regression is a question about a passing candidate
+    # the peer only where the candidate passed: a regression is a question about a passing candidate; and
+    # only on checks whose optional functions it provides (ours never stands in for them): elsewhere the
+    # candidate's verdict stands alone, the peer's column says why
+    from invariants.engine import CheckResult
     again = [c for c, r in zip(checks, results) if r.status == "pass"]
-    peers = {r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
-                                             console, "peer", store=store, replays=replays)}
+    peers = {}
+    for c in again:
+        lacking = lacking_optional(c, peer.impl)
+        if lacking:
+            peers[c.name] = CheckResult(c.name, c.mechanism, "not run", 0, -1.0, "", None, None,
+                                        f"does not provide the optional {', '.join(lacking)} (no peer margin)",
+                                        None, {}, 0.0)
+    again = [c for c in again if c.name not in peers]
+    peers.update({r.check: r for r in _run_checks(again, geometry, peer, base, profile, args.examples, args.seed,
+                                                  console, "peer", store=store, replays=replays)})
     return [_with_worst_repro(verdict(r, peers.get(r.check), factor), cand, args.device, dtype)
             for r in results], warm
 

@@ -21,7 +21,8 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import interpreted, kernel_operand, paged
 from impl.graph import capturing
-from impl.kernels.dsa import dsa_pool_fwd_kernel, dsa_score_fwd_kernel, dsa_select_fwd_kernel
+from impl.kernels.dsa import (dsa_pool_append_kernel, dsa_pool_fwd_kernel, dsa_pool_read_kernel, dsa_score_fwd_kernel,
+                              dsa_select_fwd_kernel)
 from oracle.types import IndexerWeights, Selection
 
 LN_EPS = 1e-6
@@ -100,11 +101,76 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
     idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)
     valid = torch.empty(B, n_p, device=dev, dtype=torch.int8)
     if B * n_p:
-        # 16 pools a program on the interpreter (its cost is per program); 8 on the GPU: 8 pools x 4 members
-        # x 128 channels in registers (106 at sm_90, no spills)
-        BPL = 16 if interpreted() else 8
+        BPL = _pool_block()
         dsa_pool_fwd_kernel[(triton.cdiv(n_p, BPL), B)](
             kernel_operand(packed), ape.float().contiguous(), first, kbar, idx, valid, T, n_p,
+            K=K, M=kpool, BPL=BPL, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
+            num_warps=4)
+    pool_valid = valid.bool()
+    kept = pool_valid.any(0)                                                             # [n_p]
+    if keep_all:
+        return kbar, idx, pool_valid, first, kept
+    return kbar[:, kept].contiguous(), idx[:, kept], pool_valid[:, kept], first, kept
+
+
+def _pool_block() -> int:
+    """Pools (or new rows) a program: 16 on the interpreter (its cost is per program); 8 on the GPU: 8 pools
+    x 4 members x 128 channels in registers (106 at sm_90, no spills). The append kernel takes the pool
+    kernel's tile, so a pool appended to the cache has the bits the pool kernel gives it."""
+    return 16 if interpreted() else 8
+
+
+def _check_pooled(pooled, B: int, T: int, K: int, name: str = "pooled") -> None:
+    if pooled.ndim != 3 or pooled.shape[0] != B or pooled.shape[1] > T or pooled.shape[2] != K + 1:
+        raise ValueError(f"{name}: expected [B, T0, K + 1] = [{B}, T0 <= {T}, {K + 1}] (the pooled rows of the "
+                         f"cache's first T0 tokens), got shape {tuple(pooled.shape)}")
+
+
+def pooled_rows(packed, ape, kpool: int, pooled=None):
+    """The pooled-key cache of all T cached rows, appended to; oracle.dsa.pooled_rows.
+
+    pooled: the cache's pooled rows of its first T0 tokens (this layer's own, T0 <= T; None: T0 = 0).
+    They are kept as they are (a complete pool never changes), and only the rows [T0, T) are written:
+    (K̄ | 1) where a complete pool ends, zeros elsewhere (dsa_pool_append_kernel, one launch).
+
+    Args:
+        packed: [B, T, 2K + 1] the indexer cache (this call's rows last);  ape: [M, K];  kpool: M
+    Returns:
+        pooled: [B, T, K + 1] in packed's dtype
+    """
+    B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    T0 = 0 if pooled is None else pooled.shape[1]
+    if pooled is not None:
+        _check_pooled(pooled, B, T, K)
+    out = torch.empty(B, T, K + 1, device=packed.device, dtype=packed.dtype)
+    if T0:
+        out[:, :T0] = pooled
+    if B * (T - T0):
+        BR = _pool_block()
+        dsa_pool_append_kernel[(triton.cdiv(T - T0, BR), B)](
+            kernel_operand(packed), ape.float().contiguous(), first, out, T0, T,
+            K=K, M=kpool, BR=BR, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
+            num_warps=4)
+    return out
+
+
+def pool_keys_cached(packed, ape, kpool: int, pooled, keep_all: bool = False):
+    """`pool_keys` read from the pooled-key cache of all T rows (`pooled_rows`' output) instead of pooled
+    again (dsa_pool_read_kernel: one launch reading one row a pool). Same outputs, same bits after the
+    scores' cast of K̄ to the model dtype (the cache holds K̄ in that dtype)."""
+    B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    if tuple(pooled.shape) != (B, T, K + 1):
+        raise ValueError(f"pooled: expected [B, T, K + 1] = [{B}, {T}, {K + 1}] (pooled_rows of all T cached "
+                         f"rows), got shape {tuple(pooled.shape)}")
+    dev = packed.device
+    n_p = -(-T // kpool)
+    kbar = torch.empty(B, n_p, K, device=dev, dtype=torch.float32)
+    idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)
+    valid = torch.empty(B, n_p, device=dev, dtype=torch.int8)
+    if B * n_p:
+        BPL = _pool_block()
+        dsa_pool_read_kernel[(triton.cdiv(n_p, BPL), B)](
+            pooled.contiguous(), first, kbar, idx, valid, T, n_p,
             K=K, M=kpool, BPL=BPL, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
             num_warps=4)
     pool_valid = valid.bool()
@@ -331,9 +397,18 @@ def index(w: IndexerWeights, a, q_lat, packed_all, mask=None) -> Selection:
     return index_with(w, a, q_lat, packed_all, mask)
 
 
-def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None, select=None) -> Selection:
+def index_pooled(w: IndexerWeights, a, q_lat, packed_all, pooled, mask=None) -> Selection:
+    """`index` with the pooled keys read from the pooled-key cache of all T cached rows (`pooled_rows`'
+    output) instead of pooled from the rows again: the decode step's form (impl.mla.sublayer). The same
+    Selection as `index` (tests/test_dsa_pooled.py: bitwise, ties included)."""
+    return index_with(w, a, q_lat, packed_all, mask, pooled=pooled)
+
+
+def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None, select=None,
+               pooled=None) -> Selection:
     """`index` with the pooling and the selection chosen (pool: `pool_keys`' signature, select:
-    `select_pools`'; None: ours; a candidate's from impl/candidates/)."""
+    `select_pools`'; None: ours; a candidate's from impl/candidates/); pooled: the pooled-key cache of
+    all T rows, read instead of pooling (`pool` must then be None)."""
     if a.ndim != 3:
         raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
     B, S, _ = a.shape
@@ -352,8 +427,14 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None,
         if not capturing() and not torch.equal(mask.bool(), qmask):
             raise ValueError("mask: disagrees with the valid flags of the last S rows of packed_all "
                              "(index_rows must be packed with the same mask)")
-    kbar, member_idx, pool_valid, first, kept = (pool or pool_keys)(packed_all, w.compress_ape, kpool,
-                                                                    keep_all=capturing())
+    if pooled is not None:
+        if pool is not None:
+            raise ValueError("pool: a pooling function and a pooled-key cache were both given")
+        kbar, member_idx, pool_valid, first, kept = pool_keys_cached(packed_all, w.compress_ape, kpool, pooled,
+                                                                     keep_all=capturing())
+    else:
+        kbar, member_idx, pool_valid, first, kept = (pool or pool_keys)(packed_all, w.compress_ape, kpool,
+                                                                        keep_all=capturing())
     P = kbar.shape[1]
     pool_last = torch.where(pool_valid, member_idx[..., -1], -1)                             # [B, P]
     qI, wts = _query_parts(w, q_lat, a)

@@ -24,6 +24,7 @@ import impl  # noqa: F401  (selects the interpreter on CPU-only machines before 
 from impl import dsa, interpreted, kernel_operand, num_sms, paged
 from impl.graph import capturing
 from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
+from oracle.mla import check_pooled
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -342,6 +343,9 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
     absorbed kernel. ops: the namespace whose `project` and `absorbed` it calls, and whose `dsa` is the
     indexer namespace whose `index_rows` and `index` it calls (default this module's and impl.dsa;
     impl/compose.py: a candidate's indexer is reached through here).
+    On a full layer the cache's pooled-key cache is appended to (`ops.dsa.pooled_rows`: only the pools
+    this call's tokens complete are pooled) and the selection reads its pooled keys from it
+    (`ops.dsa.index_pooled`; a namespace without one selects with its `index`, which re-pools).
     Returns:
         y: [B, S, D] in a's dtype;  cache: DSACache with T rows;  selection: the Selection used
     """
@@ -352,24 +356,33 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
     ops = _SELF if ops is None else ops
     q, q_lat, c = ops.project(w, a)
     B, S, _ = a.shape
-    old_latent, old_rows = (None, None) if cache is None else cache
+    old_latent, old_rows, old_pooled = (None, None, None) if cache is None else cache
     latent = _append(old_latent, c, "latent")                                            # [B, T, R]
     if kind == "full":
         if iw is None:
             raise ValueError('iw: a "full" layer needs its IndexerWeights')
         if old_latent is not None and (old_rows is None or old_rows.shape[:2] != old_latent.shape[:2]):
             raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
+        if old_pooled is not None:
+            check_pooled(cache)
         rows = _append(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")         # [B, T, 2K+1]
-        sel = ops.dsa.index(iw, a, q_lat, rows, mask)
+        # the pooled-key cache: a cache without one (another implementation's) is pooled whole once
+        # both optional (impl.registry.OPTIONAL_FUNCTIONS): a dsa namespace without its own append has
+        # ours keep the cache, one without its own index_pooled selects with its `index` (re-pooling)
+        append = getattr(ops.dsa, "pooled_rows", dsa.pooled_rows)
+        pooled = append(rows, iw.compress_ape, iw.kpool, old_pooled)                     # [B, T, K+1]
+        index_pooled = getattr(ops.dsa, "index_pooled", None)
+        sel = (ops.dsa.index(iw, a, q_lat, rows, mask) if index_pooled is None
+               else index_pooled(iw, a, q_lat, rows, pooled, mask))
     else:
         if not isinstance(prev, Selection):
             raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')
         if iw is not None and prev.indices.shape[-1] != iw.slots:
             raise ValueError(f"prev: selection width {prev.indices.shape[-1]}, expected topk + P_k - 1 = {iw.slots}")
-        rows, sel = old_rows, prev
+        rows, pooled, sel = old_rows, None, prev
     o, _ = ops.absorbed(w, q, latent, sel.indices)                                       # [B, S, H, V]
     y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)             # [B, S, D]
-    return y, DSACache(latent, rows), sel
+    return y, DSACache(latent, rows, pooled), sel
 
 
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)

@@ -32,6 +32,10 @@ KDA_FUNCTIONS = FUNCTIONS["kda"]
 # may bring them; one it lacks is NEVER filled in from the fallback (compose hides ours), and the checks
 # calling it (Check.optional) are NOT RUN for it, "not covered (not provided)", said before any example
 OPTIONAL_FUNCTIONS = {"dsa": ("index_paged",), "mla": ("absorbed_paged",)}
+# the DSA pooled-key cache (docs/candidates.md section 4, "The pooled-key cache"): `pooled_rows` appends to
+# it, `index_pooled` selects over it; our MLA sublayer appends with ours and selects with the candidate's
+# `index` where it lacks them
+OPTIONAL_FUNCTIONS["dsa"] += ("pooled_rows", "index_pooled")
 # CUDA-graph decode steps (docs/candidates.md section 15, impl/graph.py): a step object captured once over
 # persistent buffers and replayed with each step's metadata copied in; optional like the paged functions
 GRAPH_STEPS = {"kda": ("decode_graph",), "mla": ("absorbed_graph",)}

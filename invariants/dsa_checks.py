@@ -168,6 +168,95 @@ def run_index(case: IndexCase, cand: Target, base: Target):
             Comparison("index", "selection", sc_.indices, (ref, token_pool(packed, w)), kind="selection")]
 
 
+# ---------------------------------------------------------------- the pooled-key cache
+
+
+class PooledCase(NamedTuple):
+    """A cache of `length` tokens built in calls cut after each of `cuts` tokens (a cut at length - 1: the
+    last call a decode step), the pooled-key cache appended to call by call; the last call's tokens
+    query. `holes` as IndexCase's (row 0's pads after its left padding)."""
+
+    geometry: DSAGeometry
+    batch: int
+    length: int
+    cuts: tuple[int, ...]
+    left_pad: tuple[int, ...]
+    family: str
+    seed: int
+    holes: tuple[int, ...] = ()
+
+
+@st.composite
+def pooled_cases(draw, base, *, max_len: int = 80) -> PooledCase:
+    g = draw(dsa_geometries(base))
+    length = draw(dsa_lengths(g, max_len=max_len))
+    inner = list(range(1, length))
+    cuts = ()
+    if inner:
+        # a third of the time a decode step last; cuts one token before a pool's end make a call whose
+        # first new row completes a pool (where an append that skips it loses the pool)
+        cuts = tuple(sorted(draw(st.sets(st.sampled_from(inner), max_size=3))))
+        if draw(st.integers(0, 2)) == 0 and (length - 1) not in cuts:
+            cuts = tuple(sorted(cuts + (length - 1,)))
+    batch = draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, min(length - 1, 9))) for _ in range(batch))
+    family, seed = draw(st.sampled_from(("normal", "large"))), draw(SEEDS)
+    holes = ()
+    if pad[0] < length - 1 and draw(st.integers(0, 3)) == 0:
+        holes = tuple(sorted(draw(st.sets(st.integers(pad[0] + 1, length - 1), min_size=1, max_size=3))))
+    return PooledCase(g, batch, length, cuts, pad, family, seed, holes)
+
+
+def run_pooled_on(t: Target, w, a, q_lat, mask, cuts):
+    """(indexer rows, the pooled-key cache after each call, the last call's selection over it) on target t;
+    the oracle's cache is its definition over all T rows (oracle.dsa.pooled_rows), its selection `index`."""
+    wt = w.map(t.tensor)
+    at, qt, mt = t.tensor(a), t.tensor(q_lat), t.tensor(mask)
+    T = a.shape[1]
+    S = T - (cuts[-1] if cuts else 0)
+    with t.poisoned():
+        packed = t.impl.dsa.index_rows(wt, at, mt)
+        if t is ORACLE:
+            caches = [odsa.pooled_rows(packed[:, :end], w.compress_ape, w.kpool) for end in (*cuts, T)]
+            sel = odsa.index(w, a[:, -S:], q_lat[:, -S:], packed, mask[:, -S:])
+        else:
+            caches, pooled = [], None
+            for end in (*cuts, T):
+                pooled = t.impl.dsa.pooled_rows(packed[:, :end], wt.compress_ape, wt.kpool, pooled)
+                caches.append(pooled)
+            sel = t.impl.dsa.index_pooled(wt, at[:, -S:], qt[:, -S:], packed, pooled, mt[:, -S:])
+    return packed, caches, sel
+
+
+def run_pooled(case: PooledCase, cand: Target, base: Target):
+    _label_sparsity(case.length, case.geometry)
+    g = case.geometry
+    if any((c - p + 1) % g.kpool == 0 and c - p + 1 >= g.kpool for c in case.cuts for p in case.left_pad[:1]):
+        label("a call's first new row completes a pool")
+    if case.cuts and case.cuts[-1] == case.length - 1:
+        label("decode step over the pooled cache")
+    if case.holes:
+        label("pad tokens inside the cache (mask holes)")
+    w, a, q_lat, mask = index_inputs(IndexCase(g, case.batch, case.length, 1, case.left_pad, "none", case.family,
+                                               case.seed, case.holes))
+    packed, ref, rsel = run_pooled_on(ORACLE, w, a, q_lat, mask, case.cuts)
+    _, cc, csel = run_pooled_on(cand, w, a, q_lat, mask, case.cuts)
+    _, cb, bsel = run_pooled_on(base, w, a, q_lat, mask, case.cuts)
+    res = [Comparison("pooled", "pooled_keys", cc[-1][..., :-1], ref[-1][..., :-1], cb[-1][..., :-1], axes=POOLED_AXES),
+           Comparison("pooled", "pool_flags", cc[-1][..., -1], ref[-1][..., -1], kind="exact", axes=POOLED_AXES[:-1])]
+    # append-only: what a call left in the cache is what every later call holds there, bit for bit
+    for i, (early, end) in enumerate(zip(cc[:-1], case.cuts)):
+        res.append(Comparison("pooled", "append_only", cc[-1][:, :end], early, kind="exact",
+                              axes=POOLED_AXES, where=f"after call {i + 1} ({end} tokens)"))
+    return res + [Comparison("index_pooled", "scores", _candidate_scores(csel.scores, rsel),
+                             _candidate_scores(rsel.scores, rsel), _candidate_scores(bsel.scores, rsel)),
+                  Comparison("index_pooled", "selection", csel.indices, (rsel, token_pool(packed, w)), kind="selection")]
+
+
+# the pooled-key cache's rows: token t holds the pool ending there (oracle.dsa.pooled_rows)
+POOLED_AXES = ("batch", "pool end token", "channel")
+
+
 # ----------------------------------------------------------------------------- the records
 
 G0 = DSAGeometry.from_geometry(TINY)
@@ -193,6 +282,16 @@ CHECKS = (
                     # 31 pools of 2: the interpreter's selection runs them over two tiles
                     IndexCase(G0._replace(kpool=2), 1, 63, 1, (0,), "none", "normal", 0)),
           gpu_examples=FULL_INDEX_PINS),
+    Check("dsa.pooled", "dsa", PooledCase, pooled_cases, run_pooled,
+          "the pooled-key cache appended call by call (the rows cut at drawn points, decode steps among them) "
+          "against the oracle's pooled rows of the whole cache, append-only, and the selection over it",
+          examples=(PooledCase(G0, 1, 13, (3, 7, 12), (0,), "normal", 0),             # calls whose first row ends a pool
+                    PooledCase(G0, 2, 23, (10, 22), (0, 3), "normal", 1),             # left padding, then a decode step
+                    PooledCase(G0, 2, 21, (6, 20), (0, 3), "large", 2, (5, 9)),       # mask holes
+                    PooledCase(G0._replace(kpool=2), 1, 40, (35, 39), (1,), "normal", 3)),
+          cpu_examples=12, optional=("dsa.pooled_rows", "dsa.index_pooled"),
+          gpu_examples=(PooledCase(GFULL, 1, 8199, (4096, 8198), (0,), "normal", 10),   # 2049 pools, a decode step
+                        PooledCase(GFULL, 2, 9000, (8191, 8999), (0, 5), "large", 11))),
 )
 
 
@@ -221,6 +320,10 @@ def _topk_10(w):
     return dataclasses.replace(w, topk=10)
 
 
+# the oracle keeps no cache to append to: its pooled_rows is the definition over all rows, and it has no
+# index_pooled (its index is the reference the cached selection is held to)
+POOLED_TARGETS = ("triton", "torch")
+
 BAD_CALLS = (
     BadCall("index(topk 10 not a multiple of kpool 4)", lambda ns, t: _index(ns, t, w=_topk_10),
             r"IndexerWeights\.topk.*multiple of kpool"),
@@ -240,6 +343,17 @@ BAD_CALLS = (
             r"^mask: disagrees"),
     BadCall("index_rows(mask [B, S - 1])",
             lambda ns, t: ns.index_rows(*_index_call(t)[:2], t.tensor(np.ones((2, 5)))), r"^mask"),
+    BadCall("pooled_rows(pooled with d_i channels, not d_i + 1)",
+            lambda ns, t: ns.pooled_rows(_index_call(t)[3], _index_call(t)[0].compress_ape, G0.kpool,
+                                         t.tensor(np.zeros((2, 4, G0.index_dim)))), r"^pooled",
+            targets=POOLED_TARGETS),
+    BadCall("pooled_rows(pooled longer than the rows)",
+            lambda ns, t: ns.pooled_rows(_index_call(t)[3], _index_call(t)[0].compress_ape, G0.kpool,
+                                         t.tensor(np.zeros((2, 7, G0.index_dim + 1)))), r"^pooled",
+            targets=POOLED_TARGETS),
+    BadCall("index_pooled(pooled not covering the T rows)",
+            lambda ns, t: ns.index_pooled(*_index_call(t), t.tensor(np.zeros((2, 5, G0.index_dim + 1)))), r"^pooled",
+            targets=POOLED_TARGETS),
     BadCall("pool_keys(ape [P_k + 1, d_i])",
             lambda ns, t: ns.pool_keys(_index_call(t)[3], t.tensor(np.zeros((G0.kpool + 1, G0.index_dim))),
                                        G0.kpool), r"^ape"),

@@ -93,10 +93,19 @@ def _expert_in_two_chunks(a) -> bool:
 
 
 def _pool_hole(a) -> bool:
-    """dsa_pool_fwd_kernel: some row has a pad token after its first real one (its valid flag column)."""
+    """dsa_pool_fwd_kernel, dsa_pool_append_kernel: some row has a pad token after its first real one (its valid
+    flag column)."""
     flags = a["packed"][..., -1].detach().to("cpu").float().numpy() > 0.5          # [B, T]
     first = _ints(a["first"])
     return any((~flags[b, f:]).any() for b, f in enumerate(first))
+
+
+def _pool_ends_at_t0(a) -> bool:
+    """dsa_pool_append_kernel: some row's pool ends on the call's first new row T0 (a decode step completing
+    a pool: the row the cache had to leave for this call)."""
+    T0, M = int(a["T0"]), int(a["M"])
+    rel = T0 - _ints(a["first"]) + 1
+    return T0 > 0 and bool(((rel >= M) & (rel % M == 0)).any())
 
 
 def _select_pad_query(a) -> bool:
@@ -228,9 +237,9 @@ PATHS: tuple[Path, ...] = (
          lambda a: a["K"] < a["BK"], by=("kda.decode", "kda.paths")),
     # ---------------------------------------------------------------- DSA indexer pooled keys
     Path("dsa_pool_fwd_kernel", "a second block of pools", lambda a: _cdiv(a["NP"], a["BPL"]) >= 2,
-         by=("dsa.index", "mla.paths")),
+         by=("dsa.index",)),
     Path("dsa_pool_fwd_kernel", "a pool cut by the cache's end (members past T)",
-         lambda a: bool(((_ints(a["first"]) + int(a["NP"]) * a["M"]) > int(a["T"])).any()), by=("dsa.index", "mla.paths")),
+         lambda a: bool(((_ints(a["first"]) + int(a["NP"]) * a["M"]) > int(a["T"])).any()), by=("dsa.index",)),
     Path("dsa_pool_fwd_kernel", "a row with no real token (every pool empty: K̄ 0)",
          lambda a: bool((_ints(a["first"]) >= int(a["T"])).any()),
          why="a row of pads only; tests/test_dsa_pool.py draws it against the oracle (the model's rows each hold "
@@ -239,7 +248,36 @@ PATHS: tuple[Path, ...] = (
     Path("dsa_pool_fwd_kernel", "a pool size not a power of two (masked member lanes)", lambda a: a["M"] < a["BM"],
          why="the tiny and full geometries' P_k is 4; tests/test_dsa_pool.py draws P_k = 3 and 1 against the oracle"),
     Path("dsa_pool_fwd_kernel", "an index head dim narrower than its tile", lambda a: a["K"] < a["BK"],
-         by=("dsa.index", "mla.paths")),
+         by=("dsa.index",)),
+    # ---------------------------------------------------------------- DSA pooled-key cache: append, read
+    Path("dsa_pool_append_kernel", "a second block of new rows", lambda a: _cdiv(int(a["T"]) - int(a["T0"]), a["BR"]) >= 2,
+         by=("mla.paths", "model.paths")),
+    Path("dsa_pool_append_kernel", "rows appended after cached ones (a pooled cache reused)", lambda a: int(a["T0"]) > 0,
+         by=("mla.paths", "model.paths")),
+    Path("dsa_pool_append_kernel", "a pool ending on a call's first new row", _pool_ends_at_t0,
+         by=("model.paths",)),
+    Path("dsa_pool_append_kernel", "a row anchored after position 0 (left padding)",
+         lambda a: bool(((_ints(a["first"]) > 0) & (_ints(a["first"]) < int(a["T"]))).any()), by=("mla.paths", "model.paths")),
+    Path("dsa_pool_append_kernel", "a row with no real token (no pool ends)",
+         lambda a: bool((_ints(a["first"]) >= int(a["T"])).any()),
+         why="a row of pads only; tests/test_dsa_pooled.py draws it against the oracle"),
+    Path("dsa_pool_append_kernel", "a pad inside a pool (a mask hole: no pool flagged there)", _pool_hole,
+         why="the paths' masks are left padding; tests/test_dsa_pooled.py draws holes against the oracle"),
+    Path("dsa_pool_append_kernel", "a pool size not a power of two (masked member lanes)", lambda a: a["M"] < a["BM"],
+         why="the tiny and full geometries' P_k is 4; tests/test_dsa_pooled.py draws P_k = 3 and 1 against the oracle"),
+    Path("dsa_pool_append_kernel", "an index head dim narrower than its tile", lambda a: a["K"] < a["BK"],
+         by=("mla.paths", "model.paths")),
+    Path("dsa_pool_read_kernel", "a second block of pools", lambda a: _cdiv(a["NP"], a["BPL"]) >= 2,
+         by=("mla.paths",)),
+    Path("dsa_pool_read_kernel", "a pool cut by the cache's end (its last member past T)",
+         lambda a: bool(((_ints(a["first"]) + int(a["NP"]) * a["M"]) > int(a["T"])).any()), by=("mla.paths", "model.paths")),
+    Path("dsa_pool_read_kernel", "a row with no real token (every pool invalid)",
+         lambda a: bool((_ints(a["first"]) >= int(a["T"])).any()),
+         why="a row of pads only; tests/test_dsa_pooled.py draws it against the oracle"),
+    Path("dsa_pool_read_kernel", "a pool size not a power of two (masked member lanes)", lambda a: a["M"] < a["BM"],
+         why="the tiny and full geometries' P_k is 4; tests/test_dsa_pooled.py draws P_k = 3 and 1 against the oracle"),
+    Path("dsa_pool_read_kernel", "an index head dim narrower than its tile", lambda a: a["K"] < a["BK"],
+         by=("mla.paths", "model.paths")),
     # ---------------------------------------------------------------- DSA indexer scores
     Path("dsa_score_fwd_kernel", "a second query tile", lambda a: _cdiv(a["S"], a["BT"]) >= 2,
          by=("dsa.index", "dsa.index_paged")),
@@ -432,6 +470,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_decode_fused_fwd_kernel": ("H", "K", "W", "BK", "BV", "BW"),
     "dsa_pool_fwd_kernel": ("K", "M", "BPL", "BM", "BK"),
+    "dsa_pool_append_kernel": ("K", "M", "BR", "BM", "BK"),
+    "dsa_pool_read_kernel": ("K", "M", "BPL", "BM", "BK"),
     "dsa_score_fwd_kernel": ("H", "K", "BT", "BP", "BK"),
     "dsa_select_fwd_kernel": ("M", "BS", "BP", "BM", "BW",
                               "RB"),      # the search step: the same code at 1 to 32 bits a pass

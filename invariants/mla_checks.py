@@ -174,8 +174,9 @@ def layer_inputs(case: MLACase):
 
 
 def run_mla_paths(case: MLACase, cand: Target, base: Target):
-    """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache and the indexer rows of a
-    stream cut into calls equal the oracle's one prefill; a shared layer reuses the selection."""
+    """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache, the indexer rows and the
+    pooled-key cache (appended to call by call) of a stream cut into calls equal the oracle's one prefill;
+    a shared layer reuses the selection."""
     if len(case.splits) > 1:
         label("prefill cut into calls")
     if any(n % case.geometry.kpool for n in case.splits[:-1]):
@@ -195,7 +196,23 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
             Comparison("chunked_prefill", "output", yc1, y1c, yb1, baseline_reference=y1b),
             Comparison("chunked_prefill", "shared_output", yc2, y2c, yb2, baseline_reference=y2b),
             Comparison("chunked_prefill", "latent_cache", cc1.latent, c1.latent, cb1.latent),
-            Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows)]
+            Comparison("chunked_prefill", "index_rows", cc1.index_rows, c1.index_rows, cb1.index_rows),
+            Comparison("chunked_prefill", "pooled_keys", _pooled(cc1, "keys"), _pooled(c1, "keys"),
+                       _pooled(cb1, "keys"), axes=POOLED_AXES),
+            Comparison("chunked_prefill", "pool_flags", _pooled(cc1, "flags"), _pooled(c1, "flags"), kind="exact",
+                       axes=POOLED_AXES[:-1])]
+
+
+# the pooled-key cache's rows: token t holds the pool ending there (oracle.dsa.pooled_rows)
+POOLED_AXES = ("batch", "pool end token", "channel")
+
+
+def _pooled(cache, part: str):
+    """The K̄ part ("keys") or the completeness flags ("flags") of a cache's pooled rows; None where the
+    cache holds none (reported as a missing output)."""
+    if cache.pooled is None:
+        return None
+    return cache.pooled[..., :-1] if part == "keys" else cache.pooled[..., -1]
 
 
 def run_mla_causal(case: MLACausalCase, cand: Target, base: Target):
@@ -216,7 +233,10 @@ def run_mla_causal(case: MLACausalCase, cand: Target, base: Target):
             Comparison("sublayer", "causal", cb.latent[:, :cut], ca.latent[:, :cut], kind="exact", axes=rows,
                        where="latent cache"),
             Comparison("sublayer", "causal", cb.index_rows[:, :cut], ca.index_rows[:, :cut], kind="exact", axes=rows,
-                       where="indexer rows")]
+                       where="indexer rows"),
+            Comparison("sublayer", "causal", None if cb.pooled is None else cb.pooled[:, :cut],
+                       None if ca.pooled is None else ca.pooled[:, :cut], kind="exact", axes=POOLED_AXES,
+                       where="pooled-key cache")]
 
 
 # ----------------------------------------------------------------------------- the records

@@ -447,22 +447,29 @@ def state_arrays(state, row=None, pad: int = 0) -> dict:
     kda = [e for e in state.layers if isinstance(e, KDAState)]
     dsa = [e for e in state.layers if isinstance(e, DSACache)]
     rows = [to_numpy(tok(e.index_rows)) for e in dsa if e.index_rows is not None]
+    # the pooled-key cache of the full layers; a state holding none (an implementation keeping no
+    # pooled cache) has no pooled_keys, which the checks report as a missing output
+    pooled = [to_numpy(tok(e.pooled)) for e in dsa if e.index_rows is not None and e.pooled is not None]
     out = {"kda_recurrent": [to_numpy(pick(e.recurrent)) for e in kda],
            "kda_conv": [to_numpy(pick(e.conv)) for e in kda],
            "dsa_latent": [to_numpy(tok(e.latent)) for e in dsa],
            "index_rows": [r[..., :-1] for r in rows],
            "valid_flags": [r[..., -1] for r in rows]}
+    if pooled and len(pooled) == len(rows):
+        out.update(pooled_keys=[p[..., :-1] for p in pooled], pool_flags=[p[..., -1] for p in pooled])
     out = {q: np.stack(v) for q, v in out.items() if v}
     if row is None:
         out["seq_len"] = np.array([state.seq_len], dtype=np.float64)
     return out
 
 
-EXACT = ("valid_flags", "seq_len")
+EXACT = ("valid_flags", "pool_flags", "seq_len")
 # each state quantity's dimensions (state_arrays stacks the layers of one kind first), for messages
 STATE_AXES = {"kda_recurrent": ("layer", "batch", "head", "key", "value"), "kda_conv": ("layer", "batch", "channel", "tap"),
               "dsa_latent": ("layer", "batch", "token", "rank"), "index_rows": ("layer", "batch", "token", "channel"),
-              "valid_flags": ("layer", "batch", "token"), "seq_len": ("count",)}
+              "valid_flags": ("layer", "batch", "token"), "seq_len": ("count",),
+              "pooled_keys": ("layer", "batch", "pool end token", "channel"),
+              "pool_flags": ("layer", "batch", "pool end token")}
 
 
 def _state_comparisons(path: str, ac: dict, ar: dict, ab, kind: str, abr=None) -> list:

@@ -124,6 +124,34 @@ def pool_keys(packed, ape, kpool: int):
     return kbar[:, kept], member_idx[:, kept], pool_valid[:, kept], first, kept
 
 
+def pooled_rows(packed, ape, kpool: int):
+    """The pooled-key cache of a DSA layer (glmgate's serving cache; the checkpoint's engine keeps none,
+    SPEC §10): row t of batch row b holds (K̄ | 1) of the complete pool of row b whose LAST member is token
+    t (pool_keys' K̄, SPEC §8.3), every other row zeros.
+
+    A complete pool's members are all cached and real, and its anchor f_b (the row's first real token) is
+    fixed once the row has one: appending tokens never changes it (the cache is append-only), and the
+    first n rows of the cache of T tokens are the cache of its first n tokens (rollback, prefix reuse).
+
+    Args:
+        packed: [B, T, 2·d_i + 1] the indexer cache;  ape: [P_k, d_i];  kpool: P_k
+    Returns:
+        pooled: [B, T, d_i + 1] float64
+    """
+    packed, ape = _f64(packed), _f64(ape)
+    B, T = packed.shape[:2]
+    di = ape.shape[-1]
+    out = np.zeros((B, T, di + 1))
+    if T == 0:
+        return out
+    kbar, member_idx, pool_valid, _, _ = pool_keys(packed, ape, kpool)
+    b, p = np.nonzero(pool_valid)
+    last = member_idx[b, p, -1]
+    out[b, last, :di] = kbar[b, p]
+    out[b, last, di] = 1.0
+    return out
+
+
 def _softmax_members(lam):
     """softmax over the member axis (-2), per channel; all -inf (empty pool) -> 0 instead of NaN."""
     top = lam.max(axis=-2, keepdims=True)

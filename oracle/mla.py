@@ -168,7 +168,21 @@ def _check_cache(cache: Optional[DSACache], kind: str):
         if cache.latent is not None and cache.index_rows.shape[:2] != cache.latent.shape[:2]:
             raise ValueError(f"cache: latent {tuple(cache.latent.shape)} and index_rows "
                              f"{tuple(cache.index_rows.shape)} must cover the same [B, T]")
+    check_pooled(cache)
     return cache.latent, cache.index_rows
+
+
+def check_pooled(cache: DSACache) -> None:
+    """A cache's pooled rows, where it holds them, cover its index_rows' [B, T] with d_i + 1 channels."""
+    if cache.pooled is None:
+        return
+    rows = cache.index_rows
+    if rows is None:
+        raise ValueError("cache: pooled rows without index_rows (a shared layer pools nothing)")
+    want = (rows.shape[0], rows.shape[1], (rows.shape[2] - 1) // 2 + 1)
+    if tuple(cache.pooled.shape) != want:
+        raise ValueError(f"cache: pooled {tuple(cache.pooled.shape)}, expected [B, T, d_i + 1] = {want} "
+                         f"(index_rows {tuple(rows.shape)})")
 
 
 def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
@@ -190,7 +204,8 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
             implementation's choice, for a decision-conditioned comparison); the indexer still runs
         trace: a list; a "full" layer appends its OWN Selection (what `forced` is judged against)
     Returns:
-        y: [B, S, D];  cache: DSACache with T rows (index_rows stays None on "shared" layers);
+        y: [B, S, D];  cache: DSACache with T rows (index_rows and pooled stay None on "shared" layers;
+            pooled is recomputed from all T index rows, the definition an incremental cache is held to);
         selection: the Selection used (what a following "shared" layer receives): the forced indices
             with the oracle's own scores when `forced` is given
     """
@@ -206,6 +221,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
         if iw is None:
             raise ValueError('iw: a "full" layer needs its IndexerWeights')
         rows = _append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")              # [B, T, 2·d_i+1]
+        pooled = dsa.pooled_rows(rows, iw.compress_ape, iw.kpool)                        # [B, T, d_i+1]
         sel = dsa.index(iw, a, q_lat, rows, mask)
         if trace is not None:
             trace.append(sel)
@@ -215,9 +231,9 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
     else:
         if prev is None:
             raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')
-        rows = old_rows
+        rows, pooled = old_rows, None
         sel = dsa.shared(prev)
         dsa.check_indices(sel.indices, B, S, latent.shape[1], None if iw is None else iw.slots)
     o, _ = expanded(w, q, latent, sel.indices)                                           # [B, S, H, d_v]
     y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)               # [B, S, D]
-    return y, DSACache(latent, rows), sel
+    return y, DSACache(latent, rows, pooled), sel

@@ -1,8 +1,10 @@
 """HybridState: the whole decoder's cache, one entry per layer (SPEC §10).
 
 KDA layers ("linear_attention") hold a KDAState (recurrent [B, h, d, d], conv window [B, 3hd, K]);
-DSA layers ("indexed_attention") hold a DSACache (latent [B, T, r_kv], index_rows [B, T, 2d_i + 1] or
-None on "shared" layers). An entry is None until the first forward fills it.
+DSA layers ("indexed_attention") hold a DSACache (latent [B, T, r_kv], index_rows [B, T, 2d_i + 1] and the
+pooled-key cache [B, T, d_i + 1], both None on "shared" layers; pooled None where an implementation keeps
+none). Every DSA array is token-aligned: truncate and row cut them all along the token axis. An entry is
+None until the first forward fills it.
 
 The oracle's forward never mutates a state it is given: it returns a new HybridState whose arrays are
 fresh. `snapshot` and `fork` deep-copy, so in-place edits of one never reach the other.
@@ -84,6 +86,10 @@ class HybridState:
             if isinstance(e, DSACache) and e.latent is not None and e.latent.shape[1] != self.seq_len:
                 raise StateError(f"layers[{i}]: DSA cache holds {e.latent.shape[1]} tokens, "
                                  f"seq_len is {self.seq_len}")
+            if isinstance(e, DSACache) and e.pooled is not None and (
+                    e.index_rows is None or tuple(e.pooled.shape[:2]) != tuple(e.index_rows.shape[:2])):
+                raise StateError(f"layers[{i}]: pooled rows {tuple(e.pooled.shape)} must cover the index rows' "
+                                 f"[B, T] ({None if e.index_rows is None else tuple(e.index_rows.shape)})")
 
     @classmethod
     def empty(cls, geometry_or_layer_types: Union[Geometry, Sequence[str]]) -> "HybridState":
@@ -162,8 +168,7 @@ class HybridState:
         layers = []
         for e in self.layers:
             if isinstance(e, DSACache):
-                e = DSACache(self._copy(e.latent[:, :n_tokens]),
-                             None if e.index_rows is None else self._copy(e.index_rows[:, :n_tokens]))
+                e = e.map(lambda a: self._copy(a[:, :n_tokens]))
             else:
                 e = self._copy_entry(e)
             layers.append(e)
@@ -190,8 +195,7 @@ class HybridState:
             if isinstance(e, KDAState):
                 e = KDAState(self._copy(e.recurrent[i:i + 1]), self._copy(e.conv[i:i + 1]))
             elif isinstance(e, DSACache):
-                e = DSACache(self._copy(e.latent[i:i + 1, start:stop]),
-                             None if e.index_rows is None else self._copy(e.index_rows[i:i + 1, start:stop]))
+                e = e.map(lambda a: self._copy(a[i:i + 1, start:stop]))
             layers.append(e)
         return type(self)(self.layer_types, layers, stop - start)
 
@@ -257,8 +261,10 @@ class HybridState:
                 layers[i] = KDAState(cls._restore(got["recurrent"]), got["conv"])
             else:
                 if got["latent"] is None:
-                    raise StateError(f"deserialize: layer {i} (DSA) has index_rows but no latent")
-                layers[i] = DSACache(got["latent"], got["index_rows"])
+                    raise StateError(f"deserialize: layer {i} (DSA) has index_rows or pooled rows but no latent")
+                if got["pooled"] is not None and got["index_rows"] is None:
+                    raise StateError(f"deserialize: layer {i} (DSA) has pooled rows but no index_rows")
+                layers[i] = DSACache(got["latent"], got["index_rows"], got["pooled"])
         extra = sorted(set(tensors) - seen)
         if extra:
             raise StateError(f"deserialize: unexpected tensor {extra[0]!r}")

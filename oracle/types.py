@@ -233,18 +233,26 @@ class Selection(NamedTuple):
 
 
 class DSACache(NamedTuple):
-    """Per-layer DSA cache (SPEC §10 `DynamicIndexedLayer`), both grown by appending rows.
+    """Per-layer DSA cache (SPEC §10 `DynamicIndexedLayer`), every array grown by appending rows.
 
     latent:     [B, T, r_kv] the kv_a_layernorm-NORMALIZED latent c (SPEC §7, §12 pitfall 9)
     index_rows: [B, T, 2·d_i + 1] packed (LayerNorm'd index key | gate-score vector | valid flag);
                 None on "shared" layers, which have no indexer
+    pooled:     [B, T, d_i + 1] the pooled-key cache (oracle.dsa.pooled_rows): row t holds (K̄ | 1) of
+                the complete pool whose LAST member is token t, zeros elsewhere. A complete pool never
+                changes as tokens are appended, so a decode step pools only the pools its tokens complete;
+                token-aligned, so cutting the cache at n tokens (rollback, a request's own row) keeps
+                exactly the pools complete within n. None on "shared" layers, and where an implementation
+                keeps no pooled cache (the transformers reference re-pools every step)
     """
 
     latent: Any
     index_rows: Any
+    pooled: Any = None
 
     def map(self, fn: Callable[[Any], Any]) -> "DSACache":
-        return DSACache(fn(self.latent), None if self.index_rows is None else fn(self.index_rows))
+        return DSACache(fn(self.latent), None if self.index_rows is None else fn(self.index_rows),
+                        None if self.pooled is None else fn(self.pooled))
 
 
 # ------------------------------------------------------------------------- mHC (SPEC §4)

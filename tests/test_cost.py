@@ -99,7 +99,7 @@ def test_tiny_nvfp4_expert_bytes_equal_the_stored_tensors(tmp_path):
 
 def test_tiny_state_and_cache_bytes_equal_a_real_forwards_cache(tiny_dir):
     """After a forward of T tokens, B rows: every cache array of the oracle's HybridState at its
-    serving dtype (SPEC §10: KDA recurrent float32, conv window, latent and indexer rows bf16)."""
+    serving dtype (SPEC §10: KDA recurrent float32, conv window, latent, indexer rows and pooled keys bf16)."""
     from oracle import model as om
     from oracle.types import KDAState
     B, T = 2, 13
@@ -181,13 +181,15 @@ def test_cache_bytes_scale_linearly_with_context_and_batch(g):
     assert states(5, T) == 5 * states(1, T)
     per_token = report(g).total.cache
     dsa, full_idx = len(g.dsa_layers), len(g.full_indexer_layers)
-    assert per_token == dsa * (g.kv_lora_rank + g.qk_rope_head_dim) * 2 + full_idx * (2 * g.index_head_dim + 1) * 2
+    # a full layer caches its packed row (2 d_i + 1) and its pooled-key row (d_i + 1) per token, bf16
+    assert per_token == (dsa * (g.kv_lora_rank + g.qk_rope_head_dim) * 2
+                         + full_idx * ((2 * g.index_head_dim + 1) + (g.index_head_dim + 1)) * 2)
     assert report(g).terms["kda_state"].state == len(g.kda_layers) * g.linear_num_heads * g.linear_head_dim ** 2 * 4
 
 
 def test_only_the_indexer_grows_with_context_once_attention_is_sparse():
-    """Past index_topk + kpool tokens MLA attends a fixed budget; the indexer still pools and scores
-    every cached token: the only per-token FLOPs that keep growing."""
+    """Past index_topk + kpool tokens MLA attends a fixed budget; the indexer still scores every pool
+    (read back from its pooled-key cache): the only per-token FLOPs that keep growing."""
     k = FULL.index_kpool
     T = 4 * (FULL.index_topk + k)
     a, b = report(context=T).terms, report(context=2 * T).terms

@@ -146,3 +146,15 @@ def test_gate_refuses_a_random_profile_without_a_seed_and_a_factor_of_one(capsys
     assert "same examples" in capsys.readouterr().err
     assert cli.main(["gate", "--candidate", "triton", "--regression-factor", "1"]) == cli.EXIT_USAGE
     assert "expected a factor > 1" in capsys.readouterr().err
+
+
+def test_a_peer_without_a_checks_optional_functions_is_not_run_and_the_candidates_verdict_stands(tmp_path):
+    """dsa.pooled calls the optional pooled-cache functions: a peer without them (the re-pooling indexer)
+    is not run there (ours never stands in), so no regression is computed and the row says why."""
+    rc = cli.main(["gate", "--candidate", "triton", "--baseline", "impl.candidates.dsa_repool:Candidate",
+                   "--check", "dsa.pooled", "--examples", "1", "--json", str(tmp_path / "r.json")])
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert rc == cli.EXIT_PASS, data
+    (row,) = data["checks"]
+    assert row["status"] == "pass" and row["peer"]["status"] == "not run", row
+    assert "does not provide the optional dsa.pooled_rows, dsa.index_pooled" in row["peer"]["message"], row

@@ -110,7 +110,8 @@ def _arrays(state):
 
 
 # a cached array's field -> the model contracts' quantity
-QUANTITY = {"recurrent": "kda_recurrent", "conv": "kda_conv", "latent": "dsa_latent", "index_rows": "index_rows"}
+QUANTITY = {"recurrent": "kda_recurrent", "conv": "kda_conv", "latent": "dsa_latent", "index_rows": "index_rows",
+            "pooled": "pooled_keys"}
 ORACLE, IMPL = ("oracle_packed", "float64"), ("packed", "float32")
 
 

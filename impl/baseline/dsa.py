@@ -116,6 +116,24 @@ class TorchDSA:
         kept = pool_valid.any(dim=0)                                                       # [n_p]
         return kbar[:, kept], member_idx[:, kept], pool_valid[:, kept], first, kept
 
+    def pooled_rows(self, packed, ape, kpool: int, pooled=None):
+        """oracle.dsa.pooled_rows: [B, T, d_i + 1] in packed's dtype, (K̄ | 1) at the last member of every
+        complete pool, zeros elsewhere; pooled whole from the rows on every call (`pooled`, the cache of
+        the first T0 rows, is checked and not reused)."""
+        di = ape.shape[-1]
+        if pooled is not None and (pooled.ndim != 3 or pooled.shape[0] != packed.shape[0]
+                                   or pooled.shape[1] > packed.shape[1] or pooled.shape[2] != di + 1):
+            raise ValueError(f"pooled: expected [B, T0, d_i + 1] = [{packed.shape[0]}, T0 <= {packed.shape[1]}, "
+                             f"{di + 1}], got shape {tuple(pooled.shape)}")
+        kbar, member_idx, pool_valid, _, _ = self.pool_keys(packed, ape, kpool)
+        B, T = packed.shape[:2]
+        out = packed.new_zeros(B, T, di + 1)
+        b, p = torch.nonzero(pool_valid, as_tuple=True)
+        last = member_idx[b, p, -1]
+        out[b, last, :di] = kbar[b, p].to(out.dtype)
+        out[b, last, di] = 1
+        return out
+
     def _anchor(self, val):
         """f_b: the first real token of each row (T for a row with none), SPEC §8.3."""
         T = val.shape[1]
@@ -174,6 +192,14 @@ class TorchDSA:
         indices = _compact(torch.cat([picked, tail], dim=-1), self._width(w))
         indices = indices.masked_fill(~real[..., None], -1)
         return Selection(indices, I, cand, k_sel, first, kept)
+
+    def index_pooled(self, w: IndexerWeights, a, q_lat, packed_all, pooled, mask=None) -> Selection:
+        """`index` given the pooled-key cache of all T rows (checked, not read: the baseline re-pools)."""
+        want = (packed_all.shape[0], packed_all.shape[1], w.head_dim + 1)
+        if tuple(pooled.shape) != want:
+            raise ValueError(f"pooled: expected [B, T, d_i + 1] = {list(want)} (the pooled rows of all T cached "
+                             f"rows), got shape {tuple(pooled.shape)}")
+        return self.index(w, a, q_lat, packed_all, mask)
 
     # ------------------------------------------------------------------------- paged cache
 

@@ -22,6 +22,7 @@ import torch
 
 from impl.baseline.dsa import TorchDSA, check_indices, check_paged, compute_dtype, gather_rows, selection_mask
 from impl.graph import MLAAbsorbedStep
+from oracle.mla import check_pooled
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -57,6 +58,7 @@ def _check_cache(cache: Optional[DSACache], kind: str):
         if cache.latent is not None and tuple(cache.index_rows.shape[:2]) != tuple(cache.latent.shape[:2]):
             raise ValueError(f"cache: latent {tuple(cache.latent.shape)} and index_rows "
                              f"{tuple(cache.index_rows.shape)} must cover the same [B, T]")
+    check_pooled(cache)
     return cache.latent, cache.index_rows
 
 
@@ -179,7 +181,7 @@ class TorchMLA:
 
     def sublayer(self, w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
                  mask=None, prev: Optional[Selection] = None, kind: str = "full"):
-        """oracle.mla.sublayer: (y [B,S,D] in a's dtype, DSACache(latent, index_rows), Selection)."""
+        """oracle.mla.sublayer: (y [B,S,D] in a's dtype, DSACache(latent, index_rows, pooled), Selection)."""
         if kind not in ("full", "shared"):
             raise ValueError(f'kind: {kind!r}, expected "full" or "shared"')
         w.validate()
@@ -188,9 +190,11 @@ class TorchMLA:
         old_latent, old_rows = _check_cache(cache, kind)
         latent = _append(old_latent, self._cache_latent(w, a, c), "latent")               # [B, T, r_kv]
         rows, sel = self._select(iw, a, q_lat, old_rows, mask, prev, kind, latent.shape[1])
+        # the pooled-key cache as oracle.mla.sublayer keeps it: pooled whole from all T rows
+        pooled = self.dsa.pooled_rows(rows, iw.compress_ape, iw.kpool) if kind == "full" else None
         o, _ = self.expanded(w, q, latent, sel.indices)                                   # [B, S, H, d_v]
         y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)            # [B, S, D]
-        return y, DSACache(latent, rows), sel
+        return y, DSACache(latent, rows, pooled), sel
 
 
 mla = TorchMLA()

@@ -1,4 +1,5 @@
-"""DSA indexer kernels: the KPool pooled keys (SPEC §8) and the scores (SPEC §8.4, §8.5); the host wrappers are
+"""DSA indexer kernels: the KPool pooled keys (SPEC §8; pooled from the rows, appended to the pooled-key
+cache, or read back from it) and the scores (SPEC §8.4, §8.5); the host wrappers are
 in impl/dsa.py.
 
 Letters: B batch, S queries, T cached tokens, H indexer heads (H_i), K index head dim (d_i),
@@ -45,6 +46,76 @@ def dsa_pool_fwd_kernel(
              mask=mask_p[:, None] & mask_m[None, :])
     b_all = tl.sum((b_ok | ~mask_m[None, :]).to(tl.int32), 1) == BM
     tl.store(pool_valid + i_b * NP + o_p, b_all.to(tl.int8), mask=mask_p)
+
+
+@triton.jit
+def dsa_pool_append_kernel(
+    packed, ape, first, pooled,
+    T0, T,
+    K: tl.constexpr, M: tl.constexpr, BR: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+):
+    """pooled[b, t] for the new rows t in [T0, T): (K̄ | 1) of the pool of row b whose LAST member is token t
+    when that pool is complete (t = first[b] + p·M + M - 1 for some p >= 0, its M members real), else zeros;
+    one program per (BR new rows, row b). K̄ as dsa_pool_fwd_kernel's: per channel, the softmax over the
+    members of gsc + ape, weighting kI.
+    packed: [B, T, 2K + 1] float, ape: [M, K] float32, first: [B] int64, pooled: [B, T, K + 1]."""
+    i_r, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_t = T0 + i_r * BR + tl.arange(0, BR).to(tl.int64)                          # [BR] new rows
+    o_m = tl.arange(0, BM).to(tl.int64)
+    o_c = tl.arange(0, BK)
+    mask_t, mask_m, mask_c = o_t < T, o_m < M, o_c < K
+    b_f = tl.load(first + i_b)
+    # a pool ends at t iff t - first + 1 is a positive multiple of M (the remainder of a negative is
+    # never taken: such rows are before the anchor and end nothing)
+    b_rel = tl.maximum(o_t - b_f + 1, 0)
+    b_end = mask_t & (b_rel >= M) & (b_rel % M == 0)
+    b_t = o_t[:, None] - (M - 1) + o_m[None, :]                                   # [BR, BM] member tokens
+    b_in = b_end[:, None] & mask_m[None, :]
+    p_row = packed + (i_b * T + b_t) * (2 * K + 1)
+    b_ok = b_in & (tl.load(p_row + 2 * K, mask=b_in, other=0.).to(tl.float32) > 0.5)
+    b_full = tl.sum((b_ok | ~mask_m[None, :]).to(tl.int32), 1) == BM              # [BR] complete pools
+    mask3 = b_ok[:, :, None] & mask_c[None, None, :]
+    b_k = tl.load(p_row[:, :, None] + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
+    b_g = tl.load(p_row[:, :, None] + K + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
+    b_a = tl.load(ape + o_m[:, None] * K + o_c[None, :], mask=mask_m[:, None] & mask_c[None, :], other=0.)
+    b_lam = tl.where(mask3, b_g + b_a[None, :, :], float("-inf"))                 # [BR, BM, BK]
+    b_top = tl.max(b_lam, 1)
+    b_e = tl.where(mask3, tl.exp(tl.where(mask3, b_lam - b_top[:, None, :], 0.)), 0.)
+    b_z = tl.sum(b_e, 1)
+    b_kbar = tl.sum(b_e * b_k, 1) / tl.where(b_z > 0, b_z, 1.)
+    # every new row is written (zeros where no complete pool ends): the host allocates it uninitialized
+    b_kbar = tl.where(b_full[:, None], b_kbar, 0.)
+    p_out = pooled + (i_b * T + o_t) * (K + 1)
+    tl.store(p_out[:, None] + o_c[None, :], b_kbar.to(pooled.dtype.element_ty), mask=mask_t[:, None] & mask_c[None, :])
+    # through float32: the interpreter casts a boolean straight to bf16 as the integer bit pattern 1
+    tl.store(p_out + K, b_full.to(tl.float32).to(pooled.dtype.element_ty), mask=mask_t)
+
+
+@triton.jit
+def dsa_pool_read_kernel(
+    pooled, first, kbar, member_idx, pool_valid,
+    T, NP,
+    K: tl.constexpr, M: tl.constexpr, BPL: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+):
+    """dsa_pool_fwd_kernel's outputs read from the pooled-key cache instead of pooled again: pool p of row b
+    ends at token t = first[b] + p·M + M - 1; it is valid iff t < T and pooled[b, t]'s flag is set, and
+    kbar[b, p] is pooled[b, t]'s K̄ (0 where not valid); member_idx[b, p, m] = first[b] + p·M + m.
+    One program per (BPL pools, row b). pooled: [B, T, K + 1], first: [B] int64."""
+    i_p, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_p = i_p * BPL + tl.arange(0, BPL).to(tl.int64)
+    o_m = tl.arange(0, BM).to(tl.int64)
+    o_c = tl.arange(0, BK)
+    mask_p, mask_m, mask_c = o_p < NP, o_m < M, o_c < K
+    b_f = tl.load(first + i_b)
+    b_last = b_f + o_p * M + (M - 1)                                              # [BPL]
+    b_in = mask_p & (b_last < T)
+    p_row = pooled + (i_b * T + b_last) * (K + 1)
+    b_ok = b_in & (tl.load(p_row + K, mask=b_in, other=0.).to(tl.float32) > 0.5)
+    b_kbar = tl.load(p_row[:, None] + o_c[None, :], mask=b_ok[:, None] & mask_c[None, :], other=0.).to(tl.float32)
+    tl.store(kbar + (i_b * NP + o_p)[:, None] * K + o_c[None, :], b_kbar, mask=mask_p[:, None] & mask_c[None, :])
+    tl.store(member_idx + (i_b * NP + o_p)[:, None] * M + o_m[None, :], b_f + o_p[:, None] * M + o_m[None, :],
+             mask=mask_p[:, None] & mask_m[None, :])
+    tl.store(pool_valid + i_b * NP + o_p, b_ok.to(tl.int8), mask=mask_p)
 
 
 @triton.jit

@@ -121,12 +121,14 @@ class DsaTopkTiesRaced(TorchDSA):
 
 class TritonDSA:
     """Our Triton dsa namespace (impl/dsa.py) as a class: the base of mutants that plant one edit in a kernel
-    its `index` launches."""
+    its `index` (or the pooled-key cache's `pooled_rows` / `index_pooled`) launches."""
 
     BATCH_INVARIANT = idsa.BATCH_INVARIANT
     index_rows = staticmethod(idsa.index_rows)
     index = staticmethod(idsa.index)
     index_paged = staticmethod(idsa.index_paged)
+    pooled_rows = staticmethod(idsa.pooled_rows)
+    index_pooled = staticmethod(idsa.index_pooled)
 
 
 @mutant("dsa.index", "scores", base="triton")
@@ -173,3 +175,44 @@ class DsaSelectKernelRanksRestartPerTile(TritonDSA):
         with kernel_edited(idsa, "dsa_select_fwd_kernel", "b_sel[:, None] + tl.cumsum(b_pick, 1) - b_pick",
                            "tl.cumsum(b_pick, 1) - b_pick"):
             return idsa.index(w, a, q_lat, packed_all, mask)
+
+
+# ----------------------------------------------------------------------------- the pooled-key cache
+
+
+@mutant("dsa.pooled", "pool_flags", base="triton")
+class DsaPooledAppendSkipsFirstNewRow(TritonDSA):
+    """Appending to the pooled-key cache never writes a pool that ends on a call's first new row: a pool completed by a decode step (or a chunk's first token) is lost and never becomes a candidate."""
+
+    def pooled_rows(self, packed, ape, kpool, pooled=None):
+        with kernel_edited(idsa, "dsa_pool_append_kernel", "b_end = mask_t & (b_rel >= M)",
+                           "b_end = mask_t & (o_t > T0) & (b_rel >= M)"):
+            return idsa.pooled_rows(packed, ape, kpool, pooled)
+
+
+@mutant("dsa.pooled", "pooled_keys", base="triton")
+class DsaPooledAppendNoApe(TritonDSA):
+    """The pooled-key cache's append pools without the member position embedding ape: the cached K̄ (and every score over it) is gsc-weighted only."""
+
+    def pooled_rows(self, packed, ape, kpool, pooled=None):
+        with kernel_edited(idsa, "dsa_pool_append_kernel", "b_g + b_a[None, :, :]", "b_g"):
+            return idsa.pooled_rows(packed, ape, kpool, pooled)
+
+
+@mutant("dsa.pooled", "append_only", base="triton")
+class DsaPooledAppendAtCallRows(TritonDSA):
+    """The append writes each new row at its index within the call, not in the whole cache: a call's pools land over the cache's first rows, rewriting pools already cached."""
+
+    def pooled_rows(self, packed, ape, kpool, pooled=None):
+        with kernel_edited(idsa, "dsa_pool_append_kernel", "p_out = pooled + (i_b * T + o_t) * (K + 1)",
+                           "p_out = pooled + (i_b * T + o_t - T0) * (K + 1)"):
+            return idsa.pooled_rows(packed, ape, kpool, pooled)
+
+
+@mutant("dsa.pooled", "selection", base="triton")
+class DsaPooledReadAtFirstMember(TritonDSA):
+    """The selection reads each pool's K̄ and flag from the pooled-key cache row of the pool's FIRST member, not its last: no pool reads as complete, only the tail is attended."""
+
+    def index_pooled(self, w, a, q_lat, packed_all, pooled, mask=None):
+        with kernel_edited(idsa, "dsa_pool_read_kernel", "b_last = b_f + o_p * M + (M - 1)", "b_last = b_f + o_p * M"):
+            return idsa.index_pooled(w, a, q_lat, packed_all, pooled, mask)
