@@ -95,15 +95,22 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
         kept: [n_p] bool, which of the ceil(T / M) pools are valid in at least one row (P of them)
     """
     B, T, K, _, first = pool_anchor(packed, ape, kpool)
-    dev = packed.device
+    return _pools(dsa_pool_fwd_kernel, (kernel_operand(packed), ape.float().contiguous(), first), first, B, T, K,
+                  kpool, keep_all)
+
+
+def _pools(kernel, inputs: tuple, first, B: int, T: int, K: int, kpool: int, keep_all: bool):
+    """Launch a pool kernel (dsa_pool_fwd_kernel, dsa_pool_read_kernel: `inputs`, then kbar, member_idx,
+    pool_valid, T, NP) over all ceil(T / M) pools and return pool_keys' outputs (keep_all or compacted)."""
+    dev = first.device
     n_p = -(-T // kpool)
     kbar = torch.empty(B, n_p, K, device=dev, dtype=torch.float32)
     idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)
     valid = torch.empty(B, n_p, device=dev, dtype=torch.int8)
     if B * n_p:
         BPL = _pool_block()
-        dsa_pool_fwd_kernel[(triton.cdiv(n_p, BPL), B)](
-            kernel_operand(packed), ape.float().contiguous(), first, kbar, idx, valid, T, n_p,
+        kernel[(triton.cdiv(n_p, BPL), B)](
+            *inputs, kbar, idx, valid, T, n_p,
             K=K, M=kpool, BPL=BPL, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
             num_warps=4)
     pool_valid = valid.bool()
@@ -115,8 +122,8 @@ def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
 
 def _pool_block() -> int:
     """Pools (or new rows) a program: 16 on the interpreter (its cost is per program); 8 on the GPU: 8 pools
-    x 4 members x 128 channels in registers (106 at sm_90, no spills). The append kernel takes the pool
-    kernel's tile, so a pool appended to the cache has the bits the pool kernel gives it."""
+    x 4 members x 128 channels in registers (144 at sm_90 with Triton 3.6, no spills). The append kernel
+    takes the pool kernel's tile, so a pool appended to the cache has the bits the pool kernel gives it."""
     return 16 if interpreted() else 8
 
 
@@ -162,22 +169,7 @@ def pool_keys_cached(packed, ape, kpool: int, pooled, keep_all: bool = False):
     if tuple(pooled.shape) != (B, T, K + 1):
         raise ValueError(f"pooled: expected [B, T, K + 1] = [{B}, {T}, {K + 1}] (pooled_rows of all T cached "
                          f"rows), got shape {tuple(pooled.shape)}")
-    dev = packed.device
-    n_p = -(-T // kpool)
-    kbar = torch.empty(B, n_p, K, device=dev, dtype=torch.float32)
-    idx = torch.empty(B, n_p, kpool, device=dev, dtype=torch.int64)
-    valid = torch.empty(B, n_p, device=dev, dtype=torch.int8)
-    if B * n_p:
-        BPL = _pool_block()
-        dsa_pool_read_kernel[(triton.cdiv(n_p, BPL), B)](
-            pooled.contiguous(), first, kbar, idx, valid, T, n_p,
-            K=K, M=kpool, BPL=BPL, BM=triton.next_power_of_2(kpool), BK=triton.next_power_of_2(max(K, 16)),
-            num_warps=4)
-    pool_valid = valid.bool()
-    kept = pool_valid.any(0)                                                             # [n_p]
-    if keep_all:
-        return kbar, idx, pool_valid, first, kept
-    return kbar[:, kept].contiguous(), idx[:, kept], pool_valid[:, kept], first, kept
+    return _pools(dsa_pool_read_kernel, (pooled.contiguous(), first), first, B, T, K, kpool, keep_all)
 
 
 def pool_keys_torch(packed, ape, kpool: int, keep_all: bool = False):

@@ -24,7 +24,6 @@ import impl  # noqa: F401  (selects the interpreter on CPU-only machines before 
 from impl import dsa, interpreted, kernel_operand, num_sms, paged
 from impl.graph import capturing
 from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
-from oracle.mla import check_pooled
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -364,7 +363,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
         if old_latent is not None and (old_rows is None or old_rows.shape[:2] != old_latent.shape[:2]):
             raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
         if old_pooled is not None:
-            check_pooled(cache)
+            cache.check_pooled()
         rows = _append(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")         # [B, T, 2K+1]
         # the pooled-key cache: a cache without one (another implementation's) is pooled whole once
         # both optional (impl.registry.OPTIONAL_FUNCTIONS): a dsa namespace without its own append has

@@ -168,21 +168,8 @@ def _check_cache(cache: Optional[DSACache], kind: str):
         if cache.latent is not None and cache.index_rows.shape[:2] != cache.latent.shape[:2]:
             raise ValueError(f"cache: latent {tuple(cache.latent.shape)} and index_rows "
                              f"{tuple(cache.index_rows.shape)} must cover the same [B, T]")
-    check_pooled(cache)
+    cache.check_pooled()
     return cache.latent, cache.index_rows
-
-
-def check_pooled(cache: DSACache) -> None:
-    """A cache's pooled rows, where it holds them, cover its index_rows' [B, T] with d_i + 1 channels."""
-    if cache.pooled is None:
-        return
-    rows = cache.index_rows
-    if rows is None:
-        raise ValueError("cache: pooled rows without index_rows (a shared layer pools nothing)")
-    want = (rows.shape[0], rows.shape[1], (rows.shape[2] - 1) // 2 + 1)
-    if tuple(cache.pooled.shape) != want:
-        raise ValueError(f"cache: pooled {tuple(cache.pooled.shape)}, expected [B, T, d_i + 1] = {want} "
-                         f"(index_rows {tuple(rows.shape)})")
 
 
 def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,

@@ -254,6 +254,19 @@ class DSACache(NamedTuple):
         return DSACache(fn(self.latent), None if self.index_rows is None else fn(self.index_rows),
                         None if self.pooled is None else fn(self.pooled))
 
+    def check_pooled(self) -> None:
+        """The pooled rows, where the cache holds them, cover its index_rows' [B, T] with d_i + 1 channels
+        (ValueError naming `cache`)."""
+        if self.pooled is None:
+            return
+        rows = self.index_rows
+        if rows is None:
+            raise ValueError("cache: pooled rows without index_rows (a shared layer pools nothing)")
+        want = (rows.shape[0], rows.shape[1], (rows.shape[2] - 1) // 2 + 1)
+        if tuple(self.pooled.shape) != want:
+            raise ValueError(f"cache: pooled {tuple(self.pooled.shape)}, expected [B, T, d_i + 1] = {want} "
+                             f"(index_rows {tuple(rows.shape)})")
+
 
 # ------------------------------------------------------------------------- mHC (SPEC §4)
 # Letters: N streams (hc_mult), D hidden size (per stream), M = (2 + N)·N projection rows.

@@ -68,7 +68,8 @@ def test_the_check_compares_every_path_and_quantity():
     paths = {v.contract.path for v in verdicts}
     assert {"chunked_prefill", "token_decode", "continuation", "padded_row", "oracle_token_decode"} <= paths
     quantities = {v.contract.quantity for v in verdicts}
-    assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "valid_flags", "seq_len",
+    assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "pooled_keys",
+                          "pool_flags", "valid_flags", "seq_len",
                           "selection", "expert_ids", "handoff"}
 
 

@@ -22,7 +22,6 @@ import torch
 
 from impl.baseline.dsa import TorchDSA, check_indices, check_paged, compute_dtype, gather_rows, selection_mask
 from impl.graph import MLAAbsorbedStep
-from oracle.mla import check_pooled
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -58,7 +57,7 @@ def _check_cache(cache: Optional[DSACache], kind: str):
         if cache.latent is not None and tuple(cache.index_rows.shape[:2]) != tuple(cache.latent.shape[:2]):
             raise ValueError(f"cache: latent {tuple(cache.latent.shape)} and index_rows "
                              f"{tuple(cache.index_rows.shape)} must cover the same [B, T]")
-    check_pooled(cache)
+    cache.check_pooled()
     return cache.latent, cache.index_rows
 
 
