@@ -54,9 +54,11 @@ class Composed:
             return self.declared.get(name, ())
         if name in self.siblings:
             return self.siblings[name]
-        if name in self.optional:
+        if name in self.optional and self.provided:
             # an optional function the candidate lacks is not provided: the fallback's would run our
-            # code under the candidate's name (impl.registry.OPTIONAL_FUNCTIONS)
+            # code under the candidate's name (impl.registry.OPTIONAL_FUNCTIONS). A candidate without this
+            # mechanism at all runs ours whole (its checks are not run for it: provides() is False), so a
+            # composition over ours keeps our optional paths (the DSA pooled-key cache's read)
             raise AttributeError(f"{name}: an optional function the candidate does not provide")
         if name in self.compositions:
             return functools.partial(getattr(self.fallback, name), ops=ops)

@@ -254,15 +254,36 @@ def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
 # ----------------------------------------------------------------------------- decode
 
 
+# per (device, B·H): the decode kernel's arrival counters (zero at rest; the last program of each head
+# resets its own), kept so a captured CUDA graph and every later call use the same buffer
+_ARRIVALS: dict = {}
+
+
+def _arrivals(device, n: int) -> torch.Tensor:
+    # one buffer per stream too: two launches in flight on different streams must not count each other
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream, n)
+    if key not in _ARRIVALS:
+        _ARRIVALS[key] = torch.zeros(max(n, 1), dtype=torch.int32, device=device)
+    return _ARRIVALS[key]
+
+
+def _value_splits(B: int, H: int, blocks: int, device) -> int:
+    """Programs a head's value blocks are split over: enough for two programs an SM (four "SMs" under the
+    interpreter), at most one block each; 1 from B·H = 2 · SMs up."""
+    return max(1, min(blocks, -(-2 * num_sms(device) // max(B * H, 1))))
+
+
 def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None,
-           bv: Optional[int] = None, num_stages: int = 0):
+           bv: Optional[int] = None, num_stages: int = 0, vs: Optional[int] = None):
     """One token per sequence in ONE kernel; must match oracle.kda.decode.
 
     Args:
         z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
         state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
         inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
-        num_warps, bv, num_stages: launch overrides (the bench sweeps them).
+        num_warps, bv, num_stages, vs: launch overrides (the bench sweeps them; vs: programs a head's value
+            blocks are split over, default `_value_splits`).
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -291,12 +312,17 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     c_out = c_in if inplace else canary.empty(*c_in.shape, dtype=c_in.dtype, device=c_in.device)
     o = canary.empty(B, H, K, device=z.device, dtype=z.dtype)
     lb = w.lower_bound
-    kda_decode_fused_fwd_kernel[(H, B)](
+    BV = bv or _tile(min(64, triton.next_power_of_2(K)))
+    blocks = triton.cdiv(K, BV)
+    VS = _value_splits(B, H, blocks, z.device) if vs is None else vs
+    if isinstance(VS, bool) or not isinstance(VS, int) or not 1 <= VS <= blocks:
+        raise ValueError(f"vs: {vs!r}, expected an int in [1, {blocks}] (the head's value blocks of {BV})")
+    kda_decode_fused_fwd_kernel[(H, B, VS)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
-        c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
-        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=bv or _tile(min(64, triton.next_power_of_2(K))),
+        c_in, c_out, h_in, h_out, o, _arrivals(z.device, B * H), 0.0 if lb is None else float(lb), K ** -0.5,
+        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=BV,
         BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
-        USE_LOWER_BOUND=lb is not None, num_warps=num_warps or 4,
+        USE_LOWER_BOUND=lb is not None, VS=VS, num_warps=num_warps or 4,
     )
     canary.verify("kda_decode_fused_fwd_kernel", o=o, **({} if inplace else {"state.recurrent": h_out,
                                                                             "state.conv": c_out}))

@@ -233,6 +233,9 @@ PATHS: tuple[Path, ...] = (
          why="a benchmark sweep option (gate/bench_kda.py num_stages); `decode` unrolls"),
     Path("kda_decode_fused_fwd_kernel", "a second value block", lambda a: _cdiv(a["K"], a["BV"]) >= 2,
          by=("kda.decode", "kda.paths")),
+    Path("kda_decode_fused_fwd_kernel", "a head's value blocks over several programs (the last to arrive writes "
+         "the window)", lambda a: a["VS"] > 1, by=("kda.decode", "kda.paths")),
+    Path("kda_decode_fused_fwd_kernel", "a head in one program", lambda a: a["VS"] == 1, by=("kda.decode",)),
     Path("kda_decode_fused_fwd_kernel", "a head dim narrower than its tile (masked lanes)",
          lambda a: a["K"] < a["BK"], by=("kda.decode", "kda.paths")),
     # ---------------------------------------------------------------- DSA indexer pooled keys

@@ -96,6 +96,10 @@ def evaluate(check: Check, case, cand: Target, base: Target, skipped: Optional[s
     return out
 
 
+POOLED_HINT = (": its full DSA layers' caches hold no pooled-key cache (DSACache.pooled is None; our "
+               "mla.sublayer keeps one: docs/candidates.md section 4, 'The pooled-key cache')")
+
+
 def _missing(contract, cand: Target, key: str) -> Verdict:
     """A broken contract for an output the candidate returned as None without declaring it optional."""
     from impl.registry import OPTIONAL
@@ -103,6 +107,7 @@ def _missing(contract, cand: Target, key: str) -> Verdict:
     mechanism, rest = key.split(".", 1)
     hint = (f"; if it does not compute it, declare NOT_PROVIDED = ({rest!r},) on its {mechanism} namespace "
             f"(reported as not covered)" if rest in OPTIONAL.get(mechanism, {}) else
+            POOLED_HINT if rest.rsplit(".", 1)[-1] in ("pooled_keys", "pool_flags") else
             " (this output is not optional)")
     return Verdict(contract, cand.dtype_name, float("inf"), 0.0, None, None,
                    f"{cand.impl.name} returned None for {key}{hint}")

@@ -220,6 +220,9 @@ def test_the_sublayer_appends_the_cache_call_by_call_and_selects_as_the_repoolin
     ours = _sublayer_steps(registry.get("triton").mla)
     peer_impl = registry.get("impl.candidates.dsa_repool:Candidate")
     assert not hasattr(peer_impl.mla.dsa, "index_pooled")
+    # a candidate without a dsa namespace runs ours whole, the cache's read included (its replays and
+    # gates then differ from ours only in what it brings)
+    assert registry.get("impl.candidates.norms_fused:Candidate").mla.dsa.index_pooled is not None
     peer = _sublayer_steps(peer_impl.mla)
     for y, z in zip(ours[0], peer[0]):
         assert torch.equal(y, z)
@@ -233,3 +236,28 @@ def test_the_sublayer_appends_the_cache_call_by_call_and_selects_as_the_repoolin
     got = ours[1].pooled.double().numpy()
     np.testing.assert_array_equal(got[..., -1], ref[..., -1])
     assert_contract("dsa", "pool_keys", "kbar", "kernel_unit", "float32", got[..., :-1], ref[..., :-1])
+
+
+class NoPooledCache:
+    """An mla namespace whose sublayer is ours with the pooled-key cache dropped from the cache it returns
+    (what a port keeping no pooled cache hands back)."""
+
+    class mla:
+        @staticmethod
+        def sublayer(*args, **kwargs):
+            from impl import mla as im
+            y, cache, sel = im.sublayer(*args, **kwargs)
+            return y, DSACache(cache.latent, cache.index_rows), sel
+
+
+def test_a_sublayer_keeping_no_pooled_cache_fails_with_a_message_that_says_so():
+    from impl import registry
+    from invariants.engine import run_check
+    from invariants.matrix import BY_NAME
+    from invariants.target import Target
+    from oracle.config import Geometry
+    cand = Target(registry.get("test_dsa_pooled:NoPooledCache"), "cpu", torch.float32)
+    base = Target(registry.get("torch"), "cpu", torch.float32)
+    r = run_check(BY_NAME["mla.paths"], Geometry.preset("tiny"), cand, base, "ci", max_examples=1)
+    assert r.status == "fail", r
+    assert "pooled_keys" in r.worst_line and "DSACache.pooled is None; our mla.sublayer keeps one" in r.worst_line, r

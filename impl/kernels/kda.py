@@ -352,21 +352,25 @@ def _decode_block(h_in, h_out, o, s_h, i_bh, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_
 
 @triton.jit
 def kda_decode_fused_fwd_kernel(
-    z, f, b, conv_w, A_log, conv_in, conv_out, h_in, h_out, o,
+    z, f, b, conv_w, A_log, conv_in, conv_out, h_in, h_out, o, arrivals,
     lower_bound, scale,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BW: tl.constexpr, NUM_STAGES: tl.constexpr,
-    USE_LOWER_BOUND: tl.constexpr,
+    USE_LOWER_BOUND: tl.constexpr, VS: tl.constexpr = 1,
 ):
     """One token per (head, sequence): conv window step, SiLU, L2 (q scaled), gate, beta, delta step.
 
-    One program owns a whole head: the q and k conv windows of a head are read for every value column,
-    so splitting V across programs would race on the in-place window update. The state streams through
-    in [K, BV] column blocks, so a program keeps small tiles live and several programs share an SM:
-    that is what keeps enough bytes in flight. NUM_STAGES = 0 unrolls the blocks; >= 1 is a tl.range
-    loop (1 = no software pipelining, which measured fastest: NOTES.md).
+    VS programs share a head (grid (H, B, VS)), each updating VS-th of its value column blocks: at small
+    B one program per head leaves most SMs idle. Every one of them reads the whole q and k conv windows,
+    so the window is written (in place) by the LAST of them to arrive (arrivals [B, H] int32, zero at
+    rest: each program counts itself in after its reads, the last one writes and resets it); any earlier
+    writer would hand a later program the new window. The state streams through in [K, BV] column
+    blocks, so a program keeps small tiles live and several programs share an SM: that is what keeps
+    enough bytes in flight. NUM_STAGES = 0 unrolls the blocks; >= 1 is a tl.range loop (1 = no software
+    pipelining, which measured fastest: NOTES.md).
     """
     i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_s = tl.program_id(2)
     C = 3 * H * K
     o_k = tl.arange(0, BK)
     mask_k = o_k < K
@@ -382,9 +386,17 @@ def kda_decode_fused_fwd_kernel(
     o_w = tl.arange(0, BW)
     p_cw = conv_out + (i_b * C + ch[:, None]) * W + o_w[None, :]
     mask_w = mask_k[:, None] & (o_w < W)[None, :]
-    tl.store(p_cw, w_q.to(conv_out.dtype.element_ty), mask=mask_w)
-    tl.store(p_cw + H * K * W, w_k.to(conv_out.dtype.element_ty), mask=mask_w)
-    tl.store(p_cw + 2 * H * K * W, w_v.to(conv_out.dtype.element_ty), mask=mask_w)
+    last = True
+    if VS > 1:
+        # counted in after this program's window reads (the barrier above); acq_rel orders them before
+        p_arr = arrivals + i_b * H + i_h
+        last = tl.atomic_add(p_arr, 1, sem="acq_rel") == VS - 1
+        if last:
+            tl.atomic_xchg(p_arr, 0, sem="relaxed")                            # zero for the next launch
+    if last:
+        tl.store(p_cw, w_q.to(conv_out.dtype.element_ty), mask=mask_w)
+        tl.store(p_cw + H * K * W, w_k.to(conv_out.dtype.element_ty), mask=mask_w)
+        tl.store(p_cw + 2 * H * K * W, w_v.to(conv_out.dtype.element_ty), mask=mask_w)
 
     b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 0) + 1e-6) * scale
     b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 0) + 1e-6)
@@ -398,12 +410,22 @@ def kda_decode_fused_fwd_kernel(
     b_qe = b_eg * b_q
     b_kq = tl.sum(b_k * b_q, 0)
     s_h = (i_b * H + i_h) * K * K
-    if NUM_STAGES == 0:
+    # this program's value column blocks: [i_s NBS, i_s NBS + NBS) of the head's NB
+    NB: tl.constexpr = (K + BV - 1) // BV
+    NBS: tl.constexpr = (NB + VS - 1) // VS
+    if NUM_STAGES == 0 and VS == 1:
         # fully unrolled: the compiler can issue every block's state load up front
-        for i_v in tl.static_range(0, (K + BV - 1) // BV):
+        for i_v in tl.static_range(0, NB):
             _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
                           o_k, mask_k, K, BV)
+    elif NUM_STAGES == 0:
+        # unrolled over this program's share; the last share may be short
+        for j in tl.static_range(0, NBS):
+            i_v = i_s * NBS + j
+            if i_v < NB:
+                _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
+                              o_k, mask_k, K, BV)
     else:
-        for i_v in tl.range(0, tl.cdiv(K, BV), num_stages=NUM_STAGES):
+        for i_v in tl.range(i_s * NBS, tl.minimum(i_s * NBS + NBS, NB), num_stages=NUM_STAGES):
             _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
                           o_k, mask_k, K, BV)

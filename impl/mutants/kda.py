@@ -277,6 +277,22 @@ class IntraKTilesNotAccumulated(TritonKDA):
             return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
 
 
+@mutant("kda.decode", "final_state", base="triton")
+class DecodeFirstArrivalWritesWindow(TritonKDA):
+    """With a head's value blocks split over programs, the FIRST program to arrive writes the new conv window in place: a later one reads the new window as if it were the old (a decode race)."""
+
+    def decode(self, w, z, f, b, state, inplace=False, **launch):
+        # its own arrival counters: the planted kernel leaves them off zero, which must not reach ours
+        saved = dict(ik._ARRIVALS)
+        ik._ARRIVALS.clear()
+        try:
+            with kernel_edited(ik, "kda_decode_fused_fwd_kernel", 'sem="acq_rel") == VS - 1', 'sem="acq_rel") == 0'):
+                return ik.decode(w, z, f, b, state, inplace, **launch)
+        finally:
+            ik._ARRIVALS.clear()
+            ik._ARRIVALS.update(saved)
+
+
 # ---------------------------------------------------------------- prefix-cache checkpoints (issue 13 item 5)
 @mutant("kda.checkpoint", "state")
 class CheckpointCacheChunkUnits(TorchKDA):
