@@ -156,7 +156,10 @@ def _paths(w, nv, x, ids, wts, w4a4: bool, names=PATHS, swz=None):
 # compiled for sm_90 in docs/optimization_log.md step 11's "Next"
 SWEEP_TILES = ((64, 64, 64, 4), (16, 64, 64, 4), (16, 32, 64, 4), (16, 32, 128, 4), (16, 64, 128, 4),
                (32, 64, 64, 4), (16, 128, 64, 4), (16, 64, 64, 8), (128, 128, 64, 8),
-               (16, 64, 128, 4, 4), (16, 64, 128, 4, 5), (16, 32, 128, 4, 4), (16, 128, 128, 4), (16, 32, 256, 4))
+               (16, 64, 128, 4, 4), (16, 64, 128, 4, 5), (16, 32, 128, 4, 4), (16, 128, 128, 4), (16, 32, 256, 4),
+               # the fewest instructions per dequantized element in the static count (4.26 against the decode
+               # tile's 4.86: docs/optimization_log.md step 17), half the decode tile's programs at N = 1
+               (16, 64, 256, 4), (16, 64, 256, 4, 3))
 
 
 def _sweep(w, nv, x, ids, wts, N: int) -> dict:
