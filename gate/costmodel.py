@@ -417,8 +417,9 @@ def activation_bytes(g: Geometry, plan: Plan, seqs: int, tokens_per_seq: int, co
     The streams (X in and out, N x D each) live across the whole layer; each sublayer adds its own
     working set (the largest of the model's sublayers counts); the logits are the forward's last.
     Sublayer sets follow this repo's implementation: KDA's z, f32 q/k/v/g, chunk U / W, o, gate; MLA's
-    absorbed query and latent output in f32; the indexer's pools rebuilt in f32 from every cached row
-    (gathered members, logits, softmax: impl/dsa.pool_keys) and its f32 scores; MoE rows routed here.
+    absorbed query and latent output in f32; the indexer's pool keys in f32 with their member tokens
+    (impl/dsa.py's pool kernels, pooled or read back from the pooled-key cache) and its f32 scores; MoE
+    rows routed here.
     """
     S, T, tp = seqs * tokens_per_seq, context, plan.tp
     D, N = g.hidden_size, g.hc_mult
@@ -433,8 +434,10 @@ def activation_bytes(g: Geometry, plan: Plan, seqs: int, tokens_per_seq: int, co
                    + H * g.v_head_dim * BF16 + rkv * BF16)
         if g.full_indexer_layers:
             di, P = g.index_head_dim, -(-T // g.index_kpool)
+            # the pool kernels' outputs (impl.dsa._pools): K̄ float32, each member's token, a valid flag,
+            # per pool of each sequence; the scores [S, P] float32 and the selection per query
             mla += (S * (g.index_n_heads * di * BF16 + g.index_n_heads * F32 + P * F32 + g.index_slots * INDEX)
-                    + seqs * P * (3 * g.index_kpool * di * F32 + di * F32))
+                    + seqs * P * (di * F32 + g.index_kpool * INDEX + 1))
         sub["mla"] = mla
     if g.dense_layers:
         sub["dense_mlp"] = S * 3 * g.intermediate_size // tp * BF16
