@@ -14,8 +14,9 @@ composition (oracle.decoder.Decoder over the implementation's namespaces) on its
                     the latent is shared by all heads, so splitting it would need a gather anyway).
                     o_proj's bias (attention_bias) is added on rank 0 only: the sum adds it once.
     MoE (SPEC §9.3) experts split expert-parallel: every rank routes every token over all E experts
-                    (router replicated) and computes only the contributions of its E / world experts;
-                    the shared expert tensor-parallel along F. Dense MLP: tensor-parallel along F.
+                    (router replicated) and computes only the contributions of its E / world experts
+                    (an NVFP4 checkpoint's codes and scales cut with them: each expert keeps its own global
+                    scales); the shared expert tensor-parallel along F. Dense MLP: tensor-parallel along F.
     replicated      embeddings, mHC (both instances), every RMSNorm, the final norm, lm_head.
 
 Each attention and each MLP sublayer thus yields a PARTIAL output per rank; it is all-reduced (sum, in
@@ -176,11 +177,13 @@ class ShardedOps:
         """The experts whose weights this rank loads (the weight loader's side of the expert map)."""
         return self.heads(E, rank, world)
 
+    def nvfp4_experts(self, nv, e: slice):
+        """The rank's NVFP4 experts: every per-expert array cut to the rank's experts (codes, block scales in
+        either layout, each expert's own global decode scales and input scales: all lead with E)."""
+        return type(nv)(nv.gate_up.map(lambda a: a[e]), nv.down.map(lambda a: a[e]))
+
     def moe(self, w: MoEWeights, rank: int, world: int) -> MoEShard:
         """SPEC §9.3 expert-parallel: the replicated router, the rank's experts, its F-slice of the shared one."""
-        if w.nvfp4 is not None:
-            raise ShardingError("MoEWeights.nvfp4: sharding NVFP4 experts is not implemented (load the "
-                                "dequantized weights: impl.weights.to_torch(..., nvfp4=False))")
         E = w.num_experts
         e = self.expert_slice(E, rank, world)
         shared = {}
@@ -190,9 +193,10 @@ class ShardedOps:
         # the local router rows and bias are never routed with (router is): experts() validates their shapes
         local = dataclasses.replace(w, router=w.router[e], e_score_correction_bias=w.e_score_correction_bias[e],
                                     gate_up_proj=w.gate_up_proj[e], down_proj=w.down_proj[e], n_group=1,
-                                    topk_group=1, **shared)
+                                    topk_group=1, nvfp4=None if w.nvfp4 is None else self.nvfp4_experts(w.nvfp4, e),
+                                    **shared)
         router = dataclasses.replace(w, gate_up_proj=_placeholder(w.gate_up_proj), down_proj=_placeholder(w.down_proj),
-                                     shared_gate_proj=None, shared_up_proj=None, shared_down_proj=None)
+                                     shared_gate_proj=None, shared_up_proj=None, shared_down_proj=None, nvfp4=None)
         # the router's side of the expert map: global id g lives on rank g // (E / world)
         return MoEShard(router, local, rank * (E // world))
 
@@ -334,4 +338,8 @@ class ShardedDecoder(im.TorchDecoder):
         mine = (r.expert_ids >= shard.first) & (r.expert_ids < shard.first + n)
         local = Routing(torch.where(mine, r.expert_ids - shard.first, 0), torch.where(mine, r.weights, 0.0),
                         r.scores, r.biased, r.group_scores)
-        return moe.experts(shard.local, a, local) + moe.shared_expert(shard.local, a), r
+        # the rank's NVFP4 codes where the checkpoint has them and the implementation's experts take them
+        # (W4A16: ours), as impl.model's decoder decides for the whole layer
+        opts = ({"nvfp4": shard.local.nvfp4} if shard.local.nvfp4 is not None and im._takes(moe.experts, "nvfp4")
+                else {})
+        return moe.experts(shard.local, a, local, **opts) + moe.shared_expert(shard.local, a), r

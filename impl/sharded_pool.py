@@ -241,7 +241,8 @@ def _model(key: tuple, rank: int, world: int, device, models: dict):
         dtype = getattr(torch, dtype)
         impl_ = registry.get(backend)
         plan = plan_of(impl_)
-        weights = to_torch(load_weights(ckpt), device, dtype, nvfp4=False)
+        # an NVFP4 checkpoint's expert codes kept: the decoder runs them where the implementation takes them
+        weights = to_torch(load_weights(ckpt), device, dtype, nvfp4=True)
         models[key] = (shard_weights(weights, rank, world, plan), ShardedDecoder(impl_, device, dtype, plan),
                        weights.geometry.linear_num_heads)
     return models[key]

@@ -62,6 +62,7 @@ class ShardedCase(NamedTuple):
     splits: tuple[int, ...]
     decode_steps: int
     seed: int
+    nvfp4: str = ""           # "": a bf16 checkpoint; "modelopt": its routed experts NVFP4 (W4A16 where taken)
 
     def paths_case(self) -> ModelCase:
         """The same prompt as model.paths reads it (its paths and prompt builder take a ModelCase)."""
@@ -122,24 +123,26 @@ def _remove_checkpoints() -> None:
 
 
 @functools.lru_cache(maxsize=6)
-def checkpoint(base: str, world: int, seed: int) -> str:
+def checkpoint(base: str, world: int, seed: int, nvfp4: str = "") -> str:
     """A random checkpoint of sharded_geometry(base, world) written once per process: the ranks load it
-    from disk, as a served model's ranks do (removed at exit)."""
+    from disk, as a served model's ranks do (removed at exit). nvfp4: its routed experts quantized in that
+    layout (oracle.checkpoint.write_random: the same masters, each of gate, up, down with its own scale)."""
     d = tempfile.mkdtemp(prefix="glmgate-sharded-")
     _DIRS.append(d)
-    ock.write_random(d, sharded_geometry(base, world), seed)
+    ock.write_random(d, sharded_geometry(base, world), seed, nvfp4=nvfp4 or None)
     return d
 
 
 @functools.lru_cache(maxsize=6)
-def oracle_weights(base: str, world: int, seed: int):
-    return ock.load(checkpoint(base, world, seed))
+def oracle_weights(base: str, world: int, seed: int, nvfp4: str = ""):
+    return ock.load(checkpoint(base, world, seed, nvfp4))
 
 
 @functools.lru_cache(maxsize=12)
-def target_weights(base: str, world: int, seed: int, device: str, dtype: torch.dtype):
+def target_weights(base: str, world: int, seed: int, device: str, dtype: torch.dtype, nvfp4: str = ""):
     from impl.model import to_torch
-    return to_torch(oracle_weights(base, world, seed), device, dtype, nvfp4=False)
+    # an NVFP4 checkpoint's codes kept: the decoder runs them where the implementation's MoE takes them
+    return to_torch(oracle_weights(base, world, seed, nvfp4), device, dtype, nvfp4=True)
 
 
 # ----------------------------------------------------------------------------- strategy
@@ -191,7 +194,7 @@ def sharded_side(t: Target, case: ShardedCase) -> ShardedSide:
     if str(t.device).startswith("cuda") and torch.cuda.device_count() < case.world:
         raise NotRunnable(f"model.sharded: world {case.world} on CUDA needs {case.world} devices (rank r on "
                           f"cuda:r), this host has {torch.cuda.device_count()}")
-    model = ShardedModel(checkpoint(case.base, case.world, case.model_seed), case.world, t.device, t.dtype,
+    model = ShardedModel(checkpoint(case.base, case.world, case.model_seed, case.nvfp4), case.world, t.device, t.dtype,
                          t.impl.name, poison=True)
     calls, ranks = [], []
 
@@ -209,7 +212,7 @@ def whole_side(t: Target, case: ShardedCase) -> Side:
     """The same namespaces composed by impl.model's decoder in this process (world 1); the sharded
     decoder is that composition, so this is the candidate's unsharded self."""
     from impl import model as im
-    wt = target_weights(case.base, case.world, case.model_seed, t.device, t.dtype)
+    wt = target_weights(case.base, case.world, case.model_seed, t.device, t.dtype, case.nvfp4)
     log, calls = [], []
     be = t.impl._replace(mla=_RecordSelections(t.impl.mla, log), moe=_RecordRouting(t.impl.moe, log))
 
@@ -271,7 +274,9 @@ def run_sharded(case: ShardedCase, cand: Target, base: Target) -> list:
         event("real top-k sparsity")
     ids, mask = prompt(mc, g)
     real = mask.astype(bool)
-    weights = oracle_weights(case.base, case.world, case.model_seed)
+    if case.nvfp4:
+        event(f"NVFP4 routed experts ({case.nvfp4}) cut over the ranks")
+    weights = oracle_weights(case.base, case.world, case.model_seed, case.nvfp4)
     whole = oracle_run(weights, ids, mask)
     sharded = sharded_side(cand, case)        # the ranks start and load while this process runs world 1
     runs = {"whole": run_paths(whole_side(cand, case), ids, mask, mc), "base": run_paths(whole_side(base, case), ids, mask, mc)}
@@ -302,7 +307,10 @@ CHECKS = (
           # one row, world 2, 8 tokens (the last query picks one of two pools), cut 4 + 4, one decode step:
           # ~11 s on the interpreter once the ranks are up (world 1 in this process, then both ranks); the
           # seed is one whose last query the indexer sharded on one rank picks otherwise (its mutant)
-          examples=(ShardedCase("tiny", 2, 0, 1, 8, (0,), (4, 4), 1, 2),), cpu_examples=1,
+          examples=(ShardedCase("tiny", 2, 0, 1, 8, (0,), (4, 4), 1, 2),
+                    # the same prompt over an NVFP4 checkpoint: each rank's expert codes, block scales and
+                    # its experts' own global scales (W4A16 kernels on ours)
+                    ShardedCase("tiny", 2, 0, 1, 8, (0,), (4, 4), 1, 2, "modelopt")), cpu_examples=1,
           # the mechanism namespaces the ranks compose (a model port's forward is not what they run)
           needs=("kda", "dsa", "mla", "mhc", "moe")),
 )

@@ -86,6 +86,26 @@ def test_every_channel_weight_and_expert_lands_on_exactly_one_rank(world):
     assert all(torch.equal(moe(s).router.router, moe(w).router) for s in shards)
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_nvfp4_expert_lands_on_one_rank_with_its_own_scales(world):
+    """An NVFP4 checkpoint's routed experts: over the ranks, every code, block scale, global decode scale
+    (gate's and up's apart) and the dequantized copy land exactly once, each rank's in its experts'
+    order; the replicated router holds no expert codes."""
+    w = to_torch(ock.load(sc.checkpoint("tiny", world, 0, "modelopt")), "cpu", torch.float64)
+    nv = w.layers[1].mlp.nvfp4
+    assert nv is not None and nv.gate_up.global_decode.shape[-1] == 2
+    shards = [sh.shard_weights(w, r, world).layers[1].mlp for r in range(world)]
+    for part in ("gate_up", "down"):
+        for field in ("packed", "block_scale", "global_decode"):
+            got = torch.cat([getattr(getattr(s.local.nvfp4, part), field).view(torch.uint8)
+                             if field == "block_scale" else getattr(getattr(s.local.nvfp4, part), field)
+                             for s in shards])
+            want = getattr(getattr(nv, part), field)
+            assert torch.equal(got, want.view(torch.uint8) if field == "block_scale" else want), (part, field)
+    assert torch.equal(torch.cat([s.local.gate_up_proj for s in shards]), w.layers[1].mlp.gate_up_proj)
+    assert all(s.router.nvfp4 is None for s in shards)
+
+
 def test_world_one_is_the_unsharded_decoder_bit_for_bit():
     """No process group, world 1: the sharded composition IS impl.model's, logits and state."""
     w = to_torch(ock.load(sc.checkpoint("tiny", 2, 1)), "cpu", torch.float32)

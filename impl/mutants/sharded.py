@@ -76,3 +76,14 @@ class ModelShardedOProjBiasOnEveryRank(ShardedOps):
 
     def o_bias(self, bias, rank):
         return bias
+
+
+# on our Triton MoE: the torch baseline runs the dequantized experts, which the plan cuts correctly
+@mutant("model.sharded", "logits", base="triton")
+class ModelShardedNvfp4GlobalScalesOfRankZero(ShardedOps):
+    """Each rank cuts its NVFP4 experts' codes and block scales to its own experts but keeps the FIRST experts' global decode scales (one slice taken for the per-tensor scales), so every rank past 0 dequantizes with another expert's scale."""
+
+    def nvfp4_experts(self, nv, e):
+        first = slice(0, e.stop - e.start)
+        return type(nv)(*(t.map(lambda a: a[e])._replace(global_decode=t.global_decode[first])
+                          for t in (nv.gate_up, nv.down)))
