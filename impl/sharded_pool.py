@@ -251,13 +251,15 @@ def _model(key: tuple, rank: int, world: int, device, models: dict):
 def _run(task: dict, rank: int, world: int, device, models: dict) -> dict:
     from impl.sharded import gather_state, shard_state
     from impl.state import HybridState
-    if task["op"] not in ("load", "forward", "layer"):
+    if task["op"] not in ("load", "forward", "forward_packed", "layer"):
         raise ValueError(f"task: unknown op {task['op']!r}")
     shard, dec, H = _model((task["checkpoint"], task["backend"], task["dtype"]), rank, world, device, models)
     if task["op"] == "load":
         return None
     if task["op"] == "layer":
         return _layer(task, shard, dec, H, rank, world, device)
+    if task["op"] == "forward_packed":
+        return _packed(task, shard, dec, H, rank, world, device)
     state = None if task["state"] is None else HybridState.deserialize(task["state"], device=device)
     mask = None if task["mask"] is None else torch.as_tensor(task["mask"], device=device)
     dec.log = []
@@ -266,6 +268,21 @@ def _run(task: dict, rank: int, world: int, device, models: dict) -> dict:
                                   shard_state(state, rank, world, dec.plan), mask)
         full = gather_state(new, rank, world, H, dec.plan)
     return {"logits": logits.float().cpu().numpy(), "state": full.serialize(), "log": dec.log}
+
+
+def _packed(task: dict, shard, dec, H: int, rank: int, world: int, device) -> dict:
+    """A packed step (SERVING.md P4: documents flat, cu_seqlens, one state per document) on the rank's
+    shard: the logits [T, V] and each document's new state gathered to the whole model's layout."""
+    from impl.sharded import gather_state, shard_state
+    from impl.state import HybridState
+    states = [None if b is None else shard_state(HybridState.deserialize(b, device=device), rank, world, dec.plan)
+              for b in task["states"]]
+    dec.log = []
+    with torch.no_grad(), _poisoned(task.get("poison", False)):
+        logits, new = dec.forward_packed(shard, torch.as_tensor(task["ids"], device=device),
+                                         torch.as_tensor(task["cu_seqlens"], device=device), states)
+        full = [gather_state(s, rank, world, H, dec.plan).serialize() for s in new]
+    return {"logits": logits.float().cpu().numpy(), "states": full, "log": dec.log}
 
 
 def _layer(task: dict, shard, dec, H: int, rank: int, world: int, device) -> dict:
@@ -327,6 +344,20 @@ class ShardedModel:
                 HybridState.deserialize(first["state"], device=self.device))
 
     __call__ = forward
+
+    def forward_packed(self, input_ids, cu_seqlens, states):
+        """SERVING.md P4 over the ranks: (logits float32 [T, V], one whole-model impl HybridState per
+        document) from rank 0; no state given is mutated."""
+        from impl.state import HybridState
+
+        def host(a):
+            return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        task = {"op": "forward_packed", **self._model(), "ids": host(input_ids), "cu_seqlens": host(cu_seqlens),
+                "states": [None if s is None else s.serialize() for s in states], "poison": self.poison}
+        self.ranks = pool(self.world, self.device.type).call(task, self.timeout)
+        first = self.ranks[0]
+        return (torch.as_tensor(first["logits"], device=self.device),
+                [HybridState.deserialize(b, device=self.device) for b in first["states"]])
 
     def layer(self, index: int, X, mask=None):
         """Decoder layer `index` alone over the ranks (SPEC §5), from an empty cache: (streams X
