@@ -7,7 +7,9 @@
 #  gate     glmgate gate, ours against the re-pooling peer, at each of $SEEDS (dsa.pooled with its full-size
 #           pins, mla.paths, model.paths)
 #  replay   the dsa-full+sparse decode step from one CUDA graph at $CONTEXTS tokens, ours against the peer,
-#           5 runs each (the pooling's share is what grows with the context)
+#           5 runs each (the pooling's share is what grows with the context). The 131072-token context is
+#           prefilled in one call first: the indexer's [S, P] scores alone are ~17 GB (the absorbed queries
+#           as much), inside the H200's memory; 240 s a context
 #  matrix   the dsa and mla checks on cuda at each of $SEEDS, 20 examples
 #   OUT=/tmp/out PARTS="tests zoo gate" SEEDS=0 bash scripts/gpu_issue14_step15.sh
 #   OUT=/tmp/out PARTS="replay matrix" SEEDS=1 bash scripts/gpu_issue14_step15.sh
@@ -26,7 +28,7 @@ for seed in $SEEDS; do
       --examples "${EX:-20}" --seed "$seed" --json "$L/gate_s$seed.json"
 done
 for ctx in $CONTEXTS; do
-  has replay && step "replay_$ctx" "${T_REPLAY:-150}" python3 scripts/profile_replay.py --kinds dsa-full+sparse \
+  has replay && step "replay_$ctx" "${T_REPLAY:-240}" python3 scripts/profile_replay.py --kinds dsa-full+sparse \
       --context "$ctx" --peer "$PEER" --repeats 5 --json "$L/replay_$ctx.json"
 done
 for seed in $SEEDS; do
