@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from invariants.check import Check, NotRunnable
 from invariants.compare import Comparison, to_int, to_numpy
 from invariants.labels import label as event
-from invariants.model_checks import (PATHS, ModelCase, Side, _RecordRouting, _RecordSelections,
+from invariants.model_checks import (EXACT, PATHS, ModelCase, Side, _RecordRouting, _RecordSelections,
                                      _same_decisions, compare, conditioned_on, decision_comparisons, decode_steps,
                                      legal_splits, model_lengths, oracle_run, path_decisions, prompt, run_paths,
                                      state_arrays)
@@ -184,6 +184,7 @@ class ShardedSide(NamedTuple):
 
     side: Side
     ranks: list
+    model: object = None      # the ShardedModel (its forward_packed: the packed path)
 
 
 def sharded_side(t: Target, case: ShardedCase) -> ShardedSide:
@@ -205,7 +206,7 @@ def sharded_side(t: Target, case: ShardedCase) -> ShardedSide:
         return out
 
     return ShardedSide(Side(forward, lambda s, kda_dtype=None: s.serialize(kda_dtype),
-                            lambda b: HybridState.deserialize(b, device=t.device), calls), ranks)
+                            lambda b: HybridState.deserialize(b, device=t.device), calls), ranks, model)
 
 
 def whole_side(t: Target, case: ShardedCase) -> Side:
@@ -239,13 +240,22 @@ def _decisions(log: list) -> dict:
     return {q: np.concatenate(v) for q, v in out.items()}
 
 
+def _answer_states(a: dict) -> dict:
+    """A rank's answer's state arrays: its state, or (a packed step) each document's, concatenated."""
+    from impl.state import HybridState
+    if "state" in a:
+        return state_arrays(HybridState.deserialize(a["state"]))
+    docs = [state_arrays(HybridState.deserialize(b)) for b in a["states"]]
+    return {q: np.concatenate([np.ravel(d[q]) for d in docs]) for q in docs[0]}
+
+
 def rank_comparisons(answers: list) -> list:
     """Every rank's answers vs rank 0's, exact: the logits, each gathered state array and the decisions
-    of every forward call; one comparison per quantity (ranks > 0 and calls concatenated)."""
-    from impl.state import HybridState
+    of every forward call (a packed step's: every document's state); one comparison per quantity (ranks
+    > 0 and calls concatenated)."""
     cand, ref = {}, {}
     for call in answers:
-        seen = [(a["logits"], state_arrays(HybridState.deserialize(a["state"])), _decisions(a["log"])) for a in call]
+        seen = [(a["logits"], _answer_states(a), _decisions(a["log"])) for a in call]
         for logits, states, decisions in seen[1:]:
             items = [("logits", logits, seen[0][0])] + [(q, states[q], seen[0][1][q]) for q in seen[0][1]]
             items += [(q, decisions[q], seen[0][2][q]) for q in decisions]
@@ -253,6 +263,52 @@ def rank_comparisons(answers: list) -> list:
                 cand.setdefault(q, []).append(np.ravel(np.asarray(c, dtype=np.float64)))
                 ref.setdefault(q, []).append(np.ravel(np.asarray(d, dtype=np.float64)))
     return [Comparison("ranks", q, np.concatenate(cand[q]), np.concatenate(ref[q]), kind="exact") for q in ref]
+
+
+def _same_logs(a: list, b: list) -> bool:
+    """Two decision logs with the same decisions: each selection's token set per query, each expert set
+    per token (the order within a row is free)."""
+    def sets(x):
+        x = to_int(x)
+        return [frozenset(r[r >= 0].tolist()) for r in x.reshape(-1, x.shape[-1])]
+    return len(a) == len(b) and all(ka == kb and sets(x) == sets(y) for (ka, x), (kb, y) in zip(a, b))
+
+
+def packed_comparisons(case: ShardedCase, t: Target, sharded: ShardedSide, ids, mask) -> list:
+    """The packed path (several documents flat, one state each): the prompt's rows as documents (their
+    real tokens) packed into one prefill step from empty states, then one packed decode token each from
+    its own state; the sharded model against the same namespaces' unsharded forward_packed
+    (`sharded_vs_whole_packed`, self_consistency; skipped with an event where a decision differs), and
+    every rank's answers bitwise alike (`ranks`)."""
+    from impl import model as im
+    wt = target_weights(case.base, case.world, case.model_seed, t.device, t.dtype, case.nvfp4)
+    log = []
+    be = t.impl._replace(mla=_RecordSelections(t.impl.mla, log), moe=_RecordRouting(t.impl.moe, log))
+    docs = [ids[b][mask[b].astype(bool)] for b in range(ids.shape[0])]
+    cu = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    V = sharded_geometry(case.base, case.world).vocab_size
+    calls = [(np.concatenate(docs), cu), (np.array([(int(d[-1]) * 7 + 3) % V for d in docs]), np.arange(len(docs) + 1))]
+    res, answers = [], []
+    s_states = w_states = [None] * len(docs)
+    for i, (flat, c) in enumerate(calls):
+        lg_s, s_states = sharded.model.forward_packed(flat, c, s_states)
+        answers.append(sharded.model.ranks)
+        log.clear()
+        with t.poisoned(), torch.no_grad():
+            lg_w, w_states = im.forward_packed(wt, torch.as_tensor(flat, device=t.device),
+                                               torch.as_tensor(c, device=t.device), w_states, be)
+        if not _same_logs(sharded.model.ranks[0]["log"], log):
+            event("a decision differs between the sharded and the unsharded packed step")
+            break
+        where = ("prefill", "decode")[i]
+        res.append(Comparison("sharded_vs_whole_packed", "logits", lg_s, lg_w, kind="self_consistency", where=where))
+        got, want = [state_arrays(x) for x in s_states], [state_arrays(x) for x in w_states]
+        for q in want[0]:
+            k = "exact" if q in EXACT else "self_consistency"
+            res.append(Comparison("sharded_vs_whole_packed", q, np.concatenate([np.ravel(g[q]) for g in got]),
+                                  np.concatenate([np.ravel(w[q]) for w in want]), kind=k, where=where))
+    event("packed documents over the ranks")
+    return res + rank_comparisons(answers)
 
 
 def run_sharded(case: ShardedCase, cand: Target, base: Target) -> list:
@@ -295,7 +351,7 @@ def run_sharded(case: ShardedCase, cand: Target, base: Target) -> list:
             # a near-tie decided otherwise on the other summation order: every value downstream moves, and
             # the decisions themselves are judged tie-aware against the oracle above
             event("a decision differs between the sharded and the unsharded run")
-    return res + rank_comparisons(sharded.ranks)
+    return res + rank_comparisons(sharded.ranks) + packed_comparisons(case, cand, sharded, ids, mask)
 
 
 # ----------------------------------------------------------------------------- the record
