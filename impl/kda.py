@@ -282,8 +282,9 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
         z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
         state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
         inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
-        num_warps, bv, num_stages, vs: launch overrides (the bench sweeps them; vs: programs a head's value
-            blocks are split over, default `_value_splits`).
+        num_warps, bv, num_stages, vs: launch overrides (the bench sweeps them). vs: programs a head's value
+            blocks are split over: None one (ours until issue 14 step 16's GPU gate), "auto" as many as
+            `_value_splits` picks (impl.candidates.kda_decode_split), or an int.
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -314,9 +315,10 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     lb = w.lower_bound
     BV = bv or _tile(min(64, triton.next_power_of_2(K)))
     blocks = triton.cdiv(K, BV)
-    VS = _value_splits(B, H, blocks, z.device) if vs is None else vs
+    VS = 1 if vs is None else _value_splits(B, H, blocks, z.device) if vs == "auto" else vs
     if isinstance(VS, bool) or not isinstance(VS, int) or not 1 <= VS <= blocks:
-        raise ValueError(f"vs: {vs!r}, expected an int in [1, {blocks}] (the head's value blocks of {BV})")
+        raise ValueError(f"vs: {vs!r}, expected None, \"auto\" or an int in [1, {blocks}] (the head's value "
+                         f"blocks of {BV})")
     kda_decode_fused_fwd_kernel[(H, B, VS)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
         c_in, c_out, h_in, h_out, o, _arrivals(z.device, B * H), 0.0 if lb is None else float(lb), K ** -0.5,

@@ -1,4 +1,5 @@
-"""impl.kda.decode with a head's value blocks split over programs (issue 14 step 16): the same bits as one
+"""impl.kda.decode with a head's value blocks split over programs (issue 14 step 16's candidate,
+impl.candidates.kda_decode_split; ours keeps one program a head until its GPU gate): the same bits as one
 program a head, in place and not, at every split; the arrival counters back at zero after every call; the
 kernel edit that lets the first arrival write the window fails it; bad splits refused.
 """
@@ -54,10 +55,18 @@ def test_every_split_gives_the_bits_of_one_program_a_head_compiled():
         check_splits(B, H, K, device="cuda", bv=bv)
 
 
-def test_the_default_splits_only_small_batches():
+def test_auto_splits_only_small_batches_and_ours_keeps_one_program_a_head():
     dev = torch.device("cpu")   # the interpreter stands in for 4 SMs
     assert ik._value_splits(1, 2, 4, dev) == 4 and ik._value_splits(1, 2, 2, dev) == 2
     assert ik._value_splits(4, 2, 4, dev) == 1 and ik._value_splits(16, 64, 2, dev) == 1
+    from impl.candidates import kda_decode_split
+    from impl.launches import watching
+    w, z, f, b, state = _inputs(1, 2, 32)
+    for fn, want in ((ik.decode, 1), (kda_decode_split.decode, 2)):
+        seen = []
+        with watching(lambda name, a: seen.append(a["VS"]) if name == "kda_decode_fused_fwd_kernel" else None):
+            fn(w, z, f, b, KDAState(state.recurrent.clone(), state.conv.clone()))
+        assert seen == [want], (fn, seen)
 
 
 def test_the_first_arrival_writing_the_window_breaks_an_in_place_split_decode():
@@ -76,7 +85,7 @@ def test_the_first_arrival_writing_the_window_breaks_an_in_place_split_decode():
     assert not torch.equal(bad[1], one[1])
 
 
-@pytest.mark.parametrize("vs", [0, 3, True, 1.5])
+@pytest.mark.parametrize("vs", [0, 3, True, 1.5, "all"])
 def test_a_split_count_outside_the_heads_blocks_is_refused(vs):
     w, z, f, b, state = _inputs(1, 2, 32)
     with pytest.raises(ValueError, match=r"^vs: "):

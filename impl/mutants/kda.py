@@ -282,6 +282,7 @@ class DecodeFirstArrivalWritesWindow(TritonKDA):
     """With a head's value blocks split over programs, the FIRST program to arrive writes the new conv window in place: a later one reads the new window as if it were the old (a decode race)."""
 
     def decode(self, w, z, f, b, state, inplace=False, **launch):
+        launch.setdefault("vs", "auto")           # the split decode (step 16's candidate) the edit is in
         # its own arrival counters: the planted kernel leaves them off zero, which must not reach ours
         saved = dict(ik._ARRIVALS)
         ik._ARRIVALS.clear()
