@@ -123,13 +123,14 @@ def _pools(kernel, inputs: tuple, first, B: int, T: int, K: int, kpool: int, kee
 def _pool_block() -> int:
     """Pools (or new rows) a program: 16 on the interpreter (its cost is per program); 8 on the GPU: 8 pools
     x 4 members x 128 channels in registers (144 at sm_90 with Triton 3.6, no spills). The append kernel
-    takes the pool kernel's tile, so a pool appended to the cache has the bits the pool kernel gives it."""
+    takes the pool kernel's tile (and its softmax, kernels' _pool_softmax_sum), so a pool appended to the
+    cache has the bits the pool kernel gives it."""
     return 16 if interpreted() else 8
 
 
-def _check_pooled(pooled, B: int, T: int, K: int, name: str = "pooled") -> None:
+def _check_pooled(pooled, B: int, T: int, K: int) -> None:
     if pooled.ndim != 3 or pooled.shape[0] != B or pooled.shape[1] > T or pooled.shape[2] != K + 1:
-        raise ValueError(f"{name}: expected [B, T0, K + 1] = [{B}, T0 <= {T}, {K + 1}] (the pooled rows of the "
+        raise ValueError(f"pooled: expected [B, T0, K + 1] = [{B}, T0 <= {T}, {K + 1}] (the pooled rows of the "
                          f"cache's first T0 tokens), got shape {tuple(pooled.shape)}")
 
 

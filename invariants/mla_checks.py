@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from invariants.check import BadCall, Check
 from invariants.compare import Comparison, to_int
-from invariants.dsa_checks import (GFULL, IndexCase, _label_sparsity, _mask, dsa_lengths, index_cases, index_inputs,
-                                   token_pool)
+from invariants.dsa_checks import (GFULL, POOLED_AXES, IndexCase, _label_sparsity, _mask, dsa_lengths, index_cases,
+                                   index_inputs, token_pool)
 from invariants.labels import label
 from invariants.target import ORACLE, Target
 from oracle import dsa as odsa
@@ -201,10 +201,6 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
                        _pooled(cb1, "keys"), axes=POOLED_AXES),
             Comparison("chunked_prefill", "pool_flags", _pooled(cc1, "flags"), _pooled(c1, "flags"), kind="exact",
                        axes=POOLED_AXES[:-1])]
-
-
-# the pooled-key cache's rows: token t holds the pool ending there (oracle.dsa.pooled_rows)
-POOLED_AXES = ("batch", "pool end token", "channel")
 
 
 def _pooled(cache, part: str):

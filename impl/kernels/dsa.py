@@ -10,6 +10,19 @@ import triton.language as tl
 
 
 @triton.jit
+def _pool_softmax_sum(b_lam, b_k, mask3):
+    """K̄ [R, BK] of R pools: per channel, Σ_m softmax_m(b_lam) · b_k over the members (axis 1) that mask3
+    marks real; b_lam is -inf elsewhere. One function for the pool kernel and the cache's append, so a
+    pool appended to the cache has the bits pooling it whole gives."""
+    b_top = tl.max(b_lam, 1)                                                      # finite where any member is real
+    # members that are not real weigh 0 (an empty pool sums to 0, and K̄ is 0 below, as the oracle's);
+    # exp takes 0 there, not -inf - -inf
+    b_e = tl.where(mask3, tl.exp(tl.where(mask3, b_lam - b_top[:, None, :], 0.)), 0.)
+    b_z = tl.sum(b_e, 1)
+    return tl.sum(b_e * b_k, 1) / tl.where(b_z > 0, b_z, 1.)                      # empty pool: 0
+
+
+@triton.jit
 def dsa_pool_fwd_kernel(
     packed, ape, first, kbar, member_idx, pool_valid,
     T, NP,
@@ -35,12 +48,7 @@ def dsa_pool_fwd_kernel(
     b_g = tl.load(p_row[:, :, None] + K + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
     b_a = tl.load(ape + o_m[:, None] * K + o_c[None, :], mask=mask_m[:, None] & mask_c[None, :], other=0.)
     b_lam = tl.where(mask3, b_g + b_a[None, :, :], float("-inf"))                 # [BPL, BM, BK]
-    b_top = tl.max(b_lam, 1)                                                      # finite where any member is real
-    # members that are not real weigh 0 (an empty pool sums to 0, and K̄ is 0 below, as the oracle's);
-    # exp takes 0 there, not -inf - -inf
-    b_e = tl.where(mask3, tl.exp(tl.where(mask3, b_lam - b_top[:, None, :], 0.)), 0.)
-    b_z = tl.sum(b_e, 1)
-    b_kbar = tl.sum(b_e * b_k, 1) / tl.where(b_z > 0, b_z, 1.)                    # empty pool: 0
+    b_kbar = _pool_softmax_sum(b_lam, b_k, mask3)
     tl.store(kbar + (i_b * NP + o_p)[:, None] * K + o_c[None, :], b_kbar, mask=mask_p[:, None] & mask_c[None, :])
     tl.store(member_idx + (i_b * NP + o_p)[:, None] * M + o_m[None, :], b_t,
              mask=mask_p[:, None] & mask_m[None, :])
@@ -79,10 +87,7 @@ def dsa_pool_append_kernel(
     b_g = tl.load(p_row[:, :, None] + K + o_c[None, None, :], mask=mask3, other=0.).to(tl.float32)
     b_a = tl.load(ape + o_m[:, None] * K + o_c[None, :], mask=mask_m[:, None] & mask_c[None, :], other=0.)
     b_lam = tl.where(mask3, b_g + b_a[None, :, :], float("-inf"))                 # [BR, BM, BK]
-    b_top = tl.max(b_lam, 1)
-    b_e = tl.where(mask3, tl.exp(tl.where(mask3, b_lam - b_top[:, None, :], 0.)), 0.)
-    b_z = tl.sum(b_e, 1)
-    b_kbar = tl.sum(b_e * b_k, 1) / tl.where(b_z > 0, b_z, 1.)
+    b_kbar = _pool_softmax_sum(b_lam, b_k, mask3)
     # every new row is written (zeros where no complete pool ends): the host allocates it uninitialized
     b_kbar = tl.where(b_full[:, None], b_kbar, 0.)
     p_out = pooled + (i_b * T + o_t) * (K + 1)
