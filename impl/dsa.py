@@ -75,8 +75,14 @@ def pool_anchor(packed, ape, kpool: int):
         raise ValueError(f"kpool: expected an int >= 1, got {kpool!r}")
     _check_shape("ape", ape, (kpool, K))
     val = packed[..., 2 * K] > 0.5
-    first = torch.where(val.any(1), val.int().argmax(1), torch.full((B,), T, device=packed.device)).long()
-    return B, T, K, val, first
+    return B, T, K, val, _first_real(torch.cumsum(val, 1))
+
+
+def _first_real(seen):
+    """Each row's first real token from its running count of real tokens seen [B, T] (int): the number of
+    leading pads, T for a row with none real. Two launches (the where / any / argmax form took five, and
+    a decode step takes the anchor twice: the cache's append and its read)."""
+    return (seen == 0).sum(1)
 
 
 def pool_keys(packed, ape, kpool: int, keep_all: bool = False):
@@ -162,11 +168,15 @@ def pooled_rows(packed, ape, kpool: int, pooled=None):
     return out
 
 
-def pool_keys_cached(packed, ape, kpool: int, pooled, keep_all: bool = False):
+def pool_keys_cached(packed, ape, kpool: int, pooled, keep_all: bool = False, first=None):
     """`pool_keys` read from the pooled-key cache of all T rows (`pooled_rows`' output) instead of pooled
     again (dsa_pool_read_kernel: one launch reading one row a pool). Same outputs, same bits after the
-    scores' cast of K̄ to the model dtype (the cache holds K̄ in that dtype)."""
-    B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    scores' cast of K̄ to the model dtype (the cache holds K̄ in that dtype). first: the rows' anchors where
+    the caller has them (index_with, from its running count), else taken from packed's flags."""
+    if first is None:
+        B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    else:
+        (B, T, _), K = packed.shape, ape.shape[-1]
     if tuple(pooled.shape) != (B, T, K + 1):
         raise ValueError(f"pooled: expected [B, T, K + 1] = [{B}, {T}, {K + 1}] (pooled_rows of all T cached "
                          f"rows), got shape {tuple(pooled.shape)}")
@@ -414,6 +424,7 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None,
     if T < S:
         raise ValueError(f"packed_all: {T} cached rows, fewer than the {S} queries of this call")
     val = packed_all[..., 2 * K] > 0.5                                                       # [B, T]
+    seen = torch.cumsum(val, 1)                                                              # [B, T] int64
     qmask = val[:, T - S:]
     if mask is not None:
         _check_shape("mask", mask, (B, S))
@@ -424,7 +435,7 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None,
         if pool is not None:
             raise ValueError("pool: a pooling function and a pooled-key cache were both given")
         kbar, member_idx, pool_valid, first, kept = pool_keys_cached(packed_all, w.compress_ape, kpool, pooled,
-                                                                     keep_all=capturing())
+                                                                     keep_all=capturing(), first=_first_real(seen))
     else:
         kbar, member_idx, pool_valid, first, kept = (pool or pool_keys)(packed_all, w.compress_ape, kpool,
                                                                         keep_all=capturing())
@@ -434,7 +445,7 @@ def index_with(w: IndexerWeights, a, q_lat, packed_all, mask=None, *, pool=None,
     I = _scores(qI, wts, kbar, pool_last, T - S)
 
     k_sel = min(w.topk_pools, P)
-    n_vis = torch.cumsum(val, 1)[:, T - S:]                                                  # [B, S] int64
+    n_vis = seen[:, T - S:]                                                                  # [B, S] int64
     tail = w.always_select_tail and kpool > 1
     indices, scored, candidate = (select or select_pools)(I, pool_last, member_idx, val, n_vis, first, k_sel,
                                                           w.slots, tail)
