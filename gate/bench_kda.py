@@ -13,6 +13,7 @@ time and exits non-zero.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -155,8 +156,21 @@ def main(argv=None) -> int:
                     variants += [dict(bv=32), dict(bv=64, num_warps=8)]
                 else:
                     variants += [dict(bv=bv, nseg=ns) for bv, ns in ((16, 4), (16, 8), (32, 4))]
+                # issue 14 step 18 (each checked against the oracle before it is timed): the intra pass on
+                # 16-row sub-chunk pairs (impl.candidates.kda_intra_blocked
+                # runs BK 16 on 2 warps)
+                variants += [dict(intra="blocked", intra_bk=bk, intra_warps=w)
+                             for bk, w in ((16, 2), (16, 1), (16, 4), (32, 2), (32, 4))]
+                # and ours with the kk / qk products as [64, 16] column blocks (NARROW)
+                variants += [dict(intra="narrow", intra_bk=32), dict(intra="narrow", intra_bk=64)]
                 for var in variants:
                     try:
+                        if "intra" in var:
+                            e_o, e_m = _check_prefill(functools.partial(impl_kda._chunked, **var), oracle_kda,
+                                                      q, k, v, g, beta, heads)
+                            if not (e_o <= bound_o and e_m <= bound_m):
+                                raise ValueError(f"rel-L2 vs oracle output {e_o:.3e}, state {e_m:.3e} over the "
+                                                 f"bounds {bound_o:g} / {bound_m:g}: not timed")
                         t = do_bench(lambda: impl_kda._chunked(q, k, v, g, beta, None, 64, None, False, **var))
                     except Exception as e:  # a tile that does not fit is a sweep result, not a failure
                         t = float("nan")
@@ -168,6 +182,10 @@ def main(argv=None) -> int:
                 row["kernels"] = _kernel_times(lambda: impl_kda.chunked(q, k, v, g, beta, None, 64, None,
                                                                         boundary_states=False))
                 print(f"  kernels (us/call): ours {row['kernels']}")
+                from impl.candidates import kda_intra_blocked
+                row["kernels_blocked"] = _kernel_times(lambda: kda_intra_blocked.chunked(
+                    q, k, v, g, beta, None, 64, None, boundary_states=False))
+                print(f"  kernels (us/call): step 18's sub-chunk pairs {row['kernels_blocked']}")
             results["prefill"].append(row)
             print(f"{H:>3} {T:>6} {ms:>9.3f} {fla_ms if fla_ms else float('nan'):>9.3f} "
                   f"{(fla_ms / ms) if fla_ms else float('nan'):>8.2f} {T / ms / 1e3:>8.2f} "

@@ -20,6 +20,8 @@ from impl import canary, interpreted, num_sms
 from impl.kernels.kda import (
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
+    kda_intra_kk_fwd_kernel,
+    kda_intra_wu_fwd_kernel,
     kda_intra_chunked_fwd_kernel,
     kda_recurrent_fused_fwd_kernel,
     kda_state_chunked_fwd_kernel,
@@ -136,8 +138,15 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True):
-    """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
+             anchor=0, offset64=True, intra="columns"):
+    """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
+
+    intra: "columns" (ours: kda_intra_chunked_fwd_kernel, whole-chunk tiles per column block) or "blocked"
+    (issue 14 step 18's candidate: kda_intra_blocked_fwd_kernel, the 16-row sub-chunk pairs; inv_merge and
+    anchor do not apply to it).
+    """
+    if intra not in ("columns", "narrow", "blocked"):
+        raise ValueError(f"intra: expected 'columns', 'narrow' or 'blocked', got {intra!r}")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
     B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
@@ -172,12 +181,27 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     aqk = torch.empty(B, T, H, BT, device=device, dtype=k.dtype)
     gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
     flags = torch.zeros(2, device=device, dtype=torch.int32)
-    if NC_total:
+    if NC_total and intra == "blocked":
+        # X = (I + A)^-1's lower blocks in float32, rows as aqk's (the upper blocks are never read)
+        x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
+        kda_intra_kk_fwd_kernel[intra_grid](
+            q, k, g, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)), IS_VARLEN=varlen, PRECISION=precision,
+            OFFSET64=offset64, num_warps=intra_warps or 4,
+        )
+        kda_intra_wu_fwd_kernel[intra_grid](
+            q, k, v, g, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            OFFSET64=offset64, num_warps=intra_warps or 4,
+        )
+    elif NC_total:
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, num_warps=intra_warps or 4,
+            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, NARROW=intra == "narrow",
+            num_warps=intra_warps or 4,
         )
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)

@@ -138,6 +138,10 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
                    "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
                    "the float64 truth")
+KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issue 14 step 18, not yet gated on a GPU: "
+                       "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
+                       "against ours and the float64 truth on each of these paths, and the mutant "
+                       "kda_intra_blocked_x30_drops_a_term runs it")
 GPU_SELECT = ("the GPU's selection (impl.dsa.select_pools: 2-bit digits, packed counts, tiles of 2048 pools); "
               "the interpreter's checks take 8-bit digits (its cost is per operation), so on the CPU "
               "tests/test_dsa_select.py runs the packed form against the oracle's pick, and `glmgate run "
@@ -171,6 +175,21 @@ PATHS: tuple[Path, ...] = (
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by forward substitution", lambda a: not a["INV_MERGE"],
          why="a benchmark sweep option (gate/bench_kda.py, inv_merge=False); `chunked` always inverts by doubling"),
     Path("kda_intra_chunked_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
+    Path("kda_intra_chunked_fwd_kernel", "kk / qk products as [BT, BC] column blocks (NARROW)", lambda a: a["NARROW"],
+         why="a benchmark sweep option (gate/bench_kda.py intra='narrow', issue 14 step 18, not yet timed on a GPU); "
+             "tests/test_kda_intra_blocked.py holds it bitwise to ours on the CPU"),
+    Path("kda_intra_chunked_fwd_kernel", "kk / qk products as [BT, BT] tiles", lambda a: not a["NARROW"],
+         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+    # the 16-row sub-chunk pair (issue 14 step 18's candidate)
+    *(Path(kernel, name, pred, why=KDA_INTRA_CANDIDATE)
+      for kernel in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
+      for name, pred in (("dense rows", lambda a: not a["IS_VARLEN"]),
+                         ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
+                         ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
+                         ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2),
+                         ("tf32 dots", lambda a: a["PRECISION"] == "tf32"))),
+    Path("kda_intra_wu_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
+         why=KDA_INTRA_CANDIDATE),
     # ---------------------------------------------------------------- KDA chunked prefill: state pass
     Path("kda_state_chunked_fwd_kernel", "segment-local pass (two-level scan)", lambda a: a["IS_LOCAL"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),
@@ -473,6 +492,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_intra_chunked_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV",
                                      "ANCHOR",    # the decay anchor row: 0 (a mutant plants 7)
                                      "OFFSET64"),  # 64-bit element offsets: always (a mutant plants 32-bit)
+    "kda_intra_kk_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
+    "kda_intra_wu_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),
     "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS"),
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),

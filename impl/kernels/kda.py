@@ -38,16 +38,40 @@ def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.co
 
 
 @triton.jit
-def kda_intra_chunked_fwd_kernel(
-    q, k, v, g, beta,
-    qg, kg, w, u, aqk, gl, flags,
-    cu_seqlens, chunk_indices, chunk_offsets,
-    T,
-    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
-    OFFSET64: tl.constexpr,
-):
+def _intra_narrow_block(b_k, b_q, b_gc, a, aq, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                        BK: tl.constexpr, PRECISION: tl.constexpr, ANCHOR: tl.constexpr):
+    """_intra_column_block's column block i_s as [BT, BC] products (issue 14 step 18, NARROW).
+
+    _intra_column_block multiplies by a [BT, BK] column-factor tile zero outside the block: [BT, BT]
+    products of which a quarter is the block. Here the block's rows are taken out as a [BC, BK] tile (the
+    others zeroed, then the BT // BC row blocks summed: exact, one value and zeros) and the products are
+    [BT, BC]: 4x fewer tensor-core products, and the column factor's exponentials on BC rows, not BT.
+    The row factor, the reference row and the masks are _intra_column_block's, so is every causal property.
+    """
+    o_t = tl.arange(0, BT)
+    b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
+    b_d = b_gc - b_ref[None, :]
+    b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
+    in_block = ((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None]
+    k_j = tl.sum(tl.reshape(tl.where(in_block, b_k, 0.), [BT // BC, BC, BK]), 0)
+    d_j = tl.sum(tl.reshape(tl.where(in_block, b_d, 0.), [BT // BC, BC, BK]), 0)
+    b_kc = tl.trans(k_j * tl.exp(-d_j))
+    a = tl.dot(b_k * b_er, b_kc, a, input_precision=PRECISION)
+    aq = tl.dot(b_q * b_er, b_kc, aq, input_precision=PRECISION)
+    return a, aq
+
+
+@triton.jit
+def _join_columns(a0, a1, a2, a3, BT: tl.constexpr):
+    """[BT, BT] from its four [BT, BT // 4] column blocks, in order."""
+    t = tl.join(tl.join(a0, a1), tl.join(a2, a3))                     # [BT, BC, lo, hi]: block 2 hi + lo
+    return tl.reshape(tl.permute(t, (0, 3, 2, 1)), [BT, BT])
+
+
+@triton.jit
+def _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr,
+                 OFFSET64: tl.constexpr):
+    """(head, chunk within its sequence, chunk over all sequences, sequence begin, sequence end) of a program."""
     # 64-bit chunk bases: past B*T*H*K = 2^31 elements a 32-bit base wraps and reads another row's tokens
     # (flash-linear-attention #1080); OFFSET64 False plants exactly that (mutant kda_intra_offsets_int32)
     if OFFSET64:
@@ -64,6 +88,21 @@ def kda_intra_chunked_fwd_kernel(
         bos = i_b * T
         eos = bos + T
         i_c = i_b * tl.cdiv(T, BT) + i_t
+    return i_h, i_t, i_c, bos, eos
+
+
+@triton.jit
+def kda_intra_chunked_fwd_kernel(
+    q, k, v, g, beta,
+    qg, kg, w, u, aqk, gl, flags,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
+    OFFSET64: tl.constexpr, NARROW: tl.constexpr = False,
+):
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     NC: tl.constexpr = BT // BC
     t0 = bos + i_t * BT
     o_t = tl.arange(0, BT)
@@ -78,22 +117,42 @@ def kda_intra_chunked_fwd_kernel(
     n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
     n_nan_g = n_nan_beta * 0
 
-    b_A = tl.zeros([BT, BT], dtype=tl.float32)
-    b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
-    for i_k in range(tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        mask_k = o_k < K
-        mask_tk = mask_t[:, None] & mask_k[None, :]
-        o_tk = o_tr + o_k[None, :]
-        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-        b_gc = tl.cumsum(b_g, axis=0)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+    if NARROW:
+        tl.static_assert(BT == 4 * BC)
+        a0 = tl.zeros([BT, BC], dtype=tl.float32)
+        a1, a2, a3, s0, s1, s2, s3 = a0, a0, a0, a0, a0, a0, a0
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_tk = mask_t[:, None] & (o_k < K)[None, :]
+            o_tk = o_tr + o_k[None, :]
+            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+            b_gc = tl.cumsum(b_g, axis=0)
+            a0, s0 = _intra_narrow_block(b_k, b_q, b_gc, a0, s0, 0, BT, BC, BK, PRECISION, ANCHOR)
+            a1, s1 = _intra_narrow_block(b_k, b_q, b_gc, a1, s1, 1, BT, BC, BK, PRECISION, ANCHOR)
+            a2, s2 = _intra_narrow_block(b_k, b_q, b_gc, a2, s2, 2, BT, BC, BK, PRECISION, ANCHOR)
+            a3, s3 = _intra_narrow_block(b_k, b_q, b_gc, a3, s3, 3, BT, BC, BK, PRECISION, ANCHOR)
+        b_A = _join_columns(a0, a1, a2, a3, BT)
+        b_Aqk = _join_columns(s0, s1, s2, s3, BT)
+    else:
+        b_A = tl.zeros([BT, BT], dtype=tl.float32)
+        b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_k = o_k < K
+            mask_tk = mask_t[:, None] & mask_k[None, :]
+            o_tk = o_tr + o_k[None, :]
+            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+            b_gc = tl.cumsum(b_g, axis=0)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
 
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
     tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),
@@ -157,6 +216,330 @@ def kda_intra_chunked_fwd_kernel(
     # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
     tl.store(flags, 1, mask=n_nan_g > 0)
     tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+
+
+@triton.jit
+def _rows(p, i_s: tl.constexpr, o_r, o_c, mask_c, n_valid, RS: tl.constexpr, BC: tl.constexpr):
+    """Rows [i_s BC, i_s BC + BC) of a chunk's tile (p at the chunk's first row, RS the row stride) in float32."""
+    mask = ((i_s * BC + o_r) < n_valid)[:, None] & mask_c[None, :]
+    return tl.load(p + (i_s * BC + o_r)[:, None] * RS + o_c[None, :], mask=mask, other=0.).to(tl.float32)
+
+
+@triton.jit
+def _store_rows(p, i_s: tl.constexpr, x, o_r, o_c, mask_c, n_valid, RS: tl.constexpr, BC: tl.constexpr):
+    mask = ((i_s * BC + o_r) < n_valid)[:, None] & mask_c[None, :]
+    tl.store(p + (i_s * BC + o_r)[:, None] * RS + o_c[None, :], x.to(p.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _beta_rows(p, i_s: tl.constexpr, o_r, n_valid, H: tl.constexpr, BC: tl.constexpr):
+    return tl.load(p + (i_s * BC + o_r) * H, mask=(i_s * BC + o_r) < n_valid, other=0.).to(tl.float32)
+
+
+@triton.jit
+def _sub_chunk_gates(g0, g1, g2, g3):
+    """Γ of the four sub-chunks (cumulative over the chunk) and Γ_last; row i sums gates at rows <= i only."""
+    G0 = tl.cumsum(g0, 0)
+    c = tl.sum(g0, 0)
+    G1 = tl.cumsum(g1, 0) + c[None, :]
+    c += tl.sum(g1, 0)
+    G2 = tl.cumsum(g2, 0) + c[None, :]
+    c += tl.sum(g2, 0)
+    G3 = tl.cumsum(g3, 0) + c[None, :]
+    c += tl.sum(g3, 0)
+    return G0, G1, G2, G3, c
+
+
+@triton.jit
+def _kk_qk_block(k_i, q_i, G_i, ref_j, kc_j, a, aq, PRECISION: tl.constexpr):
+    """Adds sub-chunk i's rows against sub-chunk j's columns (j <= i) of the kk and qk products over one K tile.
+
+    The reference is sub-chunk j's FIRST row (as _intra_column_block's ANCHOR 0): row factors e^(Γ_i - ref) <= 1,
+    column factors e^(ref - Γ_j) <= e^(15 |g|), and every row depends on gates at rows <= it only (kda.causal).
+    """
+    er = tl.exp(G_i - ref_j[None, :])
+    kc_t = tl.trans(kc_j)
+    a = tl.dot(k_i * er, kc_t, a, input_precision=PRECISION)
+    aq = tl.dot(q_i * er, kc_t, aq, input_precision=PRECISION)
+    return a, aq
+
+
+@triton.jit
+def _sub_inverse(a, o_r, BC: tl.constexpr, PRECISION: tl.constexpr):
+    """(I + a)^-1 of a strictly lower [BC, BC] block by doubling, as kda_intra_chunked_fwd_kernel's INV_MERGE
+    inside its 16-row blocks (X <- X - X L_S X, two dots a level); forward substitution row by row would
+    take two cross-row reductions per row."""
+    b_X = tl.where(o_r[:, None] == o_r[None, :], 1., 0.)
+    for i_l in tl.static_range(BC.bit_length() - 1):
+        mask_l = ((o_r[:, None] >> (i_l + 1)) == (o_r[None, :] >> (i_l + 1))) & \
+            (((o_r[:, None] >> i_l) & 1) == 1) & (((o_r[None, :] >> i_l) & 1) == 0)
+        b_X = b_X - tl.dot(b_X, tl.dot(tl.where(mask_l, a, 0.), b_X, input_precision=PRECISION),
+                           input_precision=PRECISION)
+    return b_X
+
+
+@triton.jit
+def _sub_chunk(p_k, p_g, j: tl.constexpr, c, o_r, o_k, mask_k, n_valid, HK: tl.constexpr, BC: tl.constexpr):
+    """Sub-chunk j's k, Γ, column factor k e^(ref - Γ) and ref, its FIRST row of Γ (see _kk_qk_block);
+    c: the gates summed over the sub-chunks before it, returned summed past it."""
+    b_g = _rows(p_g, j, o_r, o_k, mask_k, n_valid, HK, BC)
+    b_k = _rows(p_k, j, o_r, o_k, mask_k, n_valid, HK, BC)
+    G = tl.cumsum(b_g, 0) + c[None, :]
+    # the first row's Γ is its own gate plus c: a load, where picking it out of G takes a cross-row reduction
+    ref = tl.load(p_g + (j * BC) * HK + o_k, mask=mask_k & (j * BC + o_k * 0 < n_valid), other=0.).to(tl.float32) + c
+    return b_k, G, b_k * tl.exp(ref[None, :] - G), ref, c + tl.sum(b_g, 0)
+
+
+@triton.jit
+def _nan_count(p_g, i: tl.constexpr, o_r, o_k, mask_k, n_valid, HK: tl.constexpr, BC: tl.constexpr):
+    b_g = _rows(p_g, i, o_r, o_k, mask_k, n_valid, HK, BC)
+    return tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+
+
+@triton.jit
+def kda_intra_kk_fwd_kernel(
+    q, k, g, beta,
+    aqk, x, flags,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+):
+    """The qk matrix and X = (I + A)^-1 of one (chunk, head) from its four 16-row sub-chunks (issue 14 step 18).
+
+    kda_intra_chunked_fwd_kernel multiplies whole-chunk tiles for each of the four column blocks (6.4x the
+    kk / qk products the lower triangle needs, 8 exponentials an element) and inverts by doubling (12
+    dependent 64x64x64 dots), holding two [BT, BT] accumulators: 255 registers. Here row block i takes its
+    own pass over K: the pairs (i, j <= i) as [BC, BK] x [BK, BC] products, then X's row block by block
+    forward substitution, X_ii = (I + A_ii)^-1 and X_ij = -X_ii sum_(j <= m < i) A_im X_mj, so at most
+    four pairs' accumulators and X's finished blocks are live. X's lower blocks go to `x` (float32) for
+    kda_intra_wu_fwd_kernel.
+    """
+    tl.static_assert(BT == 4 * BC)
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    t0 = bos + i_t * BT
+    n_valid = eos - bos - i_t * BT
+    s_row = t0 * H + i_h
+    o_r = tl.arange(0, BC)
+    HK: tl.constexpr = H * K
+    HT: tl.constexpr = H * BT
+    p_k, p_q, p_g = k + s_row * K, q + s_row * K, g + s_row * K
+    p_a, p_x = aqk + s_row * BT, x + s_row * BT
+    o_c = tl.arange(0, BC)
+    all_c = o_c < BC
+    incl = o_r[:, None] >= o_r[None, :]
+    lower = o_r[:, None] > o_r[None, :]
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    b0 = _beta_rows(beta + s_row, 0, o_r, n_valid, H, BC)
+    b1 = _beta_rows(beta + s_row, 1, o_r, n_valid, H, BC)
+    b2 = _beta_rows(beta + s_row, 2, o_r, n_valid, H, BC)
+    b3 = _beta_rows(beta + s_row, 3, o_r, n_valid, H, BC)
+    n_nan_beta = tl.sum((b0 != b0).to(tl.int32) + (b1 != b1).to(tl.int32) + (b2 != b2).to(tl.int32)
+                        + (b3 != b3).to(tl.int32), 0)
+    n_nan_g = n_nan_beta * 0
+
+    # row block 0
+    a00, s00 = zero, zero
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        c = tl.zeros([BK], dtype=tl.float32)
+        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        q0 = _rows(p_q, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+        a00, s00 = _kk_qk_block(k0, q0, G0, r0, kc0, a00, s00, PRECISION)
+        n_nan_g += _nan_count(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+    _store_rows(p_a, 0, tl.where(incl, s00, 0.), o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 0, zero, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 0, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 0, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    x00 = _sub_inverse(tl.where(lower, a00 * b0[:, None], 0.), o_r, BC, PRECISION)
+    _store_rows(p_x, 0, x00, o_r, o_c, all_c, n_valid, HT, BC)
+
+    # row block 1
+    a10, s10, a11, s11 = zero, zero, zero, zero
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        c = tl.zeros([BK], dtype=tl.float32)
+        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        q1 = _rows(p_q, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        a10, s10 = _kk_qk_block(k1, q1, G1, r0, kc0, a10, s10, PRECISION)
+        a11, s11 = _kk_qk_block(k1, q1, G1, r1, kc1, a11, s11, PRECISION)
+        n_nan_g += _nan_count(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+    _store_rows(p_a, 1, s10, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, tl.where(incl, s11, 0.), o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    x11 = _sub_inverse(tl.where(lower, a11 * b1[:, None], 0.), o_r, BC, PRECISION)
+    x10 = -tl.dot(x11, tl.dot(a10 * b1[:, None], x00, input_precision=PRECISION), input_precision=PRECISION)
+    _store_rows(p_x, 1, x10, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 1, x11, o_r, BC + o_c, all_c, n_valid, HT, BC)
+
+    # row block 2
+    a20, s20, a21, s21, a22, s22 = zero, zero, zero, zero, zero, zero
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        c = tl.zeros([BK], dtype=tl.float32)
+        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2, G2, kc2, r2, c = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        q2 = _rows(p_q, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        a20, s20 = _kk_qk_block(k2, q2, G2, r0, kc0, a20, s20, PRECISION)
+        a21, s21 = _kk_qk_block(k2, q2, G2, r1, kc1, a21, s21, PRECISION)
+        a22, s22 = _kk_qk_block(k2, q2, G2, r2, kc2, a22, s22, PRECISION)
+        n_nan_g += _nan_count(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+    _store_rows(p_a, 2, s20, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, s21, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, tl.where(incl, s22, 0.), o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    x22 = _sub_inverse(tl.where(lower, a22 * b2[:, None], 0.), o_r, BC, PRECISION)
+    a20, a21 = a20 * b2[:, None], a21 * b2[:, None]
+    x21 = -tl.dot(x22, tl.dot(a21, x11, input_precision=PRECISION), input_precision=PRECISION)
+    x20 = -tl.dot(x22, tl.dot(a21, x10, tl.dot(a20, x00, input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    _store_rows(p_x, 2, x20, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 2, x21, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 2, x22, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+
+    # row block 3
+    a30, s30, a31, s31, a32, s32, a33, s33 = zero, zero, zero, zero, zero, zero, zero, zero
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        c = tl.zeros([BK], dtype=tl.float32)
+        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2, G2, kc2, r2, c = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k3, G3, kc3, r3, c = _sub_chunk(p_k, p_g, 3, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        q3 = _rows(p_q, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        a30, s30 = _kk_qk_block(k3, q3, G3, r0, kc0, a30, s30, PRECISION)
+        a31, s31 = _kk_qk_block(k3, q3, G3, r1, kc1, a31, s31, PRECISION)
+        a32, s32 = _kk_qk_block(k3, q3, G3, r2, kc2, a32, s32, PRECISION)
+        a33, s33 = _kk_qk_block(k3, q3, G3, r3, kc3, a33, s33, PRECISION)
+        n_nan_g += _nan_count(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+    _store_rows(p_a, 3, s30, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, s31, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, s32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, tl.where(incl, s33, 0.), o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    x33 = _sub_inverse(tl.where(lower, a33 * b3[:, None], 0.), o_r, BC, PRECISION)
+    a30, a31, a32 = a30 * b3[:, None], a31 * b3[:, None], a32 * b3[:, None]
+    x32 = -tl.dot(x33, tl.dot(a32, x22, input_precision=PRECISION), input_precision=PRECISION)
+    x31 = -tl.dot(x33, tl.dot(a32, x21, tl.dot(a31, x11, input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    x30 = -tl.dot(x33, tl.dot(a32, x20, tl.dot(a31, x10, tl.dot(a30, x00, input_precision=PRECISION),
+                                                 input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    _store_rows(p_x, 3, x30, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x31, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x33, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+
+    # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
+    tl.store(flags, 1, mask=n_nan_g > 0)
+    tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+
+
+@triton.jit
+def kda_intra_wu_fwd_kernel(
+    q, k, v, g, beta, x,
+    qg, kg, w, u, gl,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+):
+    """W = X (β k e^Γ), U = X (β v), q e^Γ, k e^(Γ_last - Γ) and e^Γ_last from kda_intra_kk_fwd_kernel's X blocks."""
+    tl.static_assert(BT == 4 * BC)
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    t0 = bos + i_t * BT
+    n_valid = eos - bos - i_t * BT
+    s_row = t0 * H + i_h
+    o_r = tl.arange(0, BC)
+    HK: tl.constexpr = H * K
+    HV: tl.constexpr = H * V
+    HT: tl.constexpr = H * BT
+    b0 = _beta_rows(beta + s_row, 0, o_r, n_valid, H, BC)
+    b1 = _beta_rows(beta + s_row, 1, o_r, n_valid, H, BC)
+    b2 = _beta_rows(beta + s_row, 2, o_r, n_valid, H, BC)
+    b3 = _beta_rows(beta + s_row, 3, o_r, n_valid, H, BC)
+    o_c = tl.arange(0, BC)
+    all_c = o_c < BC
+    p_x = x + s_row * BT
+    x00 = _rows(p_x, 0, o_r, o_c, all_c, n_valid, HT, BC)
+    x10 = _rows(p_x, 1, o_r, o_c, all_c, n_valid, HT, BC)
+    x11 = _rows(p_x, 1, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    x20 = _rows(p_x, 2, o_r, o_c, all_c, n_valid, HT, BC)
+    x21 = _rows(p_x, 2, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    x22 = _rows(p_x, 2, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    x30 = _rows(p_x, 3, o_r, o_c, all_c, n_valid, HT, BC)
+    x31 = _rows(p_x, 3, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    x32 = _rows(p_x, 3, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    x33 = _rows(p_x, 3, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+
+    # W = X (β k e^Γ), with q e^Γ, k e^(Γ_last - Γ) and e^Γ_last for the state pass
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        p_k, p_q, p_g = k + s_row * K, q + s_row * K, g + s_row * K
+        G0, G1, G2, G3, b_gl = _sub_chunk_gates(_rows(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC),
+                                                _rows(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC),
+                                                _rows(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC),
+                                                _rows(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC))
+        k0 = _rows(p_k, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1 = _rows(p_k, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2 = _rows(p_k, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        k3 = _rows(p_k, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        e0, e1, e2, e3 = tl.exp(G0), tl.exp(G1), tl.exp(G2), tl.exp(G3)
+        kb0, kb1 = k0 * (b0[:, None] * e0), k1 * (b1[:, None] * e1)
+        kb2, kb3 = k2 * (b2[:, None] * e2), k3 * (b3[:, None] * e3)
+        w0 = tl.dot(x00, kb0, input_precision=PRECISION)
+        w1 = tl.dot(x11, kb1, tl.dot(x10, kb0, input_precision=PRECISION), input_precision=PRECISION)
+        w2 = tl.dot(x22, kb2, tl.dot(x21, kb1, tl.dot(x20, kb0, input_precision=PRECISION),
+                                     input_precision=PRECISION), input_precision=PRECISION)
+        w3 = tl.dot(x33, kb3, tl.dot(x32, kb2, tl.dot(x31, kb1, tl.dot(x30, kb0, input_precision=PRECISION),
+                                                      input_precision=PRECISION), input_precision=PRECISION),
+                    input_precision=PRECISION)
+        p_w = w + s_row * K
+        _store_rows(p_w, 0, w0, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_w, 1, w1, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_w, 2, w2, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_w, 3, w3, o_r, o_k, mask_k, n_valid, HK, BC)
+        p_kg = kg + s_row * K
+        _store_rows(p_kg, 0, k0 * tl.exp(b_gl[None, :] - G0), o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_kg, 1, k1 * tl.exp(b_gl[None, :] - G1), o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_kg, 2, k2 * tl.exp(b_gl[None, :] - G2), o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_kg, 3, k3 * tl.exp(b_gl[None, :] - G3), o_r, o_k, mask_k, n_valid, HK, BC)
+        p_qg = qg + s_row * K
+        _store_rows(p_qg, 0, _rows(p_q, 0, o_r, o_k, mask_k, n_valid, HK, BC) * e0, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_qg, 1, _rows(p_q, 1, o_r, o_k, mask_k, n_valid, HK, BC) * e1, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_qg, 2, _rows(p_q, 2, o_r, o_k, mask_k, n_valid, HK, BC) * e2, o_r, o_k, mask_k, n_valid, HK, BC)
+        _store_rows(p_qg, 3, _rows(p_q, 3, o_r, o_k, mask_k, n_valid, HK, BC) * e3, o_r, o_k, mask_k, n_valid, HK, BC)
+        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+    # U = X (β v)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        mask_v = o_v < V
+        p_v = v + s_row * V
+        vb0 = _rows(p_v, 0, o_r, o_v, mask_v, n_valid, HV, BC) * b0[:, None]
+        vb1 = _rows(p_v, 1, o_r, o_v, mask_v, n_valid, HV, BC) * b1[:, None]
+        vb2 = _rows(p_v, 2, o_r, o_v, mask_v, n_valid, HV, BC) * b2[:, None]
+        vb3 = _rows(p_v, 3, o_r, o_v, mask_v, n_valid, HV, BC) * b3[:, None]
+        u0 = tl.dot(x00, vb0, input_precision=PRECISION)
+        u1 = tl.dot(x11, vb1, tl.dot(x10, vb0, input_precision=PRECISION), input_precision=PRECISION)
+        u2 = tl.dot(x22, vb2, tl.dot(x21, vb1, tl.dot(x20, vb0, input_precision=PRECISION),
+                                     input_precision=PRECISION), input_precision=PRECISION)
+        u3 = tl.dot(x33, vb3, tl.dot(x32, vb2, tl.dot(x31, vb1, tl.dot(x30, vb0, input_precision=PRECISION),
+                                                      input_precision=PRECISION), input_precision=PRECISION),
+                    input_precision=PRECISION)
+        p_u = u + s_row * V
+        _store_rows(p_u, 0, u0, o_r, o_v, mask_v, n_valid, HV, BC)
+        _store_rows(p_u, 1, u1, o_r, o_v, mask_v, n_valid, HV, BC)
+        _store_rows(p_u, 2, u2, o_r, o_v, mask_v, n_valid, HV, BC)
+        _store_rows(p_u, 3, u3, o_r, o_v, mask_v, n_valid, HV, BC)
 
 
 @triton.jit

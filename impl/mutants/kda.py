@@ -277,6 +277,16 @@ class IntraKTilesNotAccumulated(TritonKDA):
             return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
 
 
+@mutant("kda.chunked", "output", base="triton")
+class IntraBlockedX30DropsATerm(TritonKDA):
+    """The 16-row sub-chunk intra pass (issue 14 step 18's candidate) builds X = (I + A)^-1's block (3, 0) without A_31 X_10: rows 48-63 of a chunk see a wrong inverse (a block forward substitution missing one term of its sum)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_kk_fwd_kernel", "tl.dot(a31, x10, tl.dot(a30, x00",
+                           "tl.dot(a31 * 0., x10, tl.dot(a30, x00"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="blocked")
+
+
 @mutant("kda.decode", "final_state", base="triton")
 class DecodeFirstArrivalWritesWindow(TritonKDA):
     """With a head's value blocks split over programs, the FIRST program to arrive writes the new conv window in place: a later one reads the new window as if it were the old (a decode race)."""

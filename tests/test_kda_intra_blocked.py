@@ -1,0 +1,139 @@
+"""KDA chunked prefill with the intra-chunk pass on 16-row sub-chunk pairs (issue 14 step 18's candidate,
+impl.candidates.kda_intra_blocked; ours keeps the whole-chunk kernel until its GPU gate): against the
+float64 oracle as closely as ours on every path of the two kernels (dense rows, packed documents with an
+empty one, partial chunks, two K tiles, a head dim narrower than its tile, two V tiles, a given state,
+gates down at the -5 lower bound), causal bit for bit, NaN refused, and the planted inverse bug caught.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from impl import kda as ik
+from impl.candidates import kda_intra_blocked as cand
+from impl.mutants.catalogue import get as get_mutant
+from oracle import kda as ok
+
+
+def _inputs(B, T, H, K, V, lo=-5.0, seed=0, device="cpu", dtype=torch.float32, state=False):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64), dim=-1) * K ** -0.5
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64), dim=-1)
+    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
+    g = torch.rand(B, T, H, K, generator=gen, dtype=torch.float64) * lo
+    beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
+    s = torch.randn(B, H, K, V, generator=gen, dtype=torch.float64) * 0.1 if state else None
+    cast = lambda a: None if a is None else a.to(device=device, dtype=dtype if a is not g else torch.float32)  # noqa: E731
+    return (q, k, v, g, beta, s), tuple(cast(a) for a in (q, k, v, g, beta)) + (None if s is None else s.float().to(device),)
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _np(t):
+    return t.detach().double().cpu().numpy()
+
+
+def _compare(exact, work, cu=None, factor=2.0):
+    """The candidate's o, final and boundary states against the oracle within `factor` x ours' own error
+    (plus float32's last bits where ours happens to be exact)."""
+    want = ok.chunked(*(None if a is None else a.numpy() for a in exact[:5]),
+                      None if exact[5] is None else exact[5].numpy(), 64, None if cu is None else cu.numpy())
+    ours = ik.chunked(*work[:5], work[5], 64, cu, True)
+    got = cand.chunked(*work[:5], work[5], 64, cu, True)
+    for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
+        if w is None or np.asarray(w).size == 0:
+            assert c is None or c.numel() == 0, name
+            continue
+        e_ours, e_cand = _rel(_np(o), w), _rel(_np(c), w)
+        assert e_cand <= factor * e_ours + 1e-6, f"{name}: candidate {e_cand:.3g} vs ours {e_ours:.3g}"
+    return want, got
+
+
+# lo: the gates' lower end. At -5 a token's pairs reach only its own sub-chunk's neighbours (e^-40 across
+# one), at -0.05 every sub-chunk pair of the chunk weighs in, so the inverse's off-diagonal blocks count
+@pytest.mark.parametrize("B,T,H,K,V,lo", [
+    (1, 64, 1, 16, 16, -0.05),    # one whole chunk, one tile each way
+    (2, 150, 2, 32, 32, -5.0),    # partial last chunk, two K tiles and two V tiles (interpreter tiles of 16)
+    (2, 150, 2, 32, 32, -0.05),
+    (1, 130, 1, 40, 24, -0.5),    # head dims narrower than their last tile (masked lanes)
+    (1, 7, 2, 16, 16, -0.05),     # a chunk of seven tokens: sub-chunks 1-3 empty
+])
+def test_the_sub_chunk_pairs_match_the_oracle_as_closely_as_ours(B, T, H, K, V, lo):
+    exact, work = _inputs(B, T, H, K, V, lo=lo, state=B == 2)
+    _compare(exact, work)
+
+
+def test_packed_documents_with_an_empty_one():
+    exact, work = _inputs(1, 170, 2, 32, 16, lo=-0.1, seed=3)
+    cu = torch.tensor([0, 49, 49, 120, 170])
+    _compare(exact, work, cu)
+
+
+def test_outputs_before_a_position_do_not_see_what_comes_after_it():
+    """kda.causal's property on the candidate: rows < 37 bitwise equal when every later token changes
+    (37: inside the third sub-chunk, so the changed rows share its reference row's block)."""
+    _, a = _inputs(1, 100, 2, 32, 16, seed=4)
+    _, b = _inputs(1, 100, 2, 32, 16, seed=5)
+    mixed = tuple(torch.cat([x[:, :37], y[:, 37:]], 1) for x, y in zip(a[:5], b[:5]))
+    o1, _, _ = cand.chunked(*a[:5], None, 64, None, False)
+    o2, _, _ = cand.chunked(*mixed, None, 64, None, False)
+    assert torch.equal(o1[:, :37], o2[:, :37])
+    assert not torch.equal(o1[:, 37:], o2[:, 37:])
+
+
+@pytest.mark.parametrize("what", ["g", "beta"])
+def test_a_nan_gate_or_beta_is_refused(what):
+    _, work = _inputs(1, 80, 1, 16, 16, seed=6)
+    q, k, v, g, beta, _ = work
+    (g if what == "g" else beta).view(-1)[70 * (16 if what == "g" else 1)] = float("nan")
+    with pytest.raises(ValueError, match=f"^{what}: contains NaN"):
+        cand.chunked(q, k, v, g, beta, None, 64, None, False)
+
+
+def test_the_inverse_missing_a_term_is_caught():
+    """The planted bug (impl/mutants/kda.py IntraBlockedX30DropsATerm) moves rows 48-63 of a chunk, and only
+    those: a chunk of 48 tokens is untouched by it."""
+    m = get_mutant("kda_intra_blocked_x30_drops_a_term").factory()
+    exact, work = _inputs(1, 64, 1, 16, 16, lo=-0.05, seed=7)
+    want = ok.chunked(*(a.numpy() for a in exact[:5]), None, 64)[0]
+    o, _, _ = m.chunked(*work[:5], None, 64, None, False)
+    assert _rel(_np(o)[:, :48], want[:, :48]) < 1e-5
+    assert _rel(_np(o)[:, 48:], want[:, 48:]) > 1e-3
+    o_ok, _, _ = cand.chunked(*work[:5], None, 64, None, False)
+    assert _rel(_np(o_ok)[:, 48:], want[:, 48:]) < 1e-5
+
+
+@pytest.mark.parametrize("cu", [None, [0, 49, 49, 120, 170]])
+def test_ours_with_narrow_column_blocks_is_ours_bit_for_bit_on_the_cpu(cu):
+    """intra="narrow" (the kk / qk products as [64, 16] column blocks, the other blocks' rows summed in as
+    exact zeros) on the interpreter's float32 dots: every output and state the same bits as ours."""
+    _, work = _inputs(1, 170, 2, 32, 16, lo=-0.1, seed=8)
+    cu = None if cu is None else torch.tensor(cu)
+    for a, b in zip(ik._chunked(*work[:5], None, 64, cu, True), ik._chunked(*work[:5], None, 64, cu, True,
+                                                                              intra="narrow")):
+        assert torch.equal(a, b)
+
+
+def test_a_bad_intra_name_is_refused():
+    _, work = _inputs(1, 8, 1, 16, 16)
+    with pytest.raises(ValueError, match="intra: expected 'columns', 'narrow' or 'blocked'"):
+        ik._chunked(*work[:5], None, 64, None, False, intra="rows")
+
+
+@pytest.mark.gpu
+def test_the_sub_chunk_pairs_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours():
+    """Full head dims (K = V = 128: the GPU's K tiles of 16, V tiles of 64), tf32 dots on bf16 operands."""
+    for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
+        exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
+        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
+                      else a for i, a in enumerate(exact))
+        _compare(exact, work, factor=1.5)
+        want = ok.chunked(*(a.numpy() for a in exact[:5]), exact[5].numpy(), 64)
+        ours = ik._chunked(*work[:5], work[5], 64, None, True)
+        narrow = ik._chunked(*work[:5], work[5], 64, None, True, intra="narrow")
+        for w, o, n in zip(want, ours, narrow):
+            assert _rel(_np(n), w) <= 1.5 * _rel(_np(o), w) + 1e-6
