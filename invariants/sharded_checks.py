@@ -23,6 +23,7 @@ top-k one pool wide (real selection from 2·kpool tokens, within the interpreter
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import json
 import shutil
@@ -36,13 +37,15 @@ from hypothesis import strategies as st
 from invariants.check import Check, NotRunnable
 from invariants.compare import Comparison, to_int, to_numpy
 from invariants.labels import label as event
-from invariants.model_checks import (EXACT, PATHS, ModelCase, Side, _RecordRouting, _RecordSelections,
-                                     _same_decisions, compare, conditioned_on, decision_comparisons, decode_steps,
+from invariants.model_checks import (EXACT, PATHS, ModelCase, Side, _next_decision, _RecordRouting,
+                                     _RecordSelections, _same_decisions, compare, conditioned_on,
+                                     decision_comparisons, decode_steps,
                                      legal_splits, model_lengths, oracle_run, path_decisions, prompt, run_paths,
                                      state_arrays)
 from invariants.target import Target
 from oracle import checkpoint as ock
-from oracle.config import DENSE, LINEAR, PRESETS, Geometry
+from oracle.config import DENSE, LINEAR, PRESETS, SHARED, Geometry
+from oracle.types import LayerDecisions
 from strategies.sequences import chunk_splits, left_pads
 from strategies.tensors import SEEDS
 
@@ -274,30 +277,118 @@ def _same_logs(a: list, b: list) -> bool:
     return len(a) == len(b) and all(ka == kb and sets(x) == sets(y) for (ka, x), (kb, y) in zip(a, b))
 
 
-def packed_comparisons(case: ShardedCase, t: Target, sharded: ShardedSide, ids, mask) -> list:
-    """The packed path (several documents flat, one state each): the prompt's rows as documents (their
-    real tokens) packed into one prefill step from empty states, then one packed decode token each from
-    its own state; the sharded model against the same namespaces' unsharded forward_packed
-    (`sharded_vs_whole_packed`, self_consistency; skipped with an event where a decision differs), and
-    every rank's answers bitwise alike (`ranks`)."""
+def packed_decisions(g: Geometry, log: list, cu) -> dict:
+    """A packed step's logged decisions split per document: {document: one LayerDecisions per layer}.
+
+    A full DSA layer attends one document at a time (each over its own cache), so it logs one selection
+    [1, L_d, W] per non-empty document, in document order; an MoE layer routes the whole flat step and
+    logs expert ids [T, k], of which a document's are its rows cu[d]:cu[d + 1]."""
+    docs = [d for d in range(len(cu) - 1) if cu[d + 1] > cu[d]]
+    per = {d: [[None, None] for _ in range(g.num_hidden_layers)] for d in docs}
+    it = iter(log)
+    for i in range(g.num_hidden_layers):
+        if g.layer_types[i] != LINEAR and g.indexer_types[i] != SHARED:
+            for d in docs:
+                per[d][i][0] = _next_decision(it, i)
+        if g.mlp_layer_types[i] != DENSE:
+            e = _next_decision(it, i)
+            for d in docs:
+                per[d][i][1] = e[cu[d]:cu[d + 1]]
+    if next(it, None) is not None:
+        raise ValueError("model.sharded: a packed step logged more decisions than its documents and the "
+                         "geometry's decision-making layers account for")
+    return {d: [LayerDecisions(*x) for x in per[d]] for d in docs}
+
+
+def _joined(calls: list) -> list:
+    """One document's per-call decisions as one run's: selections along the tokens, expert rows appended."""
+    out = []
+    for parts in zip(*calls):
+        sel = [p.selection for p in parts if p.selection is not None]
+        exp = [p.experts for p in parts if p.experts is not None]
+        out.append(LayerDecisions(np.concatenate(sel, axis=1) if sel else None,
+                                  np.concatenate(exp, axis=0) if exp else None))
+    return out
+
+
+def _packed_run(t: Target, case: ShardedCase, calls: list) -> list:
+    """The target's unsharded forward_packed over the calls: per call (logits [T, V], states, decision log)."""
     from impl import model as im
     wt = target_weights(case.base, case.world, case.model_seed, t.device, t.dtype, case.nvfp4)
-    log = []
+    log, out, states = [], [], None
     be = t.impl._replace(mla=_RecordSelections(t.impl.mla, log), moe=_RecordRouting(t.impl.moe, log))
-    docs = [ids[b][mask[b].astype(bool)] for b in range(ids.shape[0])]
-    cu = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
-    V = sharded_geometry(case.base, case.world).vocab_size
-    calls = [(np.concatenate(docs), cu), (np.array([(int(d[-1]) * 7 + 3) % V for d in docs]), np.arange(len(docs) + 1))]
-    res, answers = [], []
-    s_states = w_states = [None] * len(docs)
-    for i, (flat, c) in enumerate(calls):
-        lg_s, s_states = sharded.model.forward_packed(flat, c, s_states)
-        answers.append(sharded.model.ranks)
+    for flat, c in calls:
         log.clear()
         with t.poisoned(), torch.no_grad():
-            lg_w, w_states = im.forward_packed(wt, torch.as_tensor(flat, device=t.device),
-                                               torch.as_tensor(c, device=t.device), w_states, be)
-        if not _same_logs(sharded.model.ranks[0]["log"], log):
+            lg, states = im.forward_packed(wt, torch.as_tensor(flat, device=t.device), torch.as_tensor(c, device=t.device),
+                                           states or [None] * (len(c) - 1), be)
+        out.append((lg, states, list(log)))
+    return out
+
+
+def packed_oracle_comparisons(case: ShardedCase, g: Geometry, weights, calls: list, sharded: list,
+                              base: list) -> list:
+    """Each document of the sharded packed steps against the oracle's ONE prefill of that document's
+    tokens so far, re-run with the document's own decisions (as model.paths holds every path), its
+    decisions tie-aware against that run's scores; the baseline's packed run likewise (`sharded_packed`,
+    kernel_replacement). calls: [(flat ids, cu)]; sharded, base: per call (logits [T, V], states, log)."""
+    docs = range(len(calls[0][1]) - 1)
+    toks = {d: [] for d in docs}
+    dec = {"sharded": {d: [] for d in docs}, "base": {d: [] for d in docs}}
+    res = []
+    for i, (flat, c) in enumerate(calls):
+        where = ("prefill", "decode")[i]
+        for who, run in (("sharded", sharded), ("base", base)):
+            for d, ld in packed_decisions(g, run[i][2], c).items():
+                dec[who][d].append(ld)
+        for d in docs:
+            if c[d + 1] == c[d]:
+                continue
+            toks[d].extend(int(x) for x in flat[c[d]:c[d + 1]])
+            ids = np.asarray(toks[d])[None]
+            mask = np.ones_like(ids)
+            whole = oracle_run(weights, ids, mask)
+            ref = conditioned_on(weights, ids, mask, _joined(dec["sharded"][d]), whole)
+            ref_base = conditioned_on(weights, ids, mask, _joined(dec["base"][d]), whole)
+            if i == len(calls) - 1:
+                # the document's decisions over every call, as model.paths judges a path's
+                res += [dataclasses.replace(r, where=f"document {d}: {r.where}")
+                        for r in decision_comparisons("sharded_packed", _joined(dec["sharded"][d]), ref, weights)]
+            n = c[d + 1] - c[d]
+            real = np.zeros(ids.shape, dtype=bool)
+            real[:, -n:] = True
+
+            def doc(run, n=n, d=d):
+                lg = to_numpy(run[i][0])[c[d]:c[d + 1]]
+                full = np.zeros((1, ids.shape[1], lg.shape[-1]))
+                full[0, -n:] = lg
+                return full, run[i][1][d]
+            res += [dataclasses.replace(r, where=f"document {d} {where}" + (f": {r.where}" if r.where else ""))
+                    for r in compare("sharded_packed", doc(sharded), ref, real, doc(base), base_ref=ref_base)]
+    event("packed documents against the oracle")
+    return res
+
+
+def packed_comparisons(case: ShardedCase, t: Target, base: Target, sharded: ShardedSide, ids, mask, weights) -> list:
+    """The packed path (several documents flat, one state each): the prompt's rows as documents (their
+    real tokens) packed into one prefill step from empty states, then one packed decode token each from
+    its own state. The sharded model against the same namespaces' unsharded forward_packed
+    (`sharded_vs_whole_packed`, self_consistency; skipped with an event from the step where a decision
+    differs), against the oracle per document (`sharded_packed`, packed_oracle_comparisons), and every
+    rank's answers bitwise alike (`ranks`)."""
+    g = sharded_geometry(case.base, case.world)
+    docs = [ids[b][mask[b].astype(bool)] for b in range(ids.shape[0])]
+    cu = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    calls = [(np.concatenate(docs), cu),
+             (np.array([(int(d[-1]) * 7 + 3) % g.vocab_size for d in docs]), np.arange(len(docs) + 1))]
+    res, answers, runs, states = [], [], [], [None] * len(docs)
+    for flat, c in calls:
+        lg, states = sharded.model.forward_packed(flat, c, states)
+        answers.append(sharded.model.ranks)
+        runs.append((lg, states, list(sharded.model.ranks[0]["log"])))
+    whole = _packed_run(t, case, calls)
+    for i, ((lg_s, s_states, s_log), (lg_w, w_states, w_log)) in enumerate(zip(runs, whole)):
+        if not _same_logs(s_log, w_log):
             event("a decision differs between the sharded and the unsharded packed step")
             break
         where = ("prefill", "decode")[i]
@@ -305,9 +396,10 @@ def packed_comparisons(case: ShardedCase, t: Target, sharded: ShardedSide, ids, 
         got, want = [state_arrays(x) for x in s_states], [state_arrays(x) for x in w_states]
         for q in want[0]:
             k = "exact" if q in EXACT else "self_consistency"
-            res.append(Comparison("sharded_vs_whole_packed", q, np.concatenate([np.ravel(g[q]) for g in got]),
+            res.append(Comparison("sharded_vs_whole_packed", q, np.concatenate([np.ravel(g_[q]) for g_ in got]),
                                   np.concatenate([np.ravel(w[q]) for w in want]), kind=k, where=where))
     event("packed documents over the ranks")
+    res += packed_oracle_comparisons(case, g, weights, calls, runs, _packed_run(base, case, calls))
     return res + rank_comparisons(answers)
 
 
@@ -351,7 +443,7 @@ def run_sharded(case: ShardedCase, cand: Target, base: Target) -> list:
             # a near-tie decided otherwise on the other summation order: every value downstream moves, and
             # the decisions themselves are judged tie-aware against the oracle above
             event("a decision differs between the sharded and the unsharded run")
-    return res + rank_comparisons(sharded.ranks) + packed_comparisons(case, cand, sharded, ids, mask)
+    return res + rank_comparisons(sharded.ranks) + packed_comparisons(case, cand, base, sharded, ids, mask, weights)
 
 
 # ----------------------------------------------------------------------------- the record

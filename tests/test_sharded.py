@@ -249,3 +249,42 @@ def test_on_cuda_with_fewer_devices_than_ranks_the_check_is_not_run_saying_why(m
     r = run_check(BY_NAME["model.sharded"], TINY, cand, base, "ci", max_examples=1)
     assert r.status == "not run", r.message
     assert "world 2 on CUDA needs 2 devices (rank r on cuda:r), this host has 1" in r.message
+
+
+def _packed_verdicts(monkeypatch=None, wrong_doc=None):
+    """model.sharded's verdicts on a two-document prompt (rows of 8 and 5 real tokens); wrong_doc: the
+    sharded packed steps' logits of that document moved by 1e-3 of their size (the ranks' answers kept)."""
+    from impl import registry
+    from invariants.matrix import BY_NAME, evaluate
+    from invariants.target import Target
+    if wrong_doc is not None:
+        inner = sp.ShardedModel.forward_packed
+
+        def forward_packed(self, ids, cu, states):
+            lg, new = inner(self, ids, cu, states)
+            c = [int(x) for x in cu]
+            lg = lg.clone()
+            lg[c[wrong_doc]:c[wrong_doc + 1]] *= 1.001
+            return lg, new
+        monkeypatch.setattr(sp.ShardedModel, "forward_packed", forward_packed)
+    cand, base = (Target(registry.get(n), "cpu", torch.float32) for n in ("triton", "torch"))
+    case = sc.ShardedCase("tiny", 2, 0, 2, 8, (0, 3), (4, 4), 1, 2)
+    return [v for v in evaluate(BY_NAME["model.sharded"], case, cand, base)
+            if v.contract.path == "sharded_packed"]
+
+
+def test_each_packed_document_is_held_to_the_oracle_and_a_wrong_one_fails(monkeypatch):
+    """The packed path against the oracle per document (sharded_packed): logits and every state quantity of
+    both documents at the prefill and the decode step, the decisions of both tie-aware; all within the
+    contracts. One document's logits moved by 1e-3 of their size break its own logits verdicts only."""
+    good = _packed_verdicts()
+    seen = {(v.contract.quantity, v.detail.split(":")[0]) for v in good}
+    for d in (0, 1):
+        for step in ("prefill", "decode"):
+            assert {("logits", f"document {d} {step}"), ("kda_recurrent", f"document {d} {step}"),
+                    ("dsa_latent", f"document {d} {step}")} <= seen, seen
+        assert ("selection", f"document {d}") in seen and ("expert_ids", f"document {d}") in seen
+    assert all(v.ok for v in good), [v for v in good if not v.ok]
+    bad = [v for v in _packed_verdicts(monkeypatch, wrong_doc=1) if not v.ok]
+    assert bad and {(v.contract.quantity, v.detail.split(":")[0].rsplit(" ", 1)[0]) for v in bad} == {
+        ("logits", "document 1")}
