@@ -138,13 +138,16 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True, intra="columns"):
+             anchor=0, offset64=True, intra="columns", intra_maxnreg=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra: "columns" (ours: kda_intra_chunked_fwd_kernel, whole-chunk tiles per column block) or "blocked"
     (issue 14 step 18's candidate: kda_intra_blocked_fwd_kernel, the 16-row sub-chunk pairs; inv_merge and
-    anchor do not apply to it).
+    anchor do not apply to it). intra_maxnreg: a register cap for the intra-chunk kernel(s) (more programs
+    an SM at the cost of spills; the interpreter ignores it).
     """
+    # a launch option only a GPU compile takes
+    cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
     if intra not in ("columns", "narrow", "blocked"):
         raise ValueError(f"intra: expected 'columns', 'narrow' or 'blocked', got {intra!r}")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
@@ -187,13 +190,13 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         kda_intra_kk_fwd_kernel[intra_grid](
             q, k, g, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, num_warps=intra_warps or 4,
+            OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
         )
         kda_intra_wu_fwd_kernel[intra_grid](
             q, k, v, g, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, num_warps=intra_warps or 4,
+            OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
         )
     elif NC_total:
         kda_intra_chunked_fwd_kernel[intra_grid](
@@ -201,7 +204,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
             INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, NARROW=intra == "narrow",
-            num_warps=intra_warps or 4,
+            num_warps=intra_warps or 4, **cap,
         )
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
