@@ -159,6 +159,20 @@ def pooled_rows(packed, ape, kpool: int, pooled=None):
     out = torch.empty(B, T, K + 1, device=packed.device, dtype=packed.dtype)
     if T0:
         out[:, :T0] = pooled
+    return pooled_rows_into(packed, ape, kpool, out, T0, first)
+
+
+def pooled_rows_into(packed, ape, kpool: int, out, T0: int, first=None):
+    """`pooled_rows`' append into `out` [B, T, K + 1] (contiguous, rows [0, T0) already the cache's): writes
+    rows [T0, T) and returns `out` (a cache kept in a buffer with room to grow writes in place). first:
+    the rows' pool anchors where the caller has them (pool_anchor's)."""
+    if first is None:
+        B, T, K, _, first = pool_anchor(packed, ape, kpool)
+    else:
+        (B, T, _), K = packed.shape, ape.shape[-1]
+    if tuple(out.shape) != (B, T, K + 1) or not out.is_contiguous() or out.dtype != packed.dtype:
+        raise ValueError(f"out: expected a contiguous {packed.dtype} [B, T, K + 1] = [{B}, {T}, {K + 1}], got "
+                         f"{out.dtype} {tuple(out.shape)}{'' if out.is_contiguous() else ' (not contiguous)'}")
     if B * (T - T0):
         BR = _pool_block()
         dsa_pool_append_kernel[(triton.cdiv(T - T0, BR), B)](

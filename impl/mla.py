@@ -325,12 +325,20 @@ def expanded(w: MLAWeights, q, latent, indices, lengths=None):
 # ----------------------------------------------------------------------------- sublayer
 
 
-def _append(old, new, name: str):
-    if old is None:
-        return new
+def check_append(old, new, name: str) -> None:
+    """A cache array `old` [B, T, D] that the rows `new` [B, S, D] can extend; ValueError naming cache.<name>."""
     if old.ndim != 3 or old.shape[0] != new.shape[0] or old.shape[-1] != new.shape[-1]:
         raise ValueError(f"cache.{name}: expected [B={new.shape[0]}, T, {new.shape[-1]}], "
                          f"got shape {tuple(old.shape)}")
+
+
+def append_rows(old, new, name: str):
+    """The cache array `old` [B, T, D] (None: empty) with this call's rows `new` [B, S, D] after it, in new's
+    dtype: a new tensor (the state stays a value; a seam, impl.registry.SEAMS: an engine that keeps its
+    caches in buffers with room to grow appends in place, impl.candidates.cache_in_place)."""
+    if old is None:
+        return new
+    check_append(old, new, name)
     return torch.cat([old.to(new.dtype), new], dim=1)
 
 
@@ -356,7 +364,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
     q, q_lat, c = ops.project(w, a)
     B, S, _ = a.shape
     old_latent, old_rows, old_pooled = (None, None, None) if cache is None else cache
-    latent = _append(old_latent, c, "latent")                                            # [B, T, R]
+    latent = ops.append_rows(old_latent, c, "latent")                                   # [B, T, R]
     if kind == "full":
         if iw is None:
             raise ValueError('iw: a "full" layer needs its IndexerWeights')
@@ -364,7 +372,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
             raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
         if old_pooled is not None:
             cache.check_pooled()
-        rows = _append(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")         # [B, T, 2K+1]
+        rows = ops.append_rows(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")  # [B, T, 2K+1]
         # the pooled-key cache: a cache without one (another implementation's) is pooled whole once
         # both optional (impl.registry.OPTIONAL_FUNCTIONS): a dsa namespace without its own append has
         # ours keep the cache, one without its own index_pooled selects with its `index` (re-pooling)
@@ -385,7 +393,7 @@ def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSA
 
 
 # the compositions of this module and the functions they call through `ops` (impl/compose.py)
-COMPOSITIONS = {"sublayer": ("project", "absorbed"), "project": ("rmsnorm",)}
+COMPOSITIONS = {"sublayer": ("project", "absorbed", "append_rows"), "project": ("rmsnorm",)}
 # the other mechanisms' namespaces its compositions call, as `ops.<mechanism>` (impl/compose.py)
 SIBLINGS = ("dsa",)
 _SELF = sys.modules[__name__]

@@ -51,10 +51,11 @@ SERVING_OPERATIONS = ("admit", "admit_padded", "pending", "prefill_chunk", "deco
 # instead of the candidate's coefficients / collapse
 FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse")}}
 # per mechanism, the helpers our compositions call through `ops` that a candidate may replace: the norms
-# (a fused norm kernel is a common optimization). Optional, never required, and judged only inside the
+# (a fused norm kernel is a common optimization) and how MLA's caches grow (mla.append_rows: a new
+# tensor in ours; in place in a buffer with room, impl.candidates.cache_in_place). Optional, never required, and judged only inside the
 # compositions' checks (kda.sublayer and up for kda's gated norm, mla.* for MLA's q / kv norm, the model
 # checks for the decoder's norm: TorchDecoder._rmsnorm takes the implementation's model namespace's)
-SEAMS = {"kda": ("gated_rmsnorm",), "mla": ("rmsnorm",), "model": ("rmsnorm",)}
+SEAMS = {"kda": ("gated_rmsnorm",), "mla": ("rmsnorm", "append_rows"), "model": ("rmsnorm",)}
 # per mechanism, the outputs a candidate may leave out ("function.output": what comparing it checks). A
 # namespace declares the ones it does not compute as NOT_PROVIDED = ("chunked.boundary_states",) and
 # returns None in their place; their comparisons are then "not covered", said before any example runs

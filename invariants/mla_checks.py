@@ -111,24 +111,34 @@ def run_absorbed(case: IndexCase, cand: Target, base: Target):
     return [Comparison("absorbed", "output", outs[1], outs[0], outs[2])]
 
 
-def mla_layers(t: Target, mw, iw, iw_shared, a, mask, splits, forced=None):
+def mla_layers(t: Target, mw, iw, iw_shared, a, mask, splits, forced=None, sibling=False):
     """A full DSA layer then a shared one on target t, the stream cut into calls:
     (y_full, y_shared, full layer's cache, its selection indices over all calls [B, S, W]).
 
     The shared layer is handed an indexer of its own (same topk and kpool) that it must NOT run:
     were it to, its selection would differ from the hand-off. forced (an oracle's sublayer only takes
     it): the selection to attend instead of its own (the oracle re-run with an implementation's decisions).
+    sibling: after the last call, a second continuation of the caches it started from (other inputs),
+    thrown away: a state is a value, so the first continuation's caches (the ones returned and compared)
+    must not see it (an engine appending in place into shared buffers must copy a branch that is not the
+    buffer's tip: impl.candidates.cache_in_place).
     """
     mw_, iw_, iws_ = mw.map(t.tensor), iw.map(t.tensor), iw_shared.map(t.tensor)
     cache1 = cache2 = None
     y1s, y2s, sels, start = [], [], [], 0
-    for n in splits:
+    for i, n in enumerate(splits):
         sl = slice(start, start + n)
         kw = {} if forced is None else {"forced": forced[:, sl]}
+        before = (cache1, cache2)
         with t.poisoned():
             y1, cache1, sel = t.impl.mla.sublayer(mw_, iw_, t.tensor(a[:, sl]), cache1, t.tensor(mask[:, sl]), **kw)
             y2, cache2, _ = t.impl.mla.sublayer(mw_, iws_, t.tensor(a[:, sl]), cache2, t.tensor(mask[:, sl]),
                                                 prev=sel, kind="shared")
+            if sibling and i == len(splits) - 1 and before[0] is not None:
+                label("a second continuation of one state (a sibling branch)")
+                other = t.tensor(a[:, sl][..., ::-1].copy())
+                _, _, sel_o = t.impl.mla.sublayer(mw_, iw_, other, before[0], t.tensor(mask[:, sl]))
+                t.impl.mla.sublayer(mw_, iws_, other, before[1], t.tensor(mask[:, sl]), prev=sel_o, kind="shared")
         y1s.append(y1)
         y2s.append(y2)
         sels.append(to_int(sel.indices))
@@ -175,8 +185,9 @@ def layer_inputs(case: MLACase):
 
 def run_mla_paths(case: MLACase, cand: Target, base: Target):
     """Prefix/chunk/continuation on MLA + DSA: outputs, the latent cache, the indexer rows and the
-    pooled-key cache (appended to call by call) of a stream cut into calls equal the oracle's one prefill;
-    a shared layer reuses the selection."""
+    pooled-key cache (appended to call by call) of a stream cut into calls equal the oracle's one prefill,
+    a sibling continuation of the last call's starting state run after it (mla_layers' sibling); a shared
+    layer reuses the selection."""
     if len(case.splits) > 1:
         label("prefill cut into calls")
     if any(n % case.geometry.kpool for n in case.splits[:-1]):
@@ -184,8 +195,8 @@ def run_mla_paths(case: MLACase, cand: Target, base: Target):
     _label_sparsity(case.length, case.geometry)
     mw, iw, iw2, a, mask = layer_inputs(case)
     y1, y2, c1, own = mla_layers(ORACLE, mw, iw, iw2, a, mask, (case.length,))
-    yc1, yc2, cc1, csel = mla_layers(cand, mw, iw, iw2, a, mask, case.splits)
-    yb1, yb2, cb1, bsel = mla_layers(base, mw, iw, iw2, a, mask, case.splits)
+    yc1, yc2, cc1, csel = mla_layers(cand, mw, iw, iw2, a, mask, case.splits, sibling=True)
+    yb1, yb2, cb1, bsel = mla_layers(base, mw, iw, iw2, a, mask, case.splits, sibling=True)
     ref = odsa.index(iw, a, omla.project(mw, a)[1], c1.index_rows, mask)
 
     def oracle_given(indices):
@@ -253,7 +264,8 @@ CHECKS = (
           gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
                         IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
-          "full + shared DSA layers over split calls: outputs, latent cache, indexer rows",
+          "full + shared DSA layers over split calls: outputs, latent cache, indexer rows, pooled keys; a "
+          "sibling continuation of the last call's state must not reach the caches compared",
           examples=(MLACase(G0, 1, 13, (0,), (5, 8), "normal", 0),
                     MLACase(G0, 2, 9, (3, 0), (4, 1, 4), "normal", 1)),
           # the MLA sublayer composes the indexer: an indexer-only candidate runs here too; ~2 s an

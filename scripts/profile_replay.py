@@ -15,6 +15,7 @@ layer on our Triton implementation with the candidate's namespaces in place is t
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 import torch
@@ -30,12 +31,12 @@ def _self_bytes(e) -> int:
 
 def compare(backends: dict, step, do_bench, graph, repeats: int) -> dict:
     """Each backend's step replayed from its own graph, timed `repeats` times alternating; the outputs
-    (layer output and new cache) of the two replays compared."""
+    (layer output and new cache) of the two replays compared. step(name, backend)."""
     import statistics
     outs, replays = {}, {}
     for name, b in backends.items():
         got = []
-        replays[name] = graph(lambda b=b, got=got: got.append(step(b)))
+        replays[name] = graph(lambda b=b, got=got, name=name: got.append(step(name, b)))
         outs[name] = got[-1]
     times = {name: [] for name in backends}
     for _ in range(repeats):
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
         # `experts` only) is completed from ours, and our compositions reach the peer's other namespaces
         # (impl.mla.sublayer calls ops.dsa, so a dsa-only peer is timed inside our MLA layer)
         backends["peer"] = registry.get(args.peer)
+        peer_module = importlib.import_module(args.peer.split(":")[0])
     g, dtype = Geometry.preset("full"), torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(7)
     out = {}
@@ -120,8 +122,16 @@ def main(argv=None) -> int:
         m1 = torch.ones(1, 1, dtype=torch.bool, device="cuda")
         prev, _ = handoff(None, g, x1, m1, None)
 
-        def step(backend=backends["ours"]):
-            return decoder_layer(lw, g, x1, m1, cache, prev, backend)
+        # a peer that keeps its caches in buffers of its own (impl.candidates.cache_in_place: bench_state)
+        # starts from its form of the same state, marked its buffers' tip before every step it runs
+        states = {"ours": (cache, lambda: None)}
+        if args.peer:
+            states["peer"] = getattr(peer_module, "bench_state", lambda c: (c, lambda: None))(cache)
+
+        def step(name="ours", backend=backends["ours"]):
+            state, rewind = states[name]
+            rewind()
+            return decoder_layer(lw, g, x1, m1, state, prev, backend)
         step()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as pm:
@@ -152,7 +162,7 @@ def main(argv=None) -> int:
                      "memory_by_op": mem, "eager_kernels": eager_kernels}
         if args.peer:
             out[kind]["compare"] = compare(backends, step, do_bench, graph, args.repeats)
-        del lw, cache, replay
+        del lw, cache, replay, states
         torch.cuda.empty_cache()
     write_json(args.json, out)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from impl import dsa as _dsa_ours
 from impl import mla as im
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
@@ -153,3 +154,18 @@ class MlaOnlineSoftmaxNoRescale(TritonMLA):
         with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "b_alpha = tl.exp(b_m - b_mn)",
                            "b_alpha = tl.exp(b_mn - b_mn)"):
             return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.paths", "latent_cache", base="triton")
+class CacheInPlaceWithoutTheTipRule(TritonMLA):
+    """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
+
+    dsa = _dsa_ours
+
+    @staticmethod
+    def append_rows(old, new, name):
+        from impl.candidates import cache_in_place
+        return cache_in_place.append_rows(old, new, name, tip_rule=False)
+
+    def sublayer(self, w, iw, a, cache=None, mask=None, prev=None, kind="full"):
+        return im.sublayer(w, iw, a, cache, mask, prev, kind, ops=self)
