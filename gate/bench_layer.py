@@ -130,10 +130,10 @@ def _mla(lw, a, cache, mask, prev, st: Stages):
     q, q_lat, c = mla.project(w, a)
     st.mark("projections")
     old_latent, old_rows, old_pooled = (None, None, None) if cache is None else cache
-    latent = mla._append(old_latent, c, "latent")
+    latent = mla.append_rows(old_latent, c, "latent")
     st.mark("cache")
     if lw.indexer_type == "full":
-        rows = mla._append(old_rows, dsa.index_rows(iw, a, mask), "index_rows")
+        rows = mla.append_rows(old_rows, dsa.index_rows(iw, a, mask), "index_rows")
         pooled = dsa.pooled_rows(rows, iw.compress_ape, iw.kpool, old_pooled)
         sel = dsa.index_pooled(iw, a, q_lat, rows, pooled, mask)
         st.mark("indexer")
