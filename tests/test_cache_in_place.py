@@ -111,3 +111,26 @@ def test_the_pooled_cache_appended_in_place_is_ours_bit_for_bit():
         ours = idsa.pooled_rows(rows[:, :t], iw.compress_ape, iw.kpool, ours)
         cand = cip.pooled_rows(rows[:, :t], iw.compress_ape, iw.kpool, cand)
         assert torch.equal(ours, cand)
+
+
+def test_a_replayed_step_from_bench_state_writes_in_place_every_time_with_ours_bits():
+    """scripts/profile_replay.py --peer: one decode step replayed from one state. bench_state moves the
+    state into buffers with room; marked their tip before each step, every step writes in place (no new
+    storage) and gives ours' output and cache."""
+    w, iw, rng = _layer(5)
+    prefix = torch.as_tensor(rng.standard_normal((1, 11, 32)), dtype=torch.float32)
+    x = torch.as_tensor(rng.standard_normal((1, 1, 32)), dtype=torch.float32)
+    _, cache, _ = imla.sublayer(w, iw, prefix, None, torch.ones(1, 11))
+    want_y, want_c, _ = imla.sublayer(w, iw, x, cache, torch.ones(1, 1))
+    cand = registry.get("impl.candidates.cache_in_place:Candidate").mla
+    state, rewind = cip.bench_state(cache)
+    for _ in range(3):
+        rewind()
+        y, c, _ = cand.sublayer(w, iw, x, state, torch.ones(1, 1))
+        assert torch.equal(y, want_y)
+        for f in ("latent", "index_rows", "pooled"):
+            assert torch.equal(getattr(c, f), getattr(want_c, f)), f
+            assert getattr(c, f).data_ptr() == getattr(state, f).data_ptr(), f
+    # without the rewind the next step from the same state is a sibling: copied, the same bits
+    y2, c2, _ = cand.sublayer(w, iw, x, state, torch.ones(1, 1))
+    assert c2.latent.data_ptr() != state.latent.data_ptr() and torch.equal(y2, want_y)
