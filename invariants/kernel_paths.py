@@ -142,6 +142,9 @@ KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issu
                        "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
                        "kda_intra_blocked_x30_drops_a_term runs it")
+GPU_PREFILL_TILES = ("the GPU's prefill tiles (impl.moe._tiles: 128-row blocks past 16 pairs an expert; W4A4 64); the "
+                     "interpreter's tiles are 16 rows at every size. moe.forward's and nvfp4.gate's CUDA pins of 160 "
+                     "tokens (40 pairs an expert) reach them: `glmgate run --device cuda`")
 GPU_SELECT = ("the GPU's selection (impl.dsa.select_pools: 2-bit digits, packed counts, tiles of 2048 pools); "
               "the interpreter's checks take 8-bit digits (its cost is per operation), so on the CPU "
               "tests/test_dsa_select.py runs the packed form against the oracle's pick, and `glmgate run "
@@ -430,6 +433,11 @@ def _grouped_gemm(kernel: str, k: str, n: str) -> tuple[Path, ...]:
         Path(kernel, "a spare block (no expert)", lambda a: bool((_expert_blocks(a) < 0).any()),
              by=("moe.forward", "nvfp4.gate")),
         Path(kernel, "pad rows in an expert's block", _pad_rows, by=("moe.forward", "nvfp4.gate")),
+        Path(kernel, "16-row blocks (<= 16 pairs an expert: decode tiles)", lambda a: a["BM"] <= 16,
+             by=("moe.forward", "nvfp4.gate")),
+        Path(kernel, "64- or 128-row blocks (GPU tiles: prefill past 16 pairs an expert, W4A4 at every size)",
+             lambda a: a["BM"] >= 64,
+             why=GPU_PREFILL_TILES),
         Path(kernel, "bf16 / fp16 dots", lambda a: str(a["DOT"]) != _F32, why=GPU_BF16),
         Path(kernel, "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
     )

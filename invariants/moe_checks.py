@@ -273,7 +273,9 @@ CHECKS = (
                     MoECase(32, 8, 2, 2, 1, 16, 9, "gates_off", 2)), cpu_examples=10,
           # D = 1024 spans 8 of the GPU's 128-wide K steps (the drawn sizes fit one): a K loop of many steps,
           # and a candidate that splits the K loop (issue 14 step 7, docs/optimization_log.md) meets every range
-          gpu_examples=(MoECase(1024, 8, 2, 2, 1, 64, 9, "clamps", 3),)),
+          gpu_examples=(MoECase(1024, 8, 2, 2, 1, 64, 9, "clamps", 3),
+                        # 160 tokens, 40 pairs an expert: the prefill tiles (128-row blocks), beyond the drawn sizes
+                        MoECase(1024, 8, 2, 2, 1, 256, 160, "clamps", 4))),
 )
 
 

@@ -331,5 +331,9 @@ CHECKS = (
           # D = 1024, I = 256: K loops of 8 and 2 steps of the GPU's 128-wide decode tiles, where the split
           # tiles' two-codes-per-instruction dequantization (PAIRS, CUDA only) runs
           gpu_examples=(QuantGateCase(1024, 8, 2, 2, 1, 256, 5, "normal", "dynamic", "swizzled", 256, 5),
-                        QuantGateCase(1024, 8, 2, 2, 1, 256, 3, "clamps", "static", "linear", 256, 6))),
+                        QuantGateCase(1024, 8, 2, 2, 1, 256, 3, "clamps", "static", "linear", 256, 6),
+                        # 160 tokens, 40 pairs an expert: the prefill tiles (impl.moe._tiles: > 16 pairs an
+                        # expert, 128-row blocks) that the drawn sizes (<= 24 tokens) never reach
+                        QuantGateCase(1024, 8, 2, 2, 1, 256, 160, "normal", "dynamic", "linear", 256, 7),
+                        QuantGateCase(1024, 8, 2, 2, 1, 256, 160, "clamps", "static", "swizzled", 256, 8))),
 )
