@@ -126,14 +126,15 @@ def test_a_bad_intra_name_is_refused():
 
 @pytest.mark.gpu
 def test_the_sub_chunk_pairs_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours():
-    """Full head dims (K = V = 128: the GPU's K tiles of 16, V tiles of 64), tf32 dots on bf16 operands."""
+    """Full head dims (K = V = 128: the GPU's K tiles of 16, V tiles of 64), tf32 dots on bf16 operands; within 2x
+    ours' error against the oracle fed the same bf16-rounded q, k, v, as on the CPU."""
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
         exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
                       else a for i, a in enumerate(exact))
-        _compare(exact, work, factor=1.5)
+        _compare(exact, work, factor=2.0)
         want = ok.chunked(*(a.numpy() for a in exact[:5]), exact[5].numpy(), 64)
         ours = ik._chunked(*work[:5], work[5], 64, None, True)
         narrow = ik._chunked(*work[:5], work[5], 64, None, True, intra="narrow")
         for w, o, n in zip(want, ours, narrow):
-            assert _rel(_np(n), w) <= 1.5 * _rel(_np(o), w) + 1e-6
+            assert _rel(_np(n), w) <= 2.0 * _rel(_np(o), w) + 1e-6
