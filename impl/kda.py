@@ -20,9 +20,9 @@ from impl import canary, interpreted, num_sms
 from impl.kernels.kda import (
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
+    kda_intra_chunked_fwd_kernel,
     kda_intra_kk_fwd_kernel,
     kda_intra_wu_fwd_kernel,
-    kda_intra_chunked_fwd_kernel,
     kda_recurrent_fused_fwd_kernel,
     kda_state_chunked_fwd_kernel,
 )
@@ -141,10 +141,11 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
              anchor=0, offset64=True, intra="columns", intra_maxnreg=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
-    intra: "columns" (ours: kda_intra_chunked_fwd_kernel, whole-chunk tiles per column block) or "blocked"
-    (issue 14 step 18's candidate: kda_intra_blocked_fwd_kernel, the 16-row sub-chunk pairs; inv_merge and
-    anchor do not apply to it). intra_maxnreg: a register cap for the intra-chunk kernel(s) (more programs
-    an SM at the cost of spills; the interpreter ignores it).
+    intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
+    [BT, BT] tiles a column block), "narrow" (the same kernel with [BT, BC] products, NARROW) or "blocked"
+    (kda_intra_kk_fwd_kernel then kda_intra_wu_fwd_kernel on the 16-row sub-chunks; inv_merge and anchor
+    do not apply to it). intra_maxnreg: a register cap for the intra-chunk kernel(s) (more programs an SM
+    at the cost of spills; the interpreter ignores it).
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
