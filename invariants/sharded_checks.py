@@ -320,8 +320,8 @@ def _packed_run(t: Target, case: ShardedCase, calls: list) -> list:
     for flat, c in calls:
         log.clear()
         with t.poisoned(), torch.no_grad():
-            lg, states = im.forward_packed(wt, torch.as_tensor(flat, device=t.device), torch.as_tensor(c, device=t.device),
-                                           states or [None] * (len(c) - 1), be)
+            lg, states = im.forward_packed(wt, torch.as_tensor(flat, device=t.device),
+                                           torch.as_tensor(c, device=t.device), states or [None] * (len(c) - 1), be)
         out.append((lg, states, list(log)))
     return out
 

@@ -1,7 +1,8 @@
 """Static SASS counts of the KDA intra-chunk kernels per (chunk, head), without a GPU (issue 14 step 18).
 
-Compiles `kda_intra_chunked_fwd_kernel` (ours) and step 18's pair `kda_intra_kk_fwd_kernel` +
-`kda_intra_wu_fwd_kernel`, and ours with NARROW (the kk / qk products as [BT, BC] column blocks), for sm_90 with the triton wheel's ptxas (gate/compile_check.py's records),
+Compiles `kda_intra_chunked_fwd_kernel` (ours), ours with NARROW (the kk / qk products as [BT, BC] column
+blocks) and step 18's pair `kda_intra_kk_fwd_kernel` + `kda_intra_wu_fwd_kernel` for sm_90 with the
+triton wheel's ptxas (gate/compile_check.py's records),
 finds each loop (a backward branch) and weights its body by its trip count (the K-tile loops run K / BK
 times, the V-tile loop V / BV; the loops appear in the source's order), then prints per program and per
 (chunk, head): issued instructions (per warp x warps), tensor-core MMAs (HMMA), exponentials (MUFU.EX2),

@@ -24,8 +24,10 @@ def _inputs(B, T, H, K, V, lo=-5.0, seed=0, device="cpu", dtype=torch.float32, s
     g = torch.rand(B, T, H, K, generator=gen, dtype=torch.float64) * lo
     beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
     s = torch.randn(B, H, K, V, generator=gen, dtype=torch.float64) * 0.1 if state else None
-    cast = lambda a: None if a is None else a.to(device=device, dtype=dtype if a is not g else torch.float32)  # noqa: E731
-    return (q, k, v, g, beta, s), tuple(cast(a) for a in (q, k, v, g, beta)) + (None if s is None else s.float().to(device),)
+    def cast(a):
+        return a.to(device=device, dtype=torch.float32 if a is g else dtype)
+    work = tuple(cast(a) for a in (q, k, v, g, beta)) + (None if s is None else s.float().to(device),)
+    return (q, k, v, g, beta, s), work
 
 
 def _rel(a, b) -> float:

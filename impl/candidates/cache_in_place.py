@@ -43,7 +43,8 @@ def _grown(old, T: int, like, tip_rule: bool = True):
     B, D = like.shape[0], like.shape[-1]
     if old is not None and B == 1 and old.dtype == like.dtype and old.device == like.device:
         base = old if old._base is None else old._base
-        if ((getattr(base, _TIP, None) == T0 or not tip_rule) and base.ndim == 3 and base.shape[0] == 1 and base.shape[1] >= T
+        at_tip = getattr(base, _TIP, None) == T0 or not tip_rule
+        if (at_tip and base.ndim == 3 and base.shape[0] == 1 and base.shape[1] >= T
                 and old.data_ptr() == base.data_ptr() and old.stride() == base.stride()):
             setattr(base, _TIP, T)
             return base[:, :T]
