@@ -36,15 +36,16 @@ RECORDS = (
                  dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
                       OFFSET64=True, NARROW=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
-    # issue 14 step 18's candidate: the intra-chunk outputs from the 16-row sub-chunk pairs
+    # issue 14 step 18's candidate: the intra-chunk outputs from the 16-row sub-chunk pairs, at the tiles
+    # impl.candidates.kda_intra_blocked launches (BK 16, 2 warps)
     KernelRecord("kda", "kda_intra_kk_fwd_kernel",
                  dict(q=BF, k=BF, g=F32, beta=BF, aqk=BF, x=F32, flags="*i32"), dict(T="i32"),
-                 dict(H=64, K=128, BT=64, BC=16, BK=32, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
-                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+                 dict(H=64, K=128, BT=64, BC=16, BK=16, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
+                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=2)),
     KernelRecord("kda", "kda_intra_wu_fwd_kernel",
                  dict(q=BF, k=BF, v=BF, g=F32, beta=BF, x=F32, qg=BF, kg=BF, w=BF, u=BF, gl=F32), dict(T="i32"),
-                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
-                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+                 dict(**KDA, BT=64, BC=16, BK=16, BV=64, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
+                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=2)),
     KernelRecord("kda", "kda_state_chunked_fwd_kernel",
                  dict(qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, o=BF, h0=F32, ht=F32),
                  dict(T="i32", NSEG="i32", CPS="i32"),
