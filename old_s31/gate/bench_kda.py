@@ -1,0 +1,249 @@
+"""Benchmark of the KDA kernels (impl/kda.py) against fla 0.6.0, gated by the float64 oracle.
+
+Before timing a shape, our kernel runs on it and is compared with oracle/kda.py on a few heads (or
+sequences); above the declared bench bound (invariants.contracts.bench_bound) the benchmark refuses to
+time and exits non-zero.
+
+  (a) prefill: impl.kda.chunked (boundary_states=False) vs fla chunk_kda, bf16, B = 1
+  (b) decode: impl.kda.decode (inplace, one fused kernel) vs fla fused_recurrent_kda, both replayed
+      from CUDA graphs; bandwidth is counted against a device-to-device copy measured in the same run.
+
+    python -m gate.bench_kda --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from gate import benchlib
+from gate.benchlib import copy_ceiling as _copy_ceiling
+from gate.benchlib import graph as _graph
+from gate.benchlib import kernel_times as _kernel_times
+from gate.benchlib import rel_l2 as _rel_l2
+from gate.benchlib import to_np as _np
+
+try:
+    from invariants.contracts import bench_bound
+except ImportError:  # the contracts module not written yet: the bench still gates, at a fixed bound
+    def bench_bound(mechanism, path, quantity, dtype):
+        return 1e-2
+
+PREFILL_SHAPES = ((64, 4096), (64, 16384), (64, 65536), (8, 16384))
+DECODE_BATCHES = (1, 16, 64, 256)
+K = V = 128
+
+
+def _prefill_inputs(H, T, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (1, T, H, K)
+    q = torch.randn(shape, device="cuda", generator=gen)
+    k = torch.randn(shape, device="cuda", generator=gen)
+    q = (q / q.norm(dim=-1, keepdim=True) * K ** -0.5).bfloat16()
+    k = (k / k.norm(dim=-1, keepdim=True)).bfloat16()
+    v = torch.randn(1, T, H, V, device="cuda", generator=gen).bfloat16()
+    # the safe gate's range: -5 · sigmoid(.), mostly mild with a tail towards -5
+    g = -5.0 * torch.sigmoid(torch.randn(shape, device="cuda", generator=gen) * 2 - 4)
+    beta = torch.sigmoid(torch.randn(1, T, H, device="cuda", generator=gen))
+    return q, k, v, g, beta
+
+
+def _check_prefill(chunked, oracle_kda, q, k, v, g, beta, heads):
+    o, M, _ = chunked(q, k, v, g, beta, None, 64, None, boundary_states=False)
+    sub = [_np(a[:, :, heads]) for a in (q, k, v, g, beta)]
+    o_ref, M_ref, _ = oracle_kda.chunked(*sub, None, 64)
+    return _rel_l2(_np(o[:, :, heads]), o_ref), _rel_l2(_np(M[:, heads]), M_ref)
+
+
+def _decode_setup(B, H, seed=0):
+    from oracle.types import KDAState, KDAWeights
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    C, W = 3 * H * K, 4
+
+    def r(*s, scale=1.0, dtype=torch.bfloat16):
+        return (torch.randn(*s, device="cuda", generator=gen) * scale).to(dtype)
+    none = torch.zeros(1, device="cuda")
+    w = KDAWeights(none, none, none, r(C, W, scale=0.5), none, none, none, r(H, scale=0.5, dtype=torch.float32),
+                   none, none, none, r(K), none, lower_bound=-5.0)
+    z, f, b = r(B, C), r(B, H * K, dtype=torch.float32), r(B, H)
+    state = KDAState(r(B, H, K, K, scale=0.1, dtype=torch.float32), r(B, C, W))
+    return w, z, f, b, state
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="gate.bench_kda", description=__doc__.split("\n")[0])
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--skip-prefill", action="store_true")
+    p.add_argument("--skip-decode", action="store_true")
+    p.add_argument("--skip-fla", action="store_true", help="time ours only")
+    p.add_argument("--sweep", action="store_true", help="also time the state pass's tile variants")
+    p.add_argument("--shapes", default=None, help="prefill H:T list, e.g. 64:16384,8:16384")
+    p.add_argument("--batches", default=None, help="decode batch list, e.g. 1,256")
+    p.add_argument("--check-heads", type=int, default=2, help="heads compared with the oracle per shape")
+    args = p.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        print("bench_kda: no CUDA device; nothing timed", file=sys.stderr)
+        return 2
+    import triton
+
+    import oracle.kda as oracle_kda
+    from impl import kda as impl_kda
+
+    def do_bench(fn):
+        return benchlib.do_bench(fn, warmup=50, rep=200)
+
+    fla = None
+    if not args.skip_fla:
+        try:
+            from fla.ops.kda import chunk_kda, fused_recurrent_kda
+            fla = (chunk_kda, fused_recurrent_kda)
+        except ImportError as e:
+            print(f"bench_kda: fla not importable ({e}); peers not timed", file=sys.stderr)
+
+    shapes = PREFILL_SHAPES if args.shapes is None else tuple(
+        tuple(int(x) for x in s.split(":")) for s in args.shapes.split(","))
+    batches = DECODE_BATCHES if args.batches is None else tuple(int(x) for x in args.batches.split(","))
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "triton": triton.__version__, "prefill": [], "decode": []}
+    copy_bw = _copy_ceiling(do_bench)
+    results["copy_bytes_per_s"] = copy_bw
+    print(f"device {results['device']}; copy ceiling {copy_bw / 1e12:.2f} TB/s (read + write)")
+
+    if not args.skip_prefill:
+        bound_o = bench_bound("kda", "chunked", "output", "bfloat16")
+        bound_m = bench_bound("kda", "chunked", "final_state", "bfloat16")
+        print(f"\nprefill (bf16, B=1, K=V={K}); gate rel-L2 <= {bound_o:g} (output), {bound_m:g} (state)")
+        print(f"{'H':>3} {'T':>6} {'ours ms':>9} {'fla ms':>9} {'speedup':>8} {'Mtok/s':>8} "
+              f"{'GB/s':>7} {'%copy':>6} {'err o':>9} {'err M':>9}")
+        for H, T in shapes:
+            q, k, v, g, beta = _prefill_inputs(H, T)
+            heads = list(dict.fromkeys([0, H // 2, H - 1]))[: args.check_heads]
+            t0 = time.time()
+            err_o, err_m = _check_prefill(impl_kda.chunked, oracle_kda, q, k, v, g, beta, heads)
+            if not (err_o <= bound_o and err_m <= bound_m):
+                print(f"REFUSED H={H} T={T}: rel-L2 vs oracle output {err_o:.3e} (bound {bound_o:g}), "
+                      f"state {err_m:.3e} (bound {bound_m:g}); not timing")
+                return 1
+            check_s = time.time() - t0
+            ms = do_bench(lambda: impl_kda.chunked(q, k, v, g, beta, None, 64, None, boundary_states=False))
+            # bytes the design must move: q, k, v, g, beta in; o out; its own intermediates counted apart
+            io_bytes = (q.numel() * 2) * 3 + g.numel() * 4 + beta.numel() * 4 + v.numel() * 2 + H * K * V * 4
+            row = {"H": H, "T": T, "ours_ms": ms, "tokens_per_s": T / (ms * 1e-3), "err_output": err_o,
+                   "err_state": err_m, "io_bytes": io_bytes, "io_bytes_per_s": io_bytes / (ms * 1e-3),
+                   "check_heads": heads, "check_s": check_s}
+            fla_ms = None
+            if fla is not None:
+                chunk_kda = fla[0]
+
+                def run_fla():
+                    return chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
+                o_fla, _ = run_fla()
+                o_ours, _, _ = impl_kda.chunked(q, k, v, g, beta, None, 64, None, boundary_states=False)
+                row["fla_vs_ours_rel_l2"] = _rel_l2(_np(o_fla[:, :, heads]), _np(o_ours[:, :, heads]))
+                del o_fla, o_ours
+                fla_ms = do_bench(run_fla)
+                row["fla_ms"] = fla_ms
+                row["speedup"] = fla_ms / ms
+            if args.sweep and T == 16384:
+                row["sweep"] = []
+                variants = [dict(intra_bk=32), dict(intra_warps=8), dict(inv_merge=False)]
+                if H >= 32:
+                    variants += [dict(bv=32), dict(bv=64, num_warps=8)]
+                else:
+                    variants += [dict(bv=bv, nseg=ns) for bv, ns in ((16, 4), (16, 8), (32, 4))]
+                for var in variants:
+                    try:
+                        t = do_bench(lambda: impl_kda._chunked(q, k, v, g, beta, None, 64, None, False, **var))
+                    except Exception as e:  # a tile that does not fit is a sweep result, not a failure
+                        t = float("nan")
+                        print(f"  sweep {var}: {type(e).__name__}: {str(e)[:200]}")
+                    row["sweep"].append({**var, "ms": t})
+                best = min((s for s in row["sweep"] if s["ms"] == s["ms"]), key=lambda s: s["ms"])
+                row["sweep_best"] = best
+                print(f"  sweep: {' '.join(f'{s}' for s in row['sweep'])}")
+                row["kernels"] = _kernel_times(lambda: impl_kda.chunked(q, k, v, g, beta, None, 64, None,
+                                                                        boundary_states=False))
+                print(f"  kernels (us/call): ours {row['kernels']}")
+            results["prefill"].append(row)
+            print(f"{H:>3} {T:>6} {ms:>9.3f} {fla_ms if fla_ms else float('nan'):>9.3f} "
+                  f"{(fla_ms / ms) if fla_ms else float('nan'):>8.2f} {T / ms / 1e3:>8.2f} "
+                  f"{io_bytes / ms / 1e6:>7.0f} {100 * io_bytes / (ms * 1e-3) / copy_bw:>6.1f} "
+                  f"{err_o:>9.2e} {err_m:>9.2e}")
+            del q, k, v, g, beta
+            torch.cuda.empty_cache()
+
+    if not args.skip_decode:
+        bound_o = bench_bound("kda", "decode", "output", "bfloat16")
+        bound_m = bench_bound("kda", "decode", "final_state", "bfloat16")
+        H = 64
+        print(f"\ndecode (H={H}, K=V={K}, CUDA graphs, ours in place); gate rel-L2 <= {bound_o:g} / {bound_m:g}")
+        print(f"{'B':>4} {'ours us':>9} {'fla us':>9} {'speedup':>8} {'Mtok/s':>8} {'state GB/s':>10} "
+              f"{'%copy':>6} {'fla %copy':>9} {'err o':>9} {'err M':>9}")
+        for B in batches:
+            w, z, f, b, state = _decode_setup(B, H)
+            rows = list(range(min(B, 2)))
+            o, new = impl_kda.decode(w, z, f, b, state)
+            wn = w.map(_np)
+            o_ref, st_ref = oracle_kda.decode(wn, _np(z[rows]), _np(f[rows]), _np(b[rows]),
+                                              type(state)(_np(state.recurrent[rows]), _np(state.conv[rows])))
+            err_o = _rel_l2(_np(o[rows]), o_ref)
+            err_m = _rel_l2(_np(new.recurrent[rows]), st_ref.recurrent)
+            if not (err_o <= bound_o and err_m <= bound_m):
+                print(f"REFUSED decode B={B}: rel-L2 vs oracle output {err_o:.3e} (bound {bound_o:g}), "
+                      f"state {err_m:.3e} (bound {bound_m:g}); not timing")
+                return 1
+            sweep = {}
+            variants = [{}] + ([dict(num_stages=0), dict(num_stages=0, num_warps=8), dict(num_stages=0, bv=64),
+                                dict(bv=16), dict(bv=64), dict(num_warps=2), dict(num_stages=2)]
+                               if args.sweep else [])
+            for var in variants:
+                replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True, **var))
+                sweep[str(var)] = do_bench(replay) * 1e3
+            us = sweep["{}"]
+            state_bytes = 2 * B * H * K * V * 4
+            io_bytes = state_bytes + 2 * state.conv.numel() * 2 + z.numel() * 2 + f.numel() * 4 + b.numel() * 2 \
+                + B * H * V * 2
+            row = {"B": B, "H": H, "ours_us": us, "tokens_per_s": B / (us * 1e-6), "err_output": err_o,
+                   "err_state": err_m, "state_bytes": state_bytes, "io_bytes": io_bytes,
+                   "state_pct_copy": 100 * state_bytes / (us * 1e-6) / copy_bw,
+                   "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw, "sweep_us": sweep}
+            fla_us = None
+            if fla is not None:
+                fused_recurrent_kda = fla[1]
+                gen = torch.Generator(device="cuda").manual_seed(1)
+                qf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
+                qf = (qf / qf.norm(dim=-1, keepdim=True) * K ** -0.5).bfloat16()
+                kf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
+                kf = (kf / kf.norm(dim=-1, keepdim=True)).bfloat16()
+                vf = torch.randn(B, 1, H, V, device="cuda", generator=gen).bfloat16()
+                gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
+                bf = torch.rand(B, 1, H, device="cuda", generator=gen)
+                hf = state.recurrent.clone()
+                replay_fla = _graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
+                                                                output_final_state=True))
+                fla_us = do_bench(replay_fla) * 1e3
+                row["fla_us"] = fla_us
+                row["speedup"] = fla_us / us
+                row["fla_state_pct_copy"] = 100 * state_bytes / (fla_us * 1e-6) / copy_bw
+            if len(sweep) > 1:
+                print(f"  sweep (us): {sweep}")
+            results["decode"].append(row)
+            print(f"{B:>4} {us:>9.2f} {fla_us if fla_us else float('nan'):>9.2f} "
+                  f"{(fla_us / us) if fla_us else float('nan'):>8.2f} {B / us:>8.2f} "
+                  f"{state_bytes / us / 1e3:>10.0f} {row['state_pct_copy']:>6.1f} "
+                  f"{row.get('fla_state_pct_copy', float('nan')):>9.1f} {err_o:>9.2e} {err_m:>9.2e}")
+            del w, z, f, b, state, new
+            torch.cuda.empty_cache()
+
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Compile every Triton kernel for a GPU target without a GPU (`glmgate kernels`).
+
+The CPU interpreter runs the kernels' arithmetic but never compiles them: dtype mismatches in tl.dot,
+shared-memory overflows and register spills only show up on the device. This compiles each kernel at
+full-size shapes for sm_90 (Hopper, the H200) with the ptxas that ships inside the triton wheel, and
+reports registers, spill (stack) bytes and shared memory per kernel. Exit 1 if any kernel fails.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import NamedTuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class KernelRecord(NamedTuple):
+    module: str          # file under impl/kernels
+    name: str
+    pointers: dict       # argument -> pointer type ("*bf16", ...)
+    scalars: dict        # argument -> "i32" | "fp32"
+    constexprs: dict
+    options: dict
+
+
+BF, F32 = "*bf16", "*fp32"
+KDA = dict(H=64, K=128, V=128)
+RECORDS = (
+    KernelRecord("kda", "kda_intra_chunked_fwd_kernel",
+                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
+                 dict(T="i32"),
+                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
+                      OFFSET64=True, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+    KernelRecord("kda", "kda_state_chunked_fwd_kernel",
+                 dict(qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, o=BF, h0=F32, ht=F32),
+                 dict(T="i32", NSEG="i32", CPS="i32"),
+                 dict(**KDA, BT=64, BK=128, BV=64, VS=128, USE_INITIAL_STATE=True, STORE_BOUNDARY=False,
+                      STORE_FINAL=True, IS_VARLEN=False, IS_LOCAL=False, PRECISION="tf32", cu_seqlens=None,
+                      chunk_offsets=None, boundary_offsets=None, hb=None), dict(num_warps=4)),
+    KernelRecord("kda", "kda_combine_chunked_fwd_kernel", dict(h0=F32, hl=F32, hs=F32), dict(NSEG="i32"),
+                 dict(**KDA, BK=128, BV=32, USE_INITIAL_STATE=True), dict(num_warps=4)),
+    KernelRecord("kda", "kda_recurrent_fused_fwd_kernel",
+                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, o=BF, h0=F32, ht=F32), dict(T="i32"),
+                 dict(**KDA, BK=128, BV=32, USE_INITIAL_STATE=True, IS_VARLEN=False, cu_seqlens=None),
+                 dict(num_warps=4)),
+    KernelRecord("kda", "kda_decode_fused_fwd_kernel",
+                 dict(z=BF, f=F32, b=BF, conv_w=F32, A_log=F32, conv_in=BF, conv_out=BF, h_in=F32, h_out=F32, o=BF),
+                 dict(lower_bound="fp32", scale="fp32"),
+                 dict(H=64, K=128, W=4, BK=128, BV=64, BW=4, NUM_STAGES=0, USE_LOWER_BOUND=True),
+                 dict(num_warps=4)),
+    KernelRecord("dsa", "dsa_pool_fwd_kernel",
+                 dict(packed=BF, ape=F32, first="*i64", kbar=F32, member_idx="*i64", pool_valid="*i8"),
+                 dict(T="i32", NP="i32"), dict(K=128, M=4, BPL=8, BM=4, BK=128), dict(num_warps=4)),
+    KernelRecord("dsa", "dsa_score_fwd_kernel", dict(q=BF, w=F32, kbar=BF, pool_last="*i64", out=F32),
+                 dict(S="i32", P="i32", offset="i32", scale="fp32"),
+                 dict(H=32, K=128, BT=64, BP=64, BK=128, PRECISION="tf32"), dict(num_warps=4)),
+    # the GPU's selection (packed digit counts): up to 2048 pools held in registers (8192 cached tokens),
+    # and over several tiles
+    KernelRecord("dsa", "dsa_select_fwd_kernel",
+                 dict(I=F32, pool_last="*i64", member_idx="*i64", val="*i8", n_vis="*i64", first="*i64",
+                      indices="*i64", scores=F32, candidate="*i8"),
+                 dict(S="i32", P="i32", T="i32", k_sel="i32", W="i32"),
+                 dict(M=4, TAIL=True, ONE=True, RB=2, BS=1, BP=2048, BM=4, BW=1024, PACKED=True), dict(num_warps=8)),
+    KernelRecord("dsa", "dsa_select_fwd_kernel",
+                 dict(I=F32, pool_last="*i64", member_idx="*i64", val="*i8", n_vis="*i64", first="*i64",
+                      indices="*i64", scores=F32, candidate="*i8"),
+                 dict(S="i32", P="i32", T="i32", k_sel="i32", W="i32"),
+                 dict(M=4, TAIL=True, ONE=False, RB=2, BS=1, BP=2048, BM=4, BW=1024, PACKED=True), dict(num_warps=8)),
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
+                      PAGED=False, PAGE=1), dict(num_warps=8, num_stages=2)),
+    # the paged cache (64-token pages, vLLM's FlashMLA block size) read through the block table
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64),
+                 dict(num_warps=8, num_stages=2)),
+    KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512), dict(num_warps=4)),
+    # the GPU's partial (impl.mhc: a tf32x3 tl.dot over 16 rows, 64-wide sub-blocks, 2 warps) and finish
+    # (1 row, 1 warp); the broadcast-and-sum partial is the interpreter's, kept compiling at step 3's form
+    KernelRecord("mhc", "mhc_coeff_partial_dot_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
+                 dict(N=4, D=4096, BR=16, BM=32, BK=256, BKS=64, PRECISION="tf32x3"), dict(num_warps=2)),
+    KernelRecord("mhc", "mhc_coeff_partial_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),
+                 dict(N=4, D=4096, BR=1, BN=4, BK=256, BKS=256), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_coeff_finish_fwd_kernel",
+                 dict(part=F32, base=F32, scale=F32, x=BF, pre=F32, post=F32, comb=F32, u=BF),
+                 dict(R="i32", iters="i32", hc_eps="fp32", rms_eps="fp32"),
+                 dict(N=4, D=4096, NS=64, BR=1, BN=4, BS=64, BD=256), dict(num_warps=1)),
+    # the 16-token router tile: the interpreter's past N = 1 and step 12's (impl.candidates.moe_decode_step12)
+    KernelRecord("moe", "moe_router_fwd_kernel",
+                 dict(logits=F32, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
+                 dict(N="i32", scaling="fp32"),
+                 dict(E=288, G=1, TOPK_GROUP=1, TOP_K=8, NORM=True, BT=16, BE=512, BG=1, BKE=8),
+                 dict(num_warps=16)),
+    # the GPU's router: one token a program, one warp (impl.moe._router_tile, issue 14 step 13)
+    KernelRecord("moe", "moe_router_fwd_kernel",
+                 dict(logits=F32, bias=F32, scores=F32, biased=F32, groups=F32, ids="*i64", weights=F32),
+                 dict(N="i32", scaling="fp32"),
+                 dict(E=288, G=1, TOPK_GROUP=1, TOP_K=8, NORM=True, BT=1, BE=512, BG=1, BKE=8),
+                 dict(num_warps=1)),
+    KernelRecord("moe", "moe_gate_up_fwd_kernel",
+                 dict(x=BF, w=BF, sorted_ids="*i64", block_expert="*i64", h=BF), dict(P="i32", limit="fp32"),
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, packed=None,
+                      scale=None, gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
+    KernelRecord("moe", "moe_down_fwd_kernel",
+                 dict(h=BF, w=BF, sorted_ids="*i64", block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
+                 dict(D=4096, I=2048, NVFP4=False, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, packed=None, scale=None,
+                      gscale=None, gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
+    KernelRecord("moe", "moe_gate_up_fwd_kernel",
+                 dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64", h=BF),
+                 dict(P="i32", limit="fp32"),
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
+                      gin=None, BM=16, BN=64, BK=128), dict(num_warps=4)),
+    KernelRecord("moe", "moe_down_fwd_kernel",
+                 dict(h=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, sorted_ids="*i64", block_expert="*i64",
+                      weights=F32, out=F32), dict(P="i32"),
+                 dict(D=4096, I=2048, NVFP4=True, W4A4=False, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None, gin=None,
+                      BM=16, BN=64, BK=128), dict(num_warps=4)),
+    # W4A4 emulation: the activation tile quantize-dequantized in the prologue (h in float32)
+    KernelRecord("moe", "moe_gate_up_fwd_kernel",
+                 dict(x=BF, packed="*u8", scale="*fp8e4nv", gscale=F32, gin=F32, sorted_ids="*i64",
+                      block_expert="*i64", h=F32), dict(P="i32", limit="fp32"),
+                 dict(D=4096, I=2048, TOP_K=8, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
+                      BM=64, BN=64, BK=64), dict(num_warps=8)),
+    KernelRecord("moe", "moe_down_fwd_kernel",
+                 dict(h=F32, packed="*u8", scale="*fp8e4nv", gscale=F32, gin=F32, sorted_ids="*i64",
+                      block_expert="*i64", weights=F32, out=F32), dict(P="i32"),
+                 dict(D=4096, I=2048, NVFP4=True, W4A4=True, DOT="bf16", PRECISION="tf32", SWIZZLED=False, w=None,
+                      BM=64, BN=64, BK=64), dict(num_warps=8)),
+    KernelRecord("moe", "moe_align_fwd_kernel", dict(ids="*i64", sorted_ids="*i64", block_expert="*i64"),
+                 dict(P="i32", NB="i32"), dict(E=288, BM=16, BE=512, BP=32, BS=64, IDX="int32", FILL=True),
+                 dict(num_warps=4)),
+    # the norms (impl.candidates.norms_fused, issue 14 step 14): hidden 4096, MLA's kv latent 512, a KDA head's 128
+    KernelRecord("norm", "norm_fwd_kernel", dict(x=BF, w=BF, zg=BF, y=BF), dict(D="i32", eps="fp32"),
+                 dict(MODE=0, BD=4096), dict(num_warps=4)),
+    KernelRecord("norm", "norm_fwd_kernel", dict(x=BF, w=BF, zg=BF, y=BF), dict(D="i32", eps="fp32"),
+                 dict(MODE=1, BD=512), dict(num_warps=1)),
+    KernelRecord("norm", "norm_fwd_kernel", dict(x=BF, w=F32, zg=BF, y=BF), dict(D="i32", eps="fp32"),
+                 dict(MODE=2, BD=128), dict(num_warps=1)),
+    KernelRecord("moe", "moe_combine_fwd_kernel", dict(out=F32, y=BF), dict(N="i32", D="i32"),
+                 dict(TOP_K=8, BT=1, BD=1024), dict(num_warps=4)),
+    KernelRecord("moe", "nvfp4_qdq_fwd_kernel", dict(x=BF, out=F32), dict(M="i32", G="fp32"),
+                 dict(K=4096, BM=16, BK=64), dict(num_warps=4)),
+    KernelRecord("mhc", "mhc_write_back_fwd_kernel", dict(x=BF, y=BF, post=F32, comb=F32, x_new=BF),
+                 dict(R="i32"), dict(N=4, D=4096, BR=1, BN=4, BD=256, ACC="fp32"), dict(num_warps=4)),
+)
+
+# the NVFP4 GEMMs also read 128x4-swizzled block scales (scale_layout "swizzled": a gathered tile)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SWIZZLED": True}) for r in RECORDS
+                          if r.module == "moe" and r.constexprs.get("NVFP4") and not r.constexprs.get("W4A4"))
+
+# the grouped GEMMs' NVFP4 weight tile form (SPLIT, issue 14): interleaved above, and split for W4A16
+# (linear and swizzled scales) and W4A4
+_GEMMS = ("moe_gate_up_fwd_kernel", "moe_down_fwd_kernel")
+RECORDS = tuple(r._replace(constexprs={**r.constexprs, "SPLIT": False, "PAIRS": False}) if r.name in _GEMMS else r
+                for r in RECORDS)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SPLIT": True}) for r in RECORDS
+                          if r.name in _GEMMS and r.constexprs.get("NVFP4"))
+
+# the split W4A16 decode tiles dequantize two codes per 32-bit instruction on a GPU (PAIRS, issue 14 step 11)
+RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "PAIRS": True}) for r in RECORDS
+                          if r.name in _GEMMS and r.constexprs.get("SPLIT") and not r.constexprs.get("W4A4"))
+
+# the MoE GEMMs also run with prefill tiles (impl.moe._tiles: > 16 pairs per expert)
+RECORDS = RECORDS + tuple(
+    r._replace(constexprs={**r.constexprs, "BM": 128, "BN": 128, "BK": 64}, options=dict(num_warps=8))
+    for r in RECORDS if r.module == "moe" and r.constexprs.get("W4A4") is False)
+
+
+def _load(module: str):
+    path = os.path.join(ROOT, "impl", "kernels", f"{module}.py")
+    spec = importlib.util.spec_from_file_location(f"_compile_check_{module}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compile_one(rec: KernelRecord, arch: int):
+    """(registers, stack bytes, shared bytes) of one kernel compiled for sm_<arch>."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(_load(rec.module), rec.name)
+    sig = {}
+    for n in fn.arg_names:
+        if n in rec.constexprs:
+            sig[n] = "constexpr"
+        elif n in rec.pointers:
+            sig[n] = rec.pointers[n]
+        elif n in rec.scalars:
+            sig[n] = rec.scalars[n]
+        else:
+            raise ValueError(f"{rec.name}: no type given for argument {n!r} in gate/compile_check.py")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    # dtype-valued constexprs are written as strings in the table ("fp32" -> tl.float32)
+    consts = {k: (getattr(tl, {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "int32": "int32"}[v])
+                  if k in ("ACC", "DOT", "IDX") else v) for k, v in rec.constexprs.items()}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    c = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=rec.options)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    regs = stack = -1
+    if os.path.exists(cuobjdump):
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+            fh.write(c.asm["cubin"])
+            fh.flush()
+            out = subprocess.run([cuobjdump, "-res-usage", fh.name], capture_output=True, text=True).stdout
+        m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
+        if m:
+            regs, stack = int(m.group(1)), int(m.group(2))
+    return regs, stack, int(c.metadata.shared)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="glmgate kernels", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90: H100/H200)")
+    p.add_argument("--kernel", action="append", help="only this kernel (repeatable)")
+    args = p.parse_args(argv)
+    # the interpreter replaces @triton.jit functions at import: compile the real ones
+    os.environ.pop("TRITON_INTERPRET", None)
+    if "triton" in sys.modules and os.environ.get("_GLMGATE_COMPILE_CHILD") != "1":
+        env = dict(os.environ, _GLMGATE_COMPILE_CHILD="1")
+        return subprocess.call([sys.executable, "-m", "gate.compile_check", *(argv or sys.argv[1:])],
+                               env=env, cwd=ROOT)
+    failed = 0
+    print(f"{'kernel':48s} {'regs':>5s} {'spill B':>8s} {'smem B':>8s}  (sm_{args.arch}, full-size shapes)")
+    for rec in RECORDS:
+        if args.kernel and rec.name not in args.kernel:
+            continue
+        label = rec.name + (" split" if rec.module == "moe" and rec.constexprs.get("SPLIT") else "") + (
+                            " pairs" if rec.constexprs.get("PAIRS") else "") + (
+                            " (w4a4)" if rec.constexprs.get("W4A4") else
+                            " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else
+                            " (nvfp4)" if rec.constexprs.get("NVFP4") else
+                            " (paged)" if rec.constexprs.get("PAGED") else "")
+        if rec.module == "moe" and rec.constexprs.get("BM") == 128:
+            label += " prefill"
+        try:
+            regs, stack, smem = compile_one(rec, args.arch)
+            print(f"{label:48s} {regs:>5d} {stack:>8d} {smem:>8d}")
+        except Exception as e:  # a kernel that does not compile is the finding: report and go on
+            failed += 1
+            print(f"{label:48s} FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,461 @@
+"""KDA on torch + Triton, mirroring oracle/kda.py by name and argument order (torch tensors in/out).
+
+Letters: B batch, S/T tokens, N sequences (cu_seqlens), H heads, K key dim, V value dim, D hidden size,
+C conv channels (3·H·K), W conv width, L chunk length (64), P boundary states.
+
+Working dtype: the dtype of q (bf16 on GPU); float32 in the Triton interpreter, whose tl.dot on bf16
+operands is wrong. States are float32 always.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import canary, interpreted, num_sms
+from impl.kernels.kda import (
+    kda_combine_chunked_fwd_kernel,
+    kda_decode_fused_fwd_kernel,
+    kda_intra_chunked_fwd_kernel,
+    kda_recurrent_fused_fwd_kernel,
+    kda_state_chunked_fwd_kernel,
+)
+from oracle.state import checkpoint_shapes
+from oracle.types import KDAState, KDAWeights, core_shapes
+
+L2_EPS = 1e-6
+CHUNK = 64
+# the compositions of this module and the functions of the namespace they call through `ops`: a
+# candidate that provides only some of them runs inside ours (impl/compose.py)
+COMPOSITIONS = {"sublayer": ("chunked", "decode", "gated_rmsnorm"), "checkpoint": ("chunked",)}
+_SELF = sys.modules[__name__]
+# bitwise batch invariance (impl.registry.batch_invariant; the check kda.batch): every kernel's grid and
+# tiles come from per-row quantities (the state pass's segment count too, `_state_config`), so a row's
+# bits never depend on its companions. A packed document equals itself packed alone, not the same
+# document run as a plain row: the varlen path never segments (declared in contracts.d/kda.toml). The
+# sublayer is not claimed: its projections are torch GEMMs, whose kernel choice follows the row count
+BATCH_INVARIANT = ("chunked", "recurrent", "decode")
+SUB_CHUNK = 16
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# the widest K / V tile under the interpreter: the head dims the CPU can afford (<= 32) then span two
+# tiles, so the loops over K and V tiles run more than once there too (invariants/kernel_paths.py)
+INTERPRETER_TILE = 16
+
+
+def _tile(gpu: int) -> int:
+    """A K / V tile bound: `gpu` on a device, at most INTERPRETER_TILE under the interpreter."""
+    return min(gpu, INTERPRETER_TILE) if interpreted() else gpu
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
+    """Shapes (oracle.types.core_shapes) plus what torch adds: dtypes, devices, the kernels' tile limit."""
+    if cu_seqlens is not None and (not isinstance(cu_seqlens, torch.Tensor)
+                                   or cu_seqlens.dtype not in (torch.int32, torch.int64)):
+        raise ValueError(f"cu_seqlens: expected an int32/int64 tensor [N+1], got "
+                         f"{getattr(cu_seqlens, 'dtype', type(cu_seqlens))}")
+    B, T, H, K, V, n, cu = core_shapes(q, k, v, g, beta, state, cu_seqlens)
+    if q.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"q: expected dtype in {_FLOAT_DTYPES}, got {q.dtype}")
+    for name, a in (("k", k), ("v", v)):
+        if a.dtype != q.dtype:
+            raise ValueError(f"{name}: expected dtype {q.dtype} (that of q), got {a.dtype}")
+    for name, a in (("g", g), ("beta", beta)):
+        if not a.dtype.is_floating_point:
+            raise ValueError(f"{name}: expected a floating dtype, got {a.dtype}")
+    for name, a in (("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)):
+        if a is not None and a.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (that of q), got {a.device}")
+    if K > 256 or V > 256:
+        raise ValueError(f"q, v: head dims K={K}, V={V}; the kernels hold a [K, V] tile, expected <= 256")
+    if state is not None and state.dtype != torch.float32:
+        raise ValueError(f"state: expected dtype torch.float32, got {state.dtype}")
+    lens = None if cu is None else [b - a for a, b in zip(cu, cu[1:])]
+    return B, T, H, K, V, n, lens
+
+
+def _work(a: torch.Tensor) -> torch.Tensor:
+    """Contiguous, in float32 under the interpreter (its bf16 tl.dot is wrong)."""
+    if interpreted() and a.dtype != torch.float32:
+        a = a.float()
+    return a.contiguous()
+
+
+# ----------------------------------------------------------------------------- core: chunked
+
+
+def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+    """Chunked (WY/UT) prefill; must match oracle.kda.chunked.
+
+    Args:
+        q, k: [B, T, H, K] L2-normalised (q scaled);  v: [B, T, H, V];  g: [B, T, H, K] log-decay;
+        beta: [B, T, H];  state: [B or N, H, K, V] float32 or None (zeros);  chunk: 64 only;
+        cu_seqlens: [N+1] int32/int64 (B == 1);  boundary_states: False skips computing them.
+    Returns:
+        o: [B, T, H, V] in q's dtype;  state: [B or N, H, K, V] float32;
+        boundary_states: [B, T // 64, H, K, V] (or [sum floor(len/64), H, K, V] with cu_seqlens) float32,
+        or None when boundary_states is False.
+    """
+    return _chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+# The state pass cuts a long row into segments (a two-level scan) when few programs would run. On a GPU
+# a segment is at least 16 chunks and only rows of >= 32 chunks are cut (measured at H=8, T=16384,
+# NOTES.md); the interpreter cuts rows of >= 2 chunks into segments of >= 1 chunk, so the CPU strategies
+# (rows of at most a few hundred tokens) reach the segmented scan and its combine kernel.
+SEGMENT_MIN_CHUNKS = {"gpu": 32, "interpreter": 2}
+SEGMENT_CHUNKS = {"gpu": 16, "interpreter": 1}
+
+
+def _state_config(device, H, NT, K, V):
+    """(BV, NSEG, num_warps) for the state pass of ONE row: enough programs to fill the SMs.
+
+    Only per-row quantities (H, NT, K, V) decide, never the batch: a row's bits must not depend on how
+    many rows share the launch (batch invariance, the check kda.batch). The state recurrence is
+    independent per value column, so a few heads split into narrow V-blocks; below one program per SM a
+    long row is also cut into segments (two-level scan).
+    """
+    BV = 64 if V >= 64 else triton.next_power_of_2(max(V, 16))
+    sms = num_sms(device)
+    progs = triton.cdiv(V, BV) * H
+    if progs < sms // 2:
+        BV = min(32, BV)
+        progs = triton.cdiv(V, BV) * H
+    where = "interpreter" if interpreted() else "gpu"
+    nseg = 1
+    if progs < sms // 2 + 2 and NT >= SEGMENT_MIN_CHUNKS[where]:
+        nseg = min(max(sms // progs, 1), NT // SEGMENT_CHUNKS[where])
+    return BV, max(nseg, 1), 4
+
+
+def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
+             bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
+             anchor=0, offset64=True):
+    """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
+        raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
+    B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
+    device, out_dtype = q.device, q.dtype
+    q, k, v, g, beta = (_work(a) for a in (q, k, v, g, beta))
+    varlen = cu_seqlens is not None
+    # float32 inputs ask for float32 results: tf32 would round every operand to 10 bits; the
+    # intra-chunk float32 dots of the bf16 path are tf32 (their operands came from bf16 already)
+    precision = "ieee" if k.dtype == torch.float32 else "tf32"
+    BT, BK = CHUNK, triton.next_power_of_2(max(K, 16))
+    if varlen:
+        lens_t = torch.tensor(lens, dtype=torch.int64)
+        n_chunks = (lens_t + BT - 1) // BT
+        chunk_offsets = torch.cat([lens_t.new_zeros(1), n_chunks.cumsum(0)])
+        boundary_offsets = torch.cat([lens_t.new_zeros(1), (lens_t // BT).cumsum(0)])
+        seq_of_chunk = torch.repeat_interleave(torch.arange(N), n_chunks)
+        local = torch.arange(int(chunk_offsets[-1])) - chunk_offsets[:-1][seq_of_chunk]
+        chunk_indices = torch.stack([seq_of_chunk, local], 1).to(device=device, dtype=torch.int32)
+        chunk_offsets = chunk_offsets.to(device)
+        boundary_offsets = boundary_offsets.to(device)
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).contiguous()
+        NC_total, NB_total = int(n_chunks.sum()), int((lens_t // BT).sum())
+        intra_grid = (NC_total, H, 1)
+    else:
+        chunk_indices = chunk_offsets = boundary_offsets = cu = None
+        NT = triton.cdiv(T, BT)
+        NC_total, NB_total = B * NT, B * (T // BT)
+        intra_grid = (NT, H, B)
+
+    qg, kg, w = (torch.empty_like(k) for _ in range(3))
+    u = torch.empty_like(v)
+    aqk = torch.empty(B, T, H, BT, device=device, dtype=k.dtype)
+    gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
+    flags = torch.zeros(2, device=device, dtype=torch.int32)
+    if NC_total:
+        kda_intra_chunked_fwd_kernel[intra_grid](
+            q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, num_warps=intra_warps or 4,
+        )
+
+    o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
+    final = torch.empty(N, H, K, V, device=device, dtype=torch.float32)
+    hb = torch.empty(B, T // BT, H, K, V, device=device, dtype=torch.float32) if not varlen else \
+        torch.empty(NB_total, H, K, V, device=device, dtype=torch.float32)
+    NTmax = max(lens) if varlen else T
+    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, triton.cdiv(NTmax, BT), K, V)
+    BV = bv or cfg_bv
+    NSEG = 1 if varlen else (nseg or cfg_nseg)
+    NSEG = max(1, min(NSEG, triton.cdiv(T, BT)))
+    CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
+    NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
+    warps = num_warps or cfg_warps
+    h0 = state.contiguous() if state is not None else None
+    if NSEG > 1:
+        VS = V + K
+        hl = torch.empty(N, NSEG, H, K, VS, device=device, dtype=torch.float32)
+        kda_state_chunked_fwd_kernel[(triton.cdiv(VS, BV), H, N * NSEG)](
+            qg, kg, w, u, aqk, gl, o, None, hl, None, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=VS, USE_INITIAL_STATE=False, STORE_BOUNDARY=False,
+            STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, num_warps=warps,
+        )
+        hs = torch.empty(N, NSEG, H, K, V, device=device, dtype=torch.float32)
+        kda_combine_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N)](
+            h0, hl, hs, NSEG, H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, num_warps=4,
+        )
+        h0 = hs
+    kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * NSEG)](
+        qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+        H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
+        STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
+        PRECISION=precision, num_warps=warps, **({"num_stages": stages} if stages else {}),
+    )
+    # a host read of two ints: it syncs, but a pass of isnan over g would read all of g again
+    nan_g, nan_beta = flags.tolist()
+    if nan_g:
+        raise ValueError("g: contains NaN (expected finite log-decay values)")
+    if nan_beta:
+        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
+    return o.to(out_dtype), final, (hb if boundary_states else None)
+
+
+# ----------------------------------------------------------------------------- core: recurrent
+
+
+def recurrent(q, k, v, g, beta, state=None, cu_seqlens=None):
+    """Token-by-token recurrence (fla's fused_recurrent shape); must match oracle.kda.recurrent.
+
+    Returns:
+        o: [B, T, H, V] in q's dtype;  state: [B or N, H, K, V] float32.
+    """
+    B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
+    # the token loop is not the fast path: a full isnan pass is cheap next to it
+    if torch.isnan(g).any():
+        raise ValueError("g: contains NaN (expected finite log-decay values)")
+    if torch.isnan(beta).any():
+        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
+    out_dtype = q.dtype
+    q, k, v, g, beta = (_work(a) for a in (q, k, v, g, beta))
+    o = torch.empty(B, T, H, V, device=q.device, dtype=v.dtype)
+    final = torch.empty(N, H, K, V, device=q.device, dtype=torch.float32)
+    cu = cu_seqlens.to(device=q.device, dtype=torch.int64).contiguous() if cu_seqlens is not None else None
+    BK = triton.next_power_of_2(max(K, 16))
+    BV = _tile(min(32, triton.next_power_of_2(max(V, 16))))
+    kda_recurrent_fused_fwd_kernel[(triton.cdiv(V, BV), N * H)](
+        q, k, v, g, beta, o, state.contiguous() if state is not None else None, final, cu, T,
+        H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=state is not None, IS_VARLEN=cu is not None,
+        num_warps=4,
+    )
+    return o.to(out_dtype), final
+
+
+# ----------------------------------------------------------------------------- decode
+
+
+def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None,
+           bv: Optional[int] = None, num_stages: int = 0):
+    """One token per sequence in ONE kernel; must match oracle.kda.decode.
+
+    Args:
+        z: [B, C] pre-conv q|k|v;  f: [B, H·K] gate pre-activation (with dt_bias);  b: [B, H] beta logits;
+        state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
+        inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
+        num_warps, bv, num_stages: launch overrides (the bench sweeps them).
+    Returns:
+        o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
+    """
+    H, K, W = w.num_heads, w.head_dim, w.conv_width
+    C = 3 * H * K
+    if z.ndim != 2 or z.shape[1] != C:
+        raise ValueError(f"z: expected [B, {C}] (C = 3·H·K), got shape {tuple(z.shape)}")
+    B = z.shape[0]
+    for name, a, want in (("f", f, (B, H * K)), ("b", b, (B, H)),
+                          ("state.recurrent", state.recurrent, (B, H, K, K)),
+                          ("state.conv", state.conv, (B, C, W)),
+                          ("w.conv1d", w.conv1d, (C, W)), ("w.A_log", w.A_log, (H,))):
+        if tuple(a.shape) != want:
+            raise ValueError(f"{name}: expected shape {want}, got {tuple(a.shape)}")
+        if a.device != z.device:
+            raise ValueError(f"{name}: expected device {z.device} (that of z), got {a.device}")
+    if state.recurrent.dtype != torch.float32:
+        raise ValueError(f"state.recurrent: expected dtype torch.float32, got {state.recurrent.dtype}")
+    if K > 256:
+        raise ValueError(f"w.head_dim: {K}, expected <= 256")
+    if inplace and not (state.recurrent.is_contiguous() and state.conv.is_contiguous()):
+        raise ValueError("state: in-place decode needs contiguous state buffers")
+    h_in, c_in = state.recurrent.contiguous(), state.conv.contiguous()
+    # GLMGATE_CANARY=1: fresh outputs inside sentinel margins, verified after the launch (impl/canary.py)
+    h_out = h_in if inplace else canary.empty(*h_in.shape, dtype=h_in.dtype, device=h_in.device)
+    c_out = c_in if inplace else canary.empty(*c_in.shape, dtype=c_in.dtype, device=c_in.device)
+    o = canary.empty(B, H, K, device=z.device, dtype=z.dtype)
+    lb = w.lower_bound
+    kda_decode_fused_fwd_kernel[(H, B)](
+        z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
+        c_in, c_out, h_in, h_out, o, 0.0 if lb is None else float(lb), K ** -0.5,
+        H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=bv or _tile(min(64, triton.next_power_of_2(K))),
+        BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
+        USE_LOWER_BOUND=lb is not None, num_warps=num_warps or 4,
+    )
+    canary.verify("kda_decode_fused_fwd_kernel", o=o, **({} if inplace else {"state.recurrent": h_out,
+                                                                            "state.conv": c_out}))
+    return o, KDAState(h_out, c_out)
+
+
+def decode_graph(w: KDAWeights, pool: KDAState, max_batch: int):
+    """A CUDA-graph decode step over a pool of states: `decode` (in place) captured once at max_batch rows,
+    replayed with each step's inputs and state slots copied into its persistent buffers (impl/graph.py).
+
+    Args:
+        pool: KDAState(recurrent [P, H, K, K] float32, conv [P, C, W]) the states rows read and write by
+            slot (the step keeps its own copy);  max_batch: the captured batch M
+    Returns:
+        a KDADecodeStep: eager / capture / replay(z [B, C], f [B, H·K] f32, b [B, H], slots [B]) -> o [B, H, V];
+        its `pool` after the steps
+    """
+    from impl.graph import KDADecodeStep
+    return KDADecodeStep(_SELF, w, pool, max_batch)
+
+
+# ----------------------------------------------------------------------------- sublayer pieces (torch)
+
+
+def l2norm(x):
+    """x / sqrt(Σ x² + 1e-6) over the last axis, in float32 (oracle.kda.l2norm)."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2_EPS)
+
+
+def gate(f, A_log, lower_bound):
+    """Log-decay g [.., H, K] float32 from f [.., H, K] (oracle.kda.gate)."""
+    a = torch.exp(A_log.float())[:, None]
+    f = f.float()
+    if lower_bound is None:
+        return -a * F.softplus(f, threshold=20.0)
+    return lower_bound * torch.sigmoid(a * f)
+
+
+def conv(z, weight, conv_state=None, cu_seqlens=None):
+    """Depthwise causal conv over q|k|v channels, no activation (oracle.kda.conv); float32 math.
+
+    Args:
+        z: [B, S, C];  weight: [C, W];  conv_state: [B or N, C, W] or None (zeros)
+    Returns:
+        c: [B, S, C] in z's dtype;  conv_state: [B or N, C, W] in z's dtype
+    """
+    B, S, C = z.shape
+    W = weight.shape[-1]
+    wt = weight.float()[:, None, :]                                          # [C, 1, W]
+    if cu_seqlens is None:
+        prev = conv_state.float() if conv_state is not None else z.new_zeros(B, C, W, dtype=torch.float32)
+        zz = torch.cat([prev, z.float().transpose(1, 2)], dim=2)             # [B, C, W + S]
+        c = F.conv1d(zz[:, :, 1:], wt, groups=C).transpose(1, 2)            # [B, S, C]
+        return c.to(z.dtype), zz[:, :, -W:].to(z.dtype).contiguous()
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    c = torch.empty(B, S, C, device=z.device, dtype=torch.float32)
+    states = []
+    for i, (s, e) in enumerate(zip(cu, cu[1:])):
+        prev = conv_state[i].float() if conv_state is not None else z.new_zeros(C, W, dtype=torch.float32)
+        zz = torch.cat([prev, z[0, s:e].float().T], dim=1)                  # [C, W + len]
+        if e > s:
+            c[0, s:e] = F.conv1d(zz[None, :, 1:], wt, groups=C)[0].T
+        states.append(zz[:, -W:])
+    return c.to(z.dtype), torch.stack(states).to(z.dtype)
+
+
+def gated_rmsnorm(o, zg, weight, eps):
+    """w · o · (mean(o²)+eps)^-1/2 · sigmoid(zg) over the last axis, float32, cast to o's dtype."""
+    u = o.float()
+    y = weight.float() * u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps) * torch.sigmoid(zg.float())
+    return y.to(o.dtype)
+
+
+def project(w: KDAWeights, x):
+    """Padding-zeroed x [B,S,D] -> (z [B,S,C], f [B,S,H·K] f32, b [B,S,H], zg [B,S,H·K]) (oracle.kda.project)."""
+    z = torch.cat([x @ w.q_proj.T, x @ w.k_proj.T, x @ w.v_proj.T], dim=-1)
+    f = ((x @ w.f_a_proj.T) @ w.f_b_proj.T).float() + w.dt_bias.float()
+    b = x @ w.b_proj.T
+    zg = (x @ w.g_a_proj.T) @ w.g_b_proj.T
+    return z, f, b, zg
+
+
+def core_inputs(w: KDAWeights, c, f, b):
+    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g, beta float32 (oracle.kda.core_inputs)."""
+    H, K = w.num_heads, w.head_dim
+    shape = c.shape[:-1]
+    c = F.silu(c.float())
+    q, k, v = (c[..., i * H * K:(i + 1) * H * K].reshape(*shape, H, K) for i in range(3))
+    q = l2norm(q) * K ** -0.5
+    k = l2norm(k)
+    g = gate(f.reshape(*shape, H, K), w.A_log, w.lower_bound)
+    beta = torch.sigmoid(b.float())
+    return q, k, v, g, beta
+
+
+def zero_state(w: KDAWeights, batch: int, device=None, dtype=torch.float32) -> KDAState:
+    """Zero KDAState: recurrent float32, conv in `dtype` (the model dtype)."""
+    H, K = w.num_heads, w.head_dim
+    device = device if device is not None else w.A_log.device
+    return KDAState(torch.zeros(batch, H, K, K, device=device, dtype=torch.float32),
+                    torch.zeros(batch, 3 * H * K, w.conv_width, device=device, dtype=dtype))
+
+
+def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None, *, ops=None):
+    """The KDA sublayer from the post-norm input to o_proj; must match oracle.kda.sublayer.
+
+    ops: the namespace whose `chunked`, `decode` and `gated_rmsnorm` it calls (default this module's; a
+    candidate's composed namespace passes itself, impl/compose.py; the norm is a seam, impl.registry.SEAMS).
+
+    Args:
+        x: [B, S, D];  mask: [B, S] 1 = real, 0 = pad;  state: KDAState or None;
+        cu_seqlens: [N+1] (B == 1, state rows are documents)
+    Returns:
+        y: [B, S, D] in x's dtype;  state: KDAState(recurrent float32, conv in x's dtype)
+    """
+    if x.ndim != 3:
+        raise ValueError(f"x: expected [B, S, D], got shape {tuple(x.shape)}")
+    if mask is not None:
+        x = x * mask.to(x.dtype)[..., None]
+    B, S, _ = x.shape
+    H, K = w.num_heads, w.head_dim
+    ops = _SELF if ops is None else ops
+    z, f, b, zg = project(w, x)
+    if S == 1 and state is not None and cu_seqlens is None:
+        o, new = ops.decode(w, z[:, 0], f[:, 0], b[:, 0], KDAState(state.recurrent, state.conv.to(x.dtype)))
+        o = o[:, None]                                                       # [B, 1, H, V]
+    else:
+        c, conv_state = conv(z, w.conv1d, None if state is None else state.conv, cu_seqlens)
+        q, k, v, g, beta = core_inputs(w, c, f, b)
+        work = x.dtype if x.dtype in _FLOAT_DTYPES else torch.float32
+        M0 = None if state is None else state.recurrent.float()
+        o, M, _ = ops.chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
+                          boundary_states=False)
+        new = KDAState(M, conv_state)
+    o = ops.gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
+    y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T
+    return y, new
+
+
+
+def checkpoint(q, k, v, g, beta, boundary_states, state=None, depth=0, chunk=64, *, ops=None):
+    """The state after exactly the first `depth` tokens of a prefill, from its chunked pass's boundary
+    states (a prefix-cache checkpoint at any depth); must match oracle.kda.checkpoint.
+
+    ops: the namespace whose `chunked` replays the tokens after the boundary (default this module's).
+
+    Args:
+        q, k, v, g, beta: the prefill's inputs [B, T, ...];  boundary_states: [B, T // 64, H, K, V] float32
+        (chunked's);  state: [B, H, K, V] float32 or None;  depth: 0 <= depth <= T
+    Returns:
+        [B, H, K, V] float32
+    """
+    B, T, H, K, V = checkpoint_shapes(q, k, v, g, beta, boundary_states, state, depth, chunk)
+    ops = _SELF if ops is None else ops
+    at = depth // chunk * chunk
+    saved = (boundary_states[:, at // chunk - 1] if at else
+             q.new_zeros(B, H, K, V, dtype=torch.float32) if state is None else state).float()
+    if at == depth:
+        return saved.clone()
+    part = (a[:, at:depth].contiguous() for a in (q, k, v, g, beta))
+    return ops.chunked(*part, saved.contiguous(), chunk, boundary_states=False)[1]

@@ -1,0 +1,111 @@
+"""Sparse MLA attention in absorbed form (SPEC §7); the host wrappers are in impl/mla.py.
+
+Letters: B batch, S queries, T cached tokens, H heads, R latent rank (r_kv), W selection width
+(index_topk + P_k - 1), NS selection splits (flash-decoding).
+
+In absorbed form every head attends over the same cached latent rows c_t (keys and values alike), so
+one program takes a block of heads and gathers each selected row once for all of them.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mla_sparse_absorbed_fwd_kernel(
+    q, c, indices, lengths, out, lse, block_table,
+    S, T, W, W_SPLIT, M, scale,
+    H: tl.constexpr, R: tl.constexpr,
+    BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr,
+):
+    """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
+
+    One program per (query row b·S + s, head block, selection split). A split streams its W_SPLIT
+    entries in blocks of BW with an online softmax; -1 entries (and anything outside [0, lengths[b]))
+    are skipped, so an empty selection gives 0, not NaN.
+    q: [B, S, H, R] (absorbed through W_UK), c: [B, T, R], indices: [B, S, W] int, lengths: [B] int.
+    SPLIT False: out [B, S, H, R] float32, lse unused. SPLIT True: out [B, S, NS, H, R] holds each
+    split's normalized partial output and lse [B, S, NS, H] its log-sum-exp (-inf when empty), for
+    mla_combine_kernel.
+    PAGED (a paged cache, docs/candidates.md section 13): c is the page pool [N, PAGE, R] and row b's
+    position t is read from page block_table[b, t // PAGE] (block_table [B, M] int), slot t % PAGE;
+    only entries < lengths[b] are ever looked up, so no block-table entry past the row's pages is read.
+    None and unused otherwise (T is then unused when PAGED).
+    """
+    i_bs, i_hb, i_sp = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    n_sp = tl.num_programs(2).to(tl.int64)
+    i_b = i_bs // S
+    o_h = i_hb * BH + tl.arange(0, BH)
+    o_r = tl.arange(0, BR)
+    mask_h = o_h < H
+    mask_r = o_r < R
+    mask_hr = mask_h[:, None] & mask_r[None, :]
+    p_q = q + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+    b_q = tl.load(p_q, mask=mask_hr, other=0.)                                             # [BH, BR]
+    n_len = tl.load(lengths + i_b).to(tl.int64)
+
+    # a finite floor: with -inf, a block with no valid entry would give exp(-inf - -inf) = NaN
+    b_m = tl.full([BH], -1e30, dtype=tl.float32)
+    b_l = tl.zeros([BH], dtype=tl.float32)
+    b_acc = tl.zeros([BH, BR], dtype=tl.float32)
+    w_lo = i_sp * W_SPLIT
+    w_hi = tl.minimum(w_lo + W_SPLIT, W)
+    for i_w in range(0, tl.cdiv(W_SPLIT, BW)):
+        o_w = w_lo + i_w * BW + tl.arange(0, BW)
+        b_idx = tl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(tl.int64)  # [BW]
+        mask_w = (b_idx >= 0) & (b_idx < n_len)
+        if PAGED:
+            # the page id under the same mask as the row: a -1 or out-of-row entry reads no table entry
+            b_page = tl.load(block_table + i_b * M + b_idx // PAGE, mask=mask_w, other=0).to(tl.int64)
+            p_c = c + (b_page[:, None] * PAGE + b_idx[:, None] % PAGE) * R + o_r[None, :]
+        else:
+            p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
+        b_c = tl.load(p_c, mask=mask_w[:, None] & mask_r[None, :], other=0.)               # [BW, BR]
+        b_s = tl.dot(b_q, tl.trans(b_c), input_precision=PRECISION) * scale               # [BH, BW]
+        b_s = tl.where(mask_w[None, :], b_s, float("-inf"))
+        b_mn = tl.maximum(b_m, tl.max(b_s, 1))
+        b_p = tl.exp(b_s - b_mn[:, None])
+        b_alpha = tl.exp(b_m - b_mn)
+        b_l = b_l * b_alpha + tl.sum(b_p, 1)
+        b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_c.dtype), b_c, input_precision=PRECISION)
+        b_m = b_mn
+
+    b_o = b_acc / tl.where(b_l > 0, b_l, 1.)[:, None]
+    if SPLIT:
+        i_row = i_bs * n_sp + i_sp
+        p_o = out + (i_row * H + o_h[:, None]) * R + o_r[None, :]
+        tl.store(p_o, b_o, mask=mask_hr)
+        b_lse = tl.where(b_l > 0, b_m + tl.log(tl.where(b_l > 0, b_l, 1.)), float("-inf"))
+        tl.store(lse + i_row * H + o_h, b_lse, mask=mask_h)
+    else:
+        p_o = out + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+        tl.store(p_o, b_o, mask=mask_hr)
+
+
+@triton.jit
+def mla_combine_kernel(
+    part, lse, out,
+    NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr,
+):
+    """out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L), L = max_j lse_j (0 if all empty).
+
+    One program per (query row, head). part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
+    """
+    i_bs, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_r = tl.arange(0, BR)
+    mask_r = o_r < R
+    b_m = tl.full([1], -1e30, dtype=tl.float32)
+    b_l = tl.zeros([1], dtype=tl.float32)
+    b_acc = tl.zeros([BR], dtype=tl.float32)
+    for j in range(0, NS):
+        i_row = i_bs * NS + j
+        b_x = tl.load(lse + i_row * H + i_h + tl.zeros([1], dtype=tl.int64))             # [1]
+        b_mn = tl.maximum(b_m, b_x)
+        b_alpha = tl.exp(b_m - b_mn)
+        b_p = tl.exp(b_x - b_mn)                                                          # 0 for an empty split
+        b_o = tl.load(part + (i_row * H + i_h) * R + o_r, mask=mask_r, other=0.)
+        b_l = b_l * b_alpha + b_p
+        b_acc = b_acc * b_alpha + b_p * b_o
+        b_m = b_mn
+    b_o = b_acc / tl.where(b_l > 0, b_l, 1.)
+    tl.store(out + (i_bs * H + i_h) * R + o_r, b_o, mask=mask_r)

@@ -1,0 +1,385 @@
+"""MLA (NoPE) over a DSA selection on torch + Triton, mirroring oracle/mla.py by name and argument order.
+
+Letters: B batch, S queries of this call, T cached tokens (past + current), D hidden size, H heads,
+N per-head q·k dim (d_n), V per-head value dim (d_v), R KV latent rank (r_kv), W selection slots.
+
+`absorbed` is the kernel path: W_UK is folded into the query on the host (a torch matmul), the kernel
+gathers only the selected latent rows and returns Σ p c per head, and W_UV is applied on the host.
+`expanded` is the baseline form in plain torch (kv_b_proj over every cached latent, dense masked
+softmax). Under the Triton interpreter the kernel's operands are float32 (its bf16 tl.dot is wrong).
+
+Selections must not repeat a position within a row: the oracle's softmax is over a SET, the kernel
+sums over slots, so a duplicate would count twice. `index` never emits one (with pads inside the cache
+its tail gives up the tokens of a picked pool: impl.dsa.index_with); other callers are refused.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import torch
+import triton
+
+import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import dsa, interpreted, kernel_operand, num_sms, paged
+from impl.graph import capturing
+from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
+from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
+
+
+def rmsnorm(x, weight, eps: float):
+    """SPEC §2: statistics in float32, cast back to x's dtype, THEN times the weight."""
+    u = x.float()
+    return (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def _linear(x, weight, bias=None):
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def project(w: MLAWeights, a, *, ops=None):
+    """Queries and the latent to cache; oracle.mla.project. ops: the namespace whose `rmsnorm` it calls
+    (default this module's; a seam, impl.registry.SEAMS).
+
+    Args:
+        a: [B, S, D]
+    Returns:
+        q: [B, S, H, N];  q_lat: [B, S, r_q];  c: [B, S, R] (normalized, what is cached)
+    """
+    if a.ndim != 3:
+        raise ValueError(f"a: expected [B, S, D], got shape {tuple(a.shape)}")
+    B, S, _ = a.shape
+    ops = _SELF if ops is None else ops
+    q_lat = ops.rmsnorm(_linear(a, w.q_a_proj, w.q_a_bias), w.q_a_layernorm, w.eps)      # [B, S, r_q]
+    q = (q_lat @ w.q_b_proj.T).view(B, S, w.num_heads, w.nope_dim)                      # [B, S, H, N]
+    c = ops.rmsnorm(_linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias), w.kv_a_layernorm, w.eps)  # [B, S, R]
+    return q, q_lat, c
+
+
+def _split_kv_b(w: MLAWeights):
+    """kv_b_proj [H·(N+V), R] -> (W_UK [H, N, R], W_UV [H, V, R]): per head, keys first."""
+    Wkv = w.kv_b_proj.view(w.num_heads, w.nope_dim + w.v_dim, -1)
+    return Wkv[:, :w.nope_dim], Wkv[:, w.nope_dim:]
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def check_selection(indices, lengths, B: int, S: int, T: int):
+    """Validate indices [B, S, W] against per-row cache lengths [B] (<= T); returns both as int64.
+
+    Raises ValueError naming `indices` (not integer, entries outside [-1, lengths[b]), a position twice
+    in one row) or `lengths` (shape, negative, longer than the T rows the latent holds). The value
+    checks read back to the host: skipped while a CUDA graph is captured (impl.graph.capturing; the
+    shape checks stay), run by every eager call.
+    """
+    if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices: expected an int32/int64 tensor, got {getattr(indices, 'dtype', type(indices))}")
+    if indices.ndim != 3 or tuple(indices.shape[:2]) != (B, S):
+        raise ValueError(f"indices: expected [B={B}, S={S}, W], got shape {tuple(indices.shape)}")
+    if lengths is None:
+        lengths = torch.full((B,), T, dtype=torch.int64, device=indices.device)
+    else:
+        if not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (B,):
+            raise ValueError(f"lengths: expected an int tensor [B={B}], got "
+                             f"{tuple(getattr(lengths, 'shape', ())) or type(lengths).__name__}")
+        lengths = lengths.to(device=indices.device, dtype=torch.int64)
+        lo, hi = (0, T) if capturing() else (int(lengths.min()), int(lengths.max()))
+        if lo < 0 or hi > T:
+            raise ValueError(f"lengths: cache lengths must lie in [0, T={T}] (the rows latent holds), "
+                             f"found [{lo}, {hi}]")
+    idx = indices.long()
+    if idx.numel() and not capturing():
+        bad = (idx < -1) | (idx >= lengths[:, None, None])
+        if bool(bad.any()):
+            b, s, j = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(f"indices: entry [{b}, {s}, {j}] = {int(idx[b, s, j])} outside "
+                             f"[-1, {int(lengths[b])}) (row {b}'s cache length)")
+        srt = idx.sort(-1).values
+        dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+        if bool(dup.any()):
+            b, s, _ = (int(v) for v in dup.nonzero()[0])
+            raise ValueError(f"indices: row [{b}, {s}] repeats a position (a selection is a set; the kernel "
+                             f"would count it twice)")
+    return idx, lengths
+
+
+def _check_attention(w: MLAWeights, q, latent, indices, lengths):
+    H, N, R = w.num_heads, w.nope_dim, w.kv_rank
+    if q.ndim != 4 or tuple(q.shape[2:]) != (H, N):
+        raise ValueError(f"q: expected [B, S, H={H}, d_n={N}], got shape {tuple(q.shape)}")
+    B, S = q.shape[:2]
+    if latent.ndim != 3 or latent.shape[0] != B or latent.shape[2] != R:
+        raise ValueError(f"latent: expected [B={B}, T, r_kv={R}], got shape {tuple(latent.shape)}")
+    if latent.device != q.device:
+        raise ValueError(f"latent: expected device {q.device} (that of q), got {latent.device}")
+    return check_selection(indices, lengths, B, S, latent.shape[1])
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
+    """Selection splits for flash-decoding, from the H200 sweep (bench_mla --sweep, H=64, 2051 rows,
+    NOTES.md): >= 128 query rows: none; >= 16 rows: 2; fewer: enough programs for four waves of the SMs,
+    each split at least 2 blocks of BW entries (B=1: 16 splits); never more splits than blocks (a split
+    of less than one block only adds a merge).
+
+    The interpreter splits as a 1-SM device would: the split kernel and its combine run on the CPU too
+    (invariants/kernel_paths.py), with the fewest programs that still split (its cost is per program,
+    not per element); plain torch on a CPU never launches a kernel."""
+    if device.type != "cuda" and not interpreted():
+        return 1
+    if rows >= 128:
+        return 1
+    if rows >= 16:
+        return max(1, min(2, triton.cdiv(W, BW)))
+    sms = 1 if interpreted() else num_sms(device)
+    return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
+
+
+def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
+                    config: Optional[dict] = None, block_table=None, page_size: int = 1):
+    """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
+
+    Args:
+        q_abs: [B, S, H, R] queries folded through W_UK;  latent: [B, T, R];  indices: [B, S, W] int64;
+        lengths: [B] int64;  scale: the softmax scale (d_n^-1/2);  splits: selection splits
+            (flash-decoding: few query rows, e.g. decode at small batch, fill the SMs by splitting the
+            selection and merging the partial softmaxes); None picks from the SM count;
+        config: launch overrides {bh, bw, num_warps, num_stages} (the benchmark sweeps them);
+        block_table: [B, M] int64 (validated), or None: latent is then the page pool [N, page_size, R]
+            and the kernel reads row b's position t from page block_table[b, t // page_size]
+    Returns:
+        out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection)
+    """
+    B, S, H, R = q_abs.shape
+    T, W = latent.shape[1], indices.shape[-1]
+    paged = block_table is not None
+    M = block_table.shape[1] if paged else 1
+    if R > 1024:
+        raise ValueError(f"latent: rank {R}, expected <= 1024 (the kernel holds a [BH, R] tile)")
+    out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
+    if out.numel() == 0:
+        return out
+    q_abs = kernel_operand(q_abs)
+    latent = kernel_operand(latent.to(q_abs.dtype))
+    BR = triton.next_power_of_2(max(R, 16))
+    # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
+    # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages; 16
+    # heads per program below 16 query rows, 32 from there)
+    cfg = dict(config or {})
+    BH = cfg.pop("bh", 16 if interpreted() or B * S < 16 else 32)
+    BW = cfg.pop("bw", 16 if interpreted() else 64)
+    warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
+    stages = cfg.pop("num_stages", None if interpreted() else 2)
+    if cfg:
+        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages)")
+    n_hb = triton.cdiv(H, BH)
+    NS = _splits(q_abs.device, B * S, B * S * n_hb, W, BW) if splits is None else int(splits)
+    if NS < 1:
+        raise ValueError(f"splits: {splits}, expected >= 1")
+    W_SPLIT = triton.cdiv(max(W, 1), NS)
+    NS = triton.cdiv(max(W, 1), W_SPLIT)
+    meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
+                PAGED=paged, PAGE=int(page_size) if paged else 1, num_warps=warps,
+                **({} if stages is None else {"num_stages": stages}))
+    bt = block_table.contiguous() if paged else None
+    idx, lengths = indices.contiguous(), lengths.contiguous()
+    if NS == 1:
+        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
+            q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
+        return out
+    part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
+    lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
+    mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
+        q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
+    mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
+    return out
+
+
+def _dense_scores(q_abs, latent, allowed, scale):
+    """[B, S, H, T] float32 scores, -inf outside the selection (the oracle's `scores` output)."""
+    s = torch.einsum("bshr,btr->bsht", q_abs.float(), latent.float()) * scale
+    return s.masked_fill(~allowed[:, :, None, :], float("-inf"))
+
+
+def _allowed(idx, T: int):
+    """[B, S, W] positions (-1 = none) -> [B, S, T] bool."""
+    B, S, _ = idx.shape
+    out = torch.zeros(B, S, T + 1, dtype=torch.bool, device=idx.device)
+    out.scatter_(2, torch.where(idx < 0, T, idx), True)
+    return out[..., :T]
+
+
+def absorbed(w: MLAWeights, q, latent, indices, lengths=None, return_scores: bool = False,
+             splits: Optional[int] = None):
+    """Sparse attention in absorbed form through the Triton kernel; oracle.mla.absorbed.
+
+    Args:
+        q: [B, S, H, N];  latent: [B, T, R] the normalized cache;  indices: [B, S, W] int (-1 = none;
+        no position twice in a row);  lengths: [B] per-row cache lengths (decode with ragged caches:
+        row b's cache is latent[b, :lengths[b]]), None = T for every row;
+        return_scores: also compute the [B, S, H, T] scores (a dense torch pass, for tests only);
+        splits: flash-decoding selection splits (None: chosen from the SM count; the interpreter counts 4)
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection) when
+        return_scores, else None: the kernel never materialises them
+    """
+    idx, lengths = _check_attention(w, q, latent, indices, lengths)
+    o, q_abs = attend(w, q, latent, idx, lengths, splits)
+    scale = w.nope_dim ** -0.5
+    scores = _dense_scores(q_abs, latent, _allowed(idx, latent.shape[1]), scale) if return_scores else None
+    return o, scores
+
+
+def absorbed_paged(w: MLAWeights, q, latent_pages, block_table, page_size: int, lengths, indices,
+                   return_scores: bool = False, splits: Optional[int] = None):
+    """`absorbed` over a paged latent cache, the kernel reading through the block table;
+    oracle.mla.absorbed_paged (docs/candidates.md section 13).
+
+    Args:
+        q: [B, S, H, N];  latent_pages: [N_pages, page_size, R] the page pool;  block_table: [B, M] int
+        page ids (row b's position t on page block_table[b, t // page_size], slot t % page_size; entries
+        past its ceil(lengths[b] / page_size) pages are never read);  page_size: tokens per page;
+        lengths: [B] int cache lengths;  indices: [B, S, W] positions in each row, [-1, lengths[b]);
+        return_scores, splits: as `absorbed`
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, max(lengths)] float32 when return_scores
+        (a dense torch pass over the gathered rows, for tests), else None
+    """
+    if q.ndim != 4:
+        raise ValueError(f"q: expected [B, S, H={w.num_heads}, d_n={w.nope_dim}], got shape {tuple(q.shape)}")
+    bt, lengths = paged.check_paged(latent_pages, block_table, page_size, lengths, q.shape[0], "latent_pages")
+    if latent_pages.ndim != 3 or latent_pages.shape[2] != w.kv_rank:
+        raise ValueError(f"latent_pages: expected [N, page_size, r_kv={w.kv_rank}], got shape "
+                         f"{tuple(latent_pages.shape)}")
+    if tuple(q.shape[2:]) != (w.num_heads, w.nope_dim):
+        raise ValueError(f"q: expected [B, S, H={w.num_heads}, d_n={w.nope_dim}], got shape {tuple(q.shape)}")
+    if latent_pages.device != q.device:
+        raise ValueError(f"latent_pages: expected device {q.device} (that of q), got {latent_pages.device}")
+    T = int(lengths.max()) if lengths.numel() else 0
+    idx, lengths = check_selection(indices, lengths, q.shape[0], q.shape[1], T)
+    W_UK, W_UV = _split_kv_b(w)
+    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
+    lat = sparse_absorbed(q_abs, latent_pages, idx, lengths, w.nope_dim ** -0.5, splits,
+                          block_table=bt, page_size=page_size)                             # [B, S, H, R] f32
+    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    if not return_scores:
+        return o, None
+    latent = paged.gather(latent_pages, bt, page_size, lengths, left=False)[0]
+    return o, _dense_scores(q_abs, latent, _allowed(idx, T), w.nope_dim ** -0.5)
+
+
+def attend(w: MLAWeights, q, latent, idx, lengths, splits: Optional[int] = None):
+    """`absorbed` without the validation pass (no host sync: what a CUDA-graph decode step calls once
+    the caller has validated idx [B, S, W] int64 and lengths [B] int64). Returns (o, q_abs)."""
+    W_UK, W_UV = _split_kv_b(w)
+    q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
+    lat = sparse_absorbed(q_abs, latent, idx, lengths, w.nope_dim ** -0.5, splits)       # [B, S, H, R] f32
+    # W_UV in q's dtype: a float32 [H, V, R] copy per call would cost more bytes than the selected rows
+    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    return o, q_abs
+
+
+def absorbed_graph(w: MLAWeights, latent, max_batch: int, width: int):
+    """A CUDA-graph sparse decode step over a latent cache of slots: the new token's latent written, then
+    `attend` (no validation pass, no host sync), captured once at max_batch rows and replayed with each
+    step's q, latent, slots, lengths and selection copied into its persistent buffers (impl/graph.py).
+
+    Args:
+        latent: [P, T, R] the cache of P slots (the step keeps its own copy);  max_batch: the captured
+            batch M;  width: the selection width W (topk + P_k - 1)
+    Returns:
+        an MLAAbsorbedStep: eager / capture / replay(q [B, H, N], c [B, R], slots [B], lengths [B],
+        indices [B, W]) -> o [B, H, V]; its `latent` after the steps
+    """
+    from impl.graph import MLAAbsorbedStep
+    return MLAAbsorbedStep(_attend_output, w, latent, max_batch, width)
+
+
+def _attend_output(w: MLAWeights, q, latent, idx, lengths):
+    """`attend`'s output alone: o [B, S, H, V]."""
+    return attend(w, q, latent, idx, lengths)[0]
+
+
+def expanded(w: MLAWeights, q, latent, indices, lengths=None):
+    """The baseline form: kv_b_proj over every cached latent, dense masked softmax; oracle.mla.expanded.
+
+    Same arguments as `absorbed` (no return_scores: the scores are a by-product here).
+    Returns:
+        o: [B, S, H, V] in q's dtype;  scores: [B, S, H, T] float32 (-inf outside the selection)
+    """
+    idx, lengths = _check_attention(w, q, latent, indices, lengths)
+    W_UK, W_UV = _split_kv_b(w)
+    k = torch.einsum("btr,hnr->bthn", latent, W_UK)                                      # [B, T, H, N]
+    v = torch.einsum("btr,hvr->bthv", latent, W_UV)                                      # [B, T, H, V]
+    s = torch.einsum("bshn,bthn->bsht", q.float(), k.float()) * w.nope_dim ** -0.5       # [B, S, H, T]
+    s = s.masked_fill(~_allowed(idx, latent.shape[1])[:, :, None, :], float("-inf"))
+    # an empty row is all -inf: softmax gives NaN there, SDPA (and the oracle) give 0
+    p = torch.nan_to_num(torch.softmax(s, -1), nan=0.0)
+    return torch.einsum("bsht,bthv->bshv", p, v.float()).to(q.dtype), s
+
+
+# ----------------------------------------------------------------------------- sublayer
+
+
+def _append(old, new, name: str):
+    if old is None:
+        return new
+    if old.ndim != 3 or old.shape[0] != new.shape[0] or old.shape[-1] != new.shape[-1]:
+        raise ValueError(f"cache.{name}: expected [B={new.shape[0]}, T, {new.shape[-1]}], "
+                         f"got shape {tuple(old.shape)}")
+    return torch.cat([old.to(new.dtype), new], dim=1)
+
+
+def sublayer(w: MLAWeights, iw: Optional[IndexerWeights], a, cache: Optional[DSACache] = None,
+             mask=None, prev: Optional[Selection] = None, kind: str = "full", *, ops=None):
+    """MLA + DSA from the post-norm input to o_proj with the §10 cache protocol; oracle.mla.sublayer.
+
+    Projections are torch matmuls, the selection is impl.dsa.index (score kernel), attention the
+    absorbed kernel. ops: the namespace whose `project` and `absorbed` it calls, and whose `dsa` is the
+    indexer namespace whose `index_rows` and `index` it calls (default this module's and impl.dsa;
+    impl/compose.py: a candidate's indexer is reached through here).
+    Returns:
+        y: [B, S, D] in a's dtype;  cache: DSACache with T rows;  selection: the Selection used
+    """
+    if kind not in ("full", "shared"):
+        raise ValueError(f'kind: {kind!r}, expected "full" or "shared"')
+    if cache is not None and not isinstance(cache, DSACache):
+        raise ValueError(f"cache: expected a DSACache or None, got {type(cache).__name__}")
+    ops = _SELF if ops is None else ops
+    q, q_lat, c = ops.project(w, a)
+    B, S, _ = a.shape
+    old_latent, old_rows = (None, None) if cache is None else cache
+    latent = _append(old_latent, c, "latent")                                            # [B, T, R]
+    if kind == "full":
+        if iw is None:
+            raise ValueError('iw: a "full" layer needs its IndexerWeights')
+        if old_latent is not None and (old_rows is None or old_rows.shape[:2] != old_latent.shape[:2]):
+            raise ValueError("cache: a full layer's index_rows must cover the same [B, T] as its latent")
+        rows = _append(old_rows, ops.dsa.index_rows(iw, a, mask), "index_rows")         # [B, T, 2K+1]
+        sel = ops.dsa.index(iw, a, q_lat, rows, mask)
+    else:
+        if not isinstance(prev, Selection):
+            raise ValueError('prev: a "shared" layer needs the Selection of the layer directly before')
+        if iw is not None and prev.indices.shape[-1] != iw.slots:
+            raise ValueError(f"prev: selection width {prev.indices.shape[-1]}, expected topk + P_k - 1 = {iw.slots}")
+        rows, sel = old_rows, prev
+    o, _ = ops.absorbed(w, q, latent, sel.indices)                                       # [B, S, H, V]
+    y = _linear(o.reshape(B, S, w.num_heads * w.v_dim), w.o_proj, w.o_bias)             # [B, S, D]
+    return y, DSACache(latent, rows), sel
+
+
+# the compositions of this module and the functions they call through `ops` (impl/compose.py)
+COMPOSITIONS = {"sublayer": ("project", "absorbed"), "project": ("rmsnorm",)}
+# the other mechanisms' namespaces its compositions call, as `ops.<mechanism>` (impl/compose.py)
+SIBLINGS = ("dsa",)
+_SELF = sys.modules[__name__]
+# bitwise batch invariance claimed for nothing (impl.registry.batch_invariant; the check mla.batch): on a
+# GPU `_splits` picks the flash-decoding split count from the B·S query rows (a row's softmax is merged
+# from another number of partials when its batch grows), and W_UK / W_UV are applied by torch einsums
+# whose GEMM follows the row count (on the CPU too: float32 rows differ in their last bits). Held to
+# contracts.d/mla.toml's bounds (NOTES: issue 13 item 2)
+BATCH_INVARIANT = ()

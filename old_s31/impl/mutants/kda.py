@@ -1,0 +1,295 @@
+"""KDA mutants: each a TorchKDA (impl/baseline/kda.py) overriding ONE small method, or a TritonKDA (our
+Triton namespace as a class) overriding one function to change one kernel option."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+
+import impl.kda as ik
+from impl.baseline.kda import TorchKDA, compute_dtype
+from impl.graph import KDADecodeStep
+from impl.mutants.catalogue import kernel_edited, mutant
+from oracle.types import KDAState
+
+# (same-width integer view, the bit an unordered reduction leaves nondeterministic): the last one of
+# the output dtype, or of the float32 accumulator when the output is wider (float64: 52 - 23 = bit 29)
+_LAST_BIT = {torch.bfloat16: (torch.int16, 1), torch.float16: (torch.int16, 1), torch.float32: (torch.int32, 1),
+             torch.float64: (torch.int64, 1 << 29)}
+
+
+def _carry(seqs, initial, zero, run):
+    """Documents of one packed row start from the previous document's final state; batch rows
+    (different b) still start from their own."""
+    finals, row = [], None
+    for i, (b, s, e) in enumerate(seqs):
+        if b != row:
+            state, row = (zero if initial is None else initial[i].to(zero.dtype)), b
+        state = run(b, s, e, state)
+        finals.append(state)
+    return torch.stack(finals)
+
+
+@mutant("kda.recurrent", "output")
+class DecayAfterCorrection(TorchKDA):
+    """Corrects with the undecayed state, then decays: M <- D((I - βkkᵀ)M + βkvᵀ)."""
+
+    def _step(self, M, q_t, k_t, v_t, g_t, beta_t):
+        r = torch.einsum("hkv,hk->hv", M, k_t)
+        M = M + k_t[..., None] * (beta_t[:, None] * (v_t - r))[:, None, :]
+        M = torch.exp(g_t)[..., None] * M
+        return torch.einsum("hkv,hk->hv", M, q_t), M
+
+
+@mutant("kda.recurrent", "output")
+class OutputBeforeUpdate(TorchKDA):
+    """o_t is read from M_{t-1}, the state before token t's decay and correction."""
+
+    def _step(self, M, q_t, k_t, v_t, g_t, beta_t):
+        o = torch.einsum("hkv,hk->hv", M, q_t)
+        return o, super()._step(M, q_t, k_t, v_t, g_t, beta_t)[1]
+
+
+@mutant("kda.chunked", "output")
+class TailChunkDropped(TorchKDA):
+    """chunked skips the trailing partial chunk: zero outputs there, final state = last boundary."""
+
+    def _chunks(self, q, k, v, g, beta, chunk):
+        return [p for p in super()._chunks(q, k, v, g, beta, chunk) if p[0].shape[0] == chunk]
+
+
+@mutant("kda.chunked", "final_state")
+class PaddedStepsUpdateState(TorchKDA):
+    """chunked pads to a multiple of L with beta 0.5 and k = last real k, so pads move the state."""
+
+    def _chunks(self, q, k, v, g, beta, chunk):
+        pad = -q.shape[0] % chunk
+        if pad:
+            q, v, g = (torch.cat([a, a.new_zeros(pad, *a.shape[1:])]) for a in (q, v, g))
+            k = torch.cat([k, k[-1:].expand(pad, *k.shape[1:])])
+            beta = torch.cat([beta, beta.new_full((pad, *beta.shape[1:]), 0.5)])
+        return super()._chunks(q, k, v, g, beta, chunk)
+
+
+@mutant("kda.paths", "output")
+class ConvStateNotCarried(TorchKDA):
+    """sublayer/decode treat the incoming conv window as zeros (a continuation restarts the conv)."""
+
+    def conv(self, z, weight, conv_state=None, cu_seqlens=None):
+        return super().conv(z, weight, None, cu_seqlens)
+
+
+@mutant("kda.chunked", "output")
+class StateLeakAcrossCuSeqlens(TorchKDA):
+    """With cu_seqlens each document's recurrence starts from the previous document's final state."""
+
+    def _documents(self, seqs, state, zero, run):
+        return _carry(seqs, state, zero, run)
+
+
+@mutant("kda.packed", "output")
+class ConvSlidesAcrossDocuments(TorchKDA):
+    """With cu_seqlens the conv window is not reset: a document sees the previous one's last inputs."""
+
+    def _conv_documents(self, seqs, conv_state, zero, run):
+        return _carry(seqs, conv_state, zero, run)
+
+
+@mutant("kda.sublayer", "output")
+class SoftplusGate(TorchKDA):
+    """The softplus gate -exp(A_log)·softplus(f) even when lower_bound is set."""
+
+    def gate(self, f, A_log, lower_bound):
+        return super().gate(f, A_log, None)
+
+
+@mutant("kda.sublayer", "output")
+class L2EpsOutsideSqrt(TorchKDA):
+    """L2 norm as x / max(sqrt(Σx²), sqrt(1e-6)): eps clamps the norm instead of sitting in the sqrt."""
+
+    def l2norm(self, x):
+        x = x.to(compute_dtype(x.dtype))
+        return x / torch.sqrt(torch.sum(x * x, dim=-1, keepdim=True)).clamp(min=1e-3)
+
+
+@mutant("kda.chunked", "final_state", dtype="float32")
+class StateBf16AcrossChunks(TorchKDA):
+    """chunked rounds the carried state to bfloat16 at every chunk boundary (contract: float32)."""
+
+    # A float32 property (dtype="float32" above): the recurrent state is carried in float32 (SPEC §2).
+    # In a bf16 run the state error of a CORRECT kernel is already dominated by the bf16-rounded inputs
+    # and, for a GPU kernel, its bf16 operands inside the chunk (measured on the H200: our kernel's
+    # final-state error ~3.4x the torch baseline's, more than one bf16 rounding of the state per chunk
+    # adds), so no bf16 bound separates this bug from a correct kernel. In float32 a bf16 rounding is
+    # 2^16 x the run's own, and the float32 contract catches it.
+
+    def _chunk_step(self, q, k, v, g, beta, M):
+        o, M = super()._chunk_step(q, k, v, g, beta, M)
+        return o, M.to(torch.bfloat16).to(M.dtype)
+
+
+@mutant("kda.sublayer", "output")
+class QNotScaled(TorchKDA):
+    """q is L2-normalised but not scaled by K^-1/2."""
+
+    def _qk_norm(self, q, k):
+        return self.l2norm(q), self.l2norm(k)
+
+
+@mutant("kda.sublayer", "output")
+class SiluGateNorm(TorchKDA):
+    """The output norm gate is silu(z) instead of sigmoid(z) (the Qwen3-Next GDN form)."""
+
+    def _norm_gate(self, zg):
+        return F.silu(zg)
+
+
+@mutant("kda.decode", "conv_state")
+class DecodeWindowNotShifted(TorchKDA):
+    """decode returns the incoming conv window unchanged: the new token never enters the window."""
+
+    def decode(self, w, z, f, b, state):
+        o, new = super().decode(w, z, f, b, state)
+        return o, KDAState(new.recurrent, state.conv)
+
+
+@mutant("kda.sublayer", "output")
+class MaskIgnored(TorchKDA):
+    """sublayer does not zero padded inputs, so left-padding tokens move the state (SPEC §6.1)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        return super().sublayer(w, x, state, None, cu_seqlens)
+
+
+@mutant("kda.rerun", "rerun")
+class NondeterministicOutput(TorchKDA):
+    """Each run flips the last mantissa bit of a random half of the sublayer output (an unordered atomic reduction)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        y, s = super().sublayer(w, x, state, mask, cu_seqlens)
+        # made on the output's own bits: noise added in float32 and cast back rounds away in bf16,
+        # where a real race still shows as a last-bit difference
+        bits, lsb = _LAST_BIT[y.dtype]
+        flip = torch.randint(0, 2, y.shape, device=y.device, dtype=bits) * lsb
+        return (y.contiguous().view(bits) ^ flip).view(y.dtype), s
+
+
+
+class TritonKDA:
+    """Our Triton kda namespace (impl/kda.py) as a class: the base of mutants that change one kernel
+    option, so the planted bug is in the kernel the product runs, not in a torch re-implementation."""
+
+    recurrent = staticmethod(ik.recurrent)
+    chunked = staticmethod(ik.chunked)
+    decode = staticmethod(ik.decode)
+    sublayer = staticmethod(ik.sublayer)
+    BATCH_INVARIANT = ik.BATCH_INVARIANT
+    decode_graph = staticmethod(ik.decode_graph)
+    checkpoint = staticmethod(ik.checkpoint)
+
+
+# float32: in bf16 the leak (last bits of float32 intermediate products) mostly vanishes in the rounding (not
+# caught in 34 bf16 examples on the CPU)
+@mutant("kda.causal", "causal", base="triton", dtype="float32")
+class IntraAnchorMiddle(TritonKDA):
+    """The intra-chunk kernel anchors each sub-chunk's decay products on its row 7, so rows 0-6 depend on later gates."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, anchor=7)
+
+
+@mutant("kda.scale", "per_sample", base="triton", device="cuda")
+class IntraOffsetsInt32(TritonKDA):
+    """The intra-chunk kernel computes its chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, offset64=False)
+
+
+@mutant("kda.decode", "in_bounds")
+class DecodeInPlacePastState(TorchKDA):
+    """decode(inplace=True) writes one float past the end of state.recurrent (a tail mask off by one)."""
+
+    def decode(self, w, z, f, b, state, inplace=False):
+        o, new = super().decode(w, z, f, b, state)
+        if not inplace:
+            return o, new
+        state.recurrent.copy_(new.recurrent)
+        state.conv.copy_(new.conv)
+        # the element after the last one, through the storage as a kernel's pointer arithmetic reaches it
+        n = state.recurrent.numel()
+        torch.as_strided(state.recurrent, (n + 1,), (1,))[n] = 0.0
+        return o, state
+
+
+@mutant("kda.batch", "batch", base="triton")
+class SegmentsFromBatch(TritonKDA):
+    """The state pass counts programs over every row of the launch, so a row's segment count follows the batch size (split boundaries from the whole batch, sgl-project/sgl-flash-attn #43)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        # the rule before the fix: programs = cdiv(V, BV) * H * N, the per-row rule over H * N heads
+        bv, nseg, _ = ik._state_config(q.device, q.shape[2] * q.shape[0], triton.cdiv(q.shape[1], ik.CHUNK),
+                                       q.shape[3], v.shape[3])
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, bv=bv, nseg=nseg)
+
+
+# ---------------------------------------------------------------- CUDA-graph replay (kda.graph_replay)
+# Each planted bug lives in the engine's captured step (impl/graph.py), never in a kernel: its eager steps
+# are right, and every other check runs the torch baseline unchanged.
+
+
+class _LiveRowsAtCapture(KDADecodeStep):
+    def _sizes(self, values):
+        # skips writing back padding rows by a host-side count: a captured step keeps its capture's
+        return {"rows": values["slots"].shape[0]}
+
+
+class _PaddingKeepsSlots(KDADecodeStep):
+    def _put(self, bufs, name, value):
+        # only the live rows are copied in: the rows past them keep what the last step left there
+        bufs[name][:value.shape[0]].copy_(value)
+
+
+@mutant("kda.graph_replay", "vs_eager")
+class GraphLiveRowsAtCapture(TorchKDA):
+    """The captured decode step writes back only as many rows as were live at capture, so requests joining later keep a stale state (vllm #34874; capture-time host values, InfiniLM #540)."""
+
+    def decode_graph(self, w, pool, max_batch):
+        return _LiveRowsAtCapture(self, w, pool, max_batch)
+
+
+@mutant("kda.graph_replay", "vs_eager")
+class GraphPaddingKeepsSlots(TorchKDA):
+    """Before a replay only the live rows' inputs and slots are copied in: padding rows keep those of requests that left and advance their states again (vllm #34874; padded graph rows on live slots, rvllm #32)."""
+
+    def decode_graph(self, w, pool, max_batch):
+        return _PaddingKeepsSlots(self, w, pool, max_batch)
+
+
+# reachable on the CPU since the interpreter's K tile is 16 (impl/kda.py INTERPRETER_TILE): head dim 32 spans two
+@mutant("kda.chunked", "output", base="triton")
+class IntraKTilesNotAccumulated(TritonKDA):
+    """The intra-chunk kernel restarts the kk and qk products at every K tile, so only the head dim's last tile counts (the head dim cut to one tile: triton-lang/triton #621)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "b_gc, b_A, b_Aqk, 0, BT",
+                           "b_gc, b_A * 0., b_Aqk * 0., 0, BT"):
+            return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+# ---------------------------------------------------------------- prefix-cache checkpoints (issue 13 item 5)
+@mutant("kda.checkpoint", "state")
+class CheckpointCacheChunkUnits(TorchKDA):
+    """The checkpoint's boundary state is indexed in 128-token cache-chunk units: h[d // 128 - 1] for h[d // 64 - 1] (sglang #33515)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        row = depth // (2 * chunk) - 1
+        return (boundary_states[:, row] if row >= 0 else state).float(), depth // chunk * chunk
+
+
+@mutant("kda.checkpoint", "state")
+class CheckpointAlignedForUnaligned(TorchKDA):
+    """A checkpoint at a depth off the 64-token grid is the aligned state below it, taken as is: no error, no NaN, a wrong state (tt-metal #54962)."""
+
+    def _saved(self, boundary_states, state, depth, chunk):
+        return super()._saved(boundary_states, state, depth, chunk)[0], depth

@@ -1,0 +1,155 @@
+"""MLA mutants: each a TorchMLA (impl/baseline/mla.py) overriding ONE small method, or (a kernel mutant)
+a TritonMLA whose `absorbed` launches our sparse kernel with one planted source edit."""
+from __future__ import annotations
+
+import torch
+
+from impl import mla as im
+from impl.baseline.dsa import compute_dtype
+from impl.baseline.mla import TorchMLA, _linear
+from impl.graph import MLAAbsorbedStep
+from impl.mutants.catalogue import flip_last_bits, kernel_edited, mutant
+
+
+@mutant("mla.absorbed", "output")
+class MlaScaleMoved(TorchMLA):
+    """The softmax scale is (d_n + d_v)^-1/2 instead of d_qk^-1/2 = d_n^-1/2 (no rope part)."""
+
+    def _scale(self, w):
+        return (w.nope_dim + w.v_dim) ** -0.5
+
+
+@mutant("mla.paths", "latent_cache")
+class MlaUnnormalizedLatentCached(TorchMLA):
+    """The cache holds the raw kv_a output, not the kv_a_layernorm-normalized latent (pitfall 9)."""
+
+    def _cache_latent(self, w, a, c):
+        return _linear(a, w.kv_a_proj_with_mqa, w.kv_a_bias)
+
+
+@mutant("mla.paths", "shared_output")
+class MlaSharedRerunsIndexer(TorchMLA):
+    """A "shared" layer runs the indexer `iw` it is given instead of reusing the previous selection."""
+
+    def _select(self, iw, a, q_lat, old_rows, mask, prev, kind, T):
+        return super()._select(iw, a, q_lat, old_rows, mask, prev, "full", T)
+
+
+@mutant("mla.absorbed_paged", "output")
+class MlaPagedFirstRowTable(TorchMLA):
+    """Every batch row reads its latents through the FIRST row's block table (the table indexed by the wrong sequence)."""
+
+    def _table_rows(self, block_table):
+        return block_table[:1].expand_as(block_table)
+
+
+@mutant("mla.causal", "causal", dtype="float32")
+class MlaSoftmaxMaxOverMaskedKeys(TorchMLA):
+    """The attention softmax subtracts the row maximum over ALL cached keys, masked later ones included, so earlier outputs depend on later tokens in their last bits."""
+
+    def expanded(self, w, q, latent, indices):
+        latent, allowed = self._check_attention(w, q, latent, indices)
+        dt, acc = q.dtype, compute_dtype(q.dtype)
+        W_UK, W_UV = self._split_kv_b(w, dt)
+        k = torch.einsum("btr,hnr->bthn", latent, W_UK)
+        v = torch.einsum("btr,hvr->bthv", latent, W_UV)
+        s = torch.einsum("bshn,bthn->bsht", q, k).to(acc) * self._scale(w)
+        e = torch.exp(s - s.amax(-1, keepdim=True)) * allowed[:, :, None, :]
+        p = torch.nan_to_num(e / e.sum(-1, keepdim=True), nan=0.0)
+        return torch.einsum("bsht,bthv->bshv", p.to(dt), v), s.masked_fill(~allowed[:, :, None, :], float("-inf"))
+
+
+@mutant("mla.batch", "batch")
+class MlaFirstRowSelection(TorchMLA):
+    """Every batch row attends through row 0's selection, a per-row input taken from the first row for the whole batch (google-research/timesfm #492)."""
+
+    def _check_attention(self, w, q, latent, indices):
+        latent, allowed = super()._check_attention(w, q, latent, indices)
+        return latent, allowed[:1].expand_as(allowed)
+
+
+@mutant("mla.rerun", "rerun")
+class MlaSplitPartialsRaced(TorchMLA):
+    """absorbed sums its split partials by atomics in arrival order, so its output's last bit changes from run to run (hw-native-sys/pypto-lib #974)."""
+
+    def absorbed(self, w, q, latent, indices):
+        o, s = super().absorbed(w, q, latent, indices)
+        return flip_last_bits(o), s
+
+
+# ---------------------------------------------------------------- CUDA-graph replay (mla.graph_replay)
+# Each planted bug lives in the engine's captured step (impl/graph.py), never in a kernel: its eager steps
+# are right, and every other check runs the torch baseline unchanged.
+
+
+class _LengthsRebound(MLAAbsorbedStep):
+    def _put(self, bufs, name, value):
+        if name != "lengths":
+            return super()._put(bufs, name, value)
+        # a fresh tensor takes the buffer's place in the metadata: the captured step still reads the old one
+        fresh = self._pad[name].clone()
+        fresh[:value.shape[0]] = value
+        bufs[name] = fresh
+
+
+class _WidthAtCapture(MLAAbsorbedStep):
+    def _sizes(self, values):
+        # attends only the columns the widest row uses, by a host-side count: a captured step keeps its capture's
+        return {"width": max(1, int((values["indices"] >= 0).sum(1).max()))}
+
+
+@mutant("mla.graph_replay", "vs_eager")
+class MlaGraphLengthsRebound(TorchMLA):
+    """Before a replay the cache lengths are bound to a fresh tensor instead of copied into the captured buffer, so the replay writes and reads by its capture's lengths (vllm #34874)."""
+
+    def absorbed_graph(self, w, latent, max_batch, width):
+        return _LengthsRebound(self._attend_rows, w, latent, max_batch, width)
+
+
+@mutant("mla.graph_replay", "vs_eager")
+class MlaGraphWidthAtCapture(TorchMLA):
+    """The captured step attends only as many selection columns as the widest row used at capture, so wider selections later lose their last positions (vllm #34874; capture-time host values, InfiniLM #540)."""
+
+    def absorbed_graph(self, w, latent, max_batch, width):
+        return _WidthAtCapture(self._attend_rows, w, latent, max_batch, width)
+
+
+class TritonMLA:
+    """Our Triton mla namespace (impl/mla.py) as a class: the base of mutants that plant one edit in a kernel
+    its `absorbed` launches, so the bug is in the kernel the product runs, not in a torch re-implementation."""
+
+    project = staticmethod(im.project)
+    absorbed = staticmethod(im.absorbed)
+    absorbed_paged = staticmethod(im.absorbed_paged)
+    expanded = staticmethod(im.expanded)
+    sublayer = staticmethod(im.sublayer)
+
+
+# the split path runs on the CPU since the interpreter splits as a 4-SM device (impl/mla.py _splits): before
+# that these three kernel mutants (and anything else wrong in the split path) escaped every CPU check
+@mutant("mla.absorbed", "output", base="triton")
+class MlaSplitEmptyLseZero(TritonMLA):
+    """A selection split with no valid entry writes log-sum-exp 0, not -inf, so the combine weighs its zero output in (ROCm/aiter #3641)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "1.)), float(\"-inf\"))", "1.)), 0.)"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaCombineDropsLastSplit(TritonMLA):
+    """The split-KV combine merges one split fewer than the kernel wrote, dropping the last (a stale split count: NVIDIA/recsys-examples #379)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_combine_kernel", "for j in range(0, NS):", "for j in range(0, NS - 1):"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaOnlineSoftmaxNoRescale(TritonMLA):
+    """The online softmax's correction factor is exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight (paiml/aprender #2753)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "b_alpha = tl.exp(b_m - b_mn)",
+                           "b_alpha = tl.exp(b_mn - b_mn)"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)

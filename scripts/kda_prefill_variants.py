@@ -1,0 +1,69 @@
+"""Ours' KDA chunked prefill against its intra-kernel variants and fla's chunk_kda, alternating, 5 repeats
+(issue 14 step 18): every variant checked against the float64 oracle on 3 heads first (bench_kda's
+bounds), then each repeat the median of a do_bench loop; prints median [min-max] and the ratio to ours
+and to fla measured in the same run.
+
+    PYTHONPATH=. python3 scripts/kda_prefill_variants.py [--shapes 64:16384,8:16384] [--repeats 5] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+
+VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_maxnreg=168),
+            "inv_sub+cap168": dict(inv_merge=False, intra_maxnreg=168),
+            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64),
+            "narrow_bk64": dict(intra="narrow", intra_bk=64)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shapes", default="64:16384,8:16384")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    from gate.bench_kda import _check_prefill, _prefill_inputs, bench_bound
+    from gate.benchlib import do_bench
+    from impl import kda as ik
+    from oracle import kda as ok
+    try:
+        from fla.ops.kda import chunk_kda
+    except ImportError:
+        chunk_kda = None
+    bo, bm = bench_bound("kda", "chunked", "output", "bfloat16"), bench_bound("kda", "chunked", "final_state", "bfloat16")
+    out = {}
+    for H, T in (tuple(int(x) for x in s.split(":")) for s in args.shapes.split(",")):
+        q, k, v, g, beta = _prefill_inputs(H, T)
+        fns = {}
+        for name, var in VARIANTS.items():
+            fn = functools.partial(ik._chunked, **var)
+            e_o, e_m = _check_prefill(fn, ok, q, k, v, g, beta, [0, H // 2, H - 1])
+            ok_ = e_o <= bo and e_m <= bm
+            print(f"H={H} T={T} {name}: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
+            if ok_:
+                fns[name] = functools.partial(fn, q, k, v, g, beta, None, 64, None, False)
+        if chunk_kda is not None:
+            fns["fla"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
+        times = {n: [] for n in fns}
+        for _ in range(args.repeats):
+            for n, f in fns.items():
+                times[n].append(do_bench(f, warmup=5, rep=50))
+        res = {n: {"median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t), "runs_ms": t}
+               for n, t in times.items()}
+        for n, r in res.items():
+            extra = f"  ours/this {res['ours']['median_ms'] / r['median_ms']:.3f}x"
+            if "fla" in res:
+                extra += f"  fla/this {res['fla']['median_ms'] / r['median_ms']:.3f}x"
+            print(f"  H={H} T={T} {n:22s} {r['median_ms']:.3f} ms [{r['min_ms']:.3f}-{r['max_ms']:.3f}]{extra}")
+        out[f"{H}:{T}"] = res
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
