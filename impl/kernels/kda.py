@@ -237,20 +237,6 @@ def _beta_rows(p, i_s: tl.constexpr, o_r, n_valid, H: tl.constexpr, BC: tl.const
 
 
 @triton.jit
-def _sub_chunk_gates(g0, g1, g2, g3):
-    """Γ of the four sub-chunks (cumulative over the chunk) and Γ_last; row i sums gates at rows <= i only."""
-    G0 = tl.cumsum(g0, 0)
-    c = tl.sum(g0, 0)
-    G1 = tl.cumsum(g1, 0) + c[None, :]
-    c += tl.sum(g1, 0)
-    G2 = tl.cumsum(g2, 0) + c[None, :]
-    c += tl.sum(g2, 0)
-    G3 = tl.cumsum(g3, 0) + c[None, :]
-    c += tl.sum(g3, 0)
-    return G0, G1, G2, G3, c
-
-
-@triton.jit
 def _kk_qk_block(k_i, q_i, G_i, ref_j, kc_j, a, aq, PRECISION: tl.constexpr):
     """Adds sub-chunk i's rows against sub-chunk j's columns (j <= i) of the kk and qk products over one K tile.
 
@@ -280,20 +266,16 @@ def _sub_inverse(a, o_r, BC: tl.constexpr, PRECISION: tl.constexpr):
 
 @triton.jit
 def _sub_chunk(p_k, p_g, j: tl.constexpr, c, o_r, o_k, mask_k, n_valid, HK: tl.constexpr, BC: tl.constexpr):
-    """Sub-chunk j's k, Γ, column factor k e^(ref - Γ) and ref, its FIRST row of Γ (see _kk_qk_block);
-    c: the gates summed over the sub-chunks before it, returned summed past it."""
+    """Sub-chunk j's k, Γ, column factor k e^(ref - Γ) and ref, its FIRST row of Γ (see _kk_qk_block); c: the
+    gates summed over the sub-chunks before it, returned summed past it; and how many of its gates are NaN.
+    (A caller that needs only k and Γ leaves the rest to the compiler's dead-code elimination.)"""
     b_g = _rows(p_g, j, o_r, o_k, mask_k, n_valid, HK, BC)
     b_k = _rows(p_k, j, o_r, o_k, mask_k, n_valid, HK, BC)
     G = tl.cumsum(b_g, 0) + c[None, :]
     # the first row's Γ is its own gate plus c: a load, where picking it out of G takes a cross-row reduction
     ref = tl.load(p_g + (j * BC) * HK + o_k, mask=mask_k & (j * BC + o_k * 0 < n_valid), other=0.).to(tl.float32) + c
-    return b_k, G, b_k * tl.exp(ref[None, :] - G), ref, c + tl.sum(b_g, 0)
-
-
-@triton.jit
-def _nan_count(p_g, i: tl.constexpr, o_r, o_k, mask_k, n_valid, HK: tl.constexpr, BC: tl.constexpr):
-    b_g = _rows(p_g, i, o_r, o_k, mask_k, n_valid, HK, BC)
-    return tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+    n_nan = tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+    return b_k, G, b_k * tl.exp(ref[None, :] - G), ref, c + tl.sum(b_g, 0), n_nan
 
 
 @triton.jit
@@ -345,10 +327,10 @@ def kda_intra_kk_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         c = tl.zeros([BK], dtype=tl.float32)
-        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k0, G0, kc0, r0, c, nan0 = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
         q0 = _rows(p_q, 0, o_r, o_k, mask_k, n_valid, HK, BC)
         a00, s00 = _kk_qk_block(k0, q0, G0, r0, kc0, a00, s00, PRECISION)
-        n_nan_g += _nan_count(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+        n_nan_g += nan0
     _store_rows(p_a, 0, tl.where(incl, s00, 0.), o_r, o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 0, zero, o_r, BC + o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 0, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
@@ -362,12 +344,12 @@ def kda_intra_kk_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         c = tl.zeros([BK], dtype=tl.float32)
-        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k0, G0, kc0, r0, c, nan0 = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c, nan1 = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
         q1 = _rows(p_q, 1, o_r, o_k, mask_k, n_valid, HK, BC)
         a10, s10 = _kk_qk_block(k1, q1, G1, r0, kc0, a10, s10, PRECISION)
         a11, s11 = _kk_qk_block(k1, q1, G1, r1, kc1, a11, s11, PRECISION)
-        n_nan_g += _nan_count(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        n_nan_g += nan1
     _store_rows(p_a, 1, s10, o_r, o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 1, tl.where(incl, s11, 0.), o_r, BC + o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 1, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
@@ -383,14 +365,14 @@ def kda_intra_kk_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         c = tl.zeros([BK], dtype=tl.float32)
-        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k2, G2, kc2, r2, c = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k0, G0, kc0, r0, c, nan0 = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c, nan1 = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2, G2, kc2, r2, c, nan2 = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
         q2 = _rows(p_q, 2, o_r, o_k, mask_k, n_valid, HK, BC)
         a20, s20 = _kk_qk_block(k2, q2, G2, r0, kc0, a20, s20, PRECISION)
         a21, s21 = _kk_qk_block(k2, q2, G2, r1, kc1, a21, s21, PRECISION)
         a22, s22 = _kk_qk_block(k2, q2, G2, r2, kc2, a22, s22, PRECISION)
-        n_nan_g += _nan_count(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        n_nan_g += nan2
     _store_rows(p_a, 2, s20, o_r, o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 2, s21, o_r, BC + o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 2, tl.where(incl, s22, 0.), o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
@@ -410,16 +392,16 @@ def kda_intra_kk_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         c = tl.zeros([BK], dtype=tl.float32)
-        k0, G0, kc0, r0, c = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k1, G1, kc1, r1, c = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k2, G2, kc2, r2, c = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
-        k3, G3, kc3, r3, c = _sub_chunk(p_k, p_g, 3, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k0, G0, kc0, r0, c, nan0 = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, kc1, r1, c, nan1 = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2, G2, kc2, r2, c, nan2 = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k3, G3, kc3, r3, c, nan3 = _sub_chunk(p_k, p_g, 3, c, o_r, o_k, mask_k, n_valid, HK, BC)
         q3 = _rows(p_q, 3, o_r, o_k, mask_k, n_valid, HK, BC)
         a30, s30 = _kk_qk_block(k3, q3, G3, r0, kc0, a30, s30, PRECISION)
         a31, s31 = _kk_qk_block(k3, q3, G3, r1, kc1, a31, s31, PRECISION)
         a32, s32 = _kk_qk_block(k3, q3, G3, r2, kc2, a32, s32, PRECISION)
         a33, s33 = _kk_qk_block(k3, q3, G3, r3, kc3, a33, s33, PRECISION)
-        n_nan_g += _nan_count(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        n_nan_g += nan3
     _store_rows(p_a, 3, s30, o_r, o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 3, s31, o_r, BC + o_c, all_c, n_valid, HT, BC)
     _store_rows(p_a, 3, s32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
@@ -486,14 +468,12 @@ def kda_intra_wu_fwd_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
         p_k, p_q, p_g = k + s_row * K, q + s_row * K, g + s_row * K
-        G0, G1, G2, G3, b_gl = _sub_chunk_gates(_rows(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC),
-                                                _rows(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC),
-                                                _rows(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC),
-                                                _rows(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC))
-        k0 = _rows(p_k, 0, o_r, o_k, mask_k, n_valid, HK, BC)
-        k1 = _rows(p_k, 1, o_r, o_k, mask_k, n_valid, HK, BC)
-        k2 = _rows(p_k, 2, o_r, o_k, mask_k, n_valid, HK, BC)
-        k3 = _rows(p_k, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        # Γ as the kk kernel took it (the same helper: the same bits)
+        c = tl.zeros([BK], dtype=tl.float32)
+        k0, G0, _, _, c, _ = _sub_chunk(p_k, p_g, 0, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1, G1, _, _, c, _ = _sub_chunk(p_k, p_g, 1, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k2, G2, _, _, c, _ = _sub_chunk(p_k, p_g, 2, c, o_r, o_k, mask_k, n_valid, HK, BC)
+        k3, G3, _, _, b_gl, _ = _sub_chunk(p_k, p_g, 3, c, o_r, o_k, mask_k, n_valid, HK, BC)
         e0, e1, e2, e3 = tl.exp(G0), tl.exp(G1), tl.exp(G2), tl.exp(G3)
         kb0, kb1 = k0 * (b0[:, None] * e0), k1 * (b1[:, None] * e1)
         kb2, kb3 = k2 * (b2[:, None] * e2), k3 * (b3[:, None] * e3)
