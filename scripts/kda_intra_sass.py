@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import sys
@@ -26,6 +25,7 @@ import sys
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from gate.benchlib import write_json  # noqa: E402
 from scripts.sass_loop import _compile  # noqa: E402
 
 K = V = 128
@@ -94,9 +94,7 @@ def main(argv=None) -> int:
         rows.append(r)
         print(f"{r['kernel']:36s} {bk:>3d} {w:>2d} {r['regs']:>4d} {r['spill']:>6d} "
               + " ".join(f"{r[c]:>11d}" for c in cols), flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    write_json(args.json, rows)
     return 0
 
 

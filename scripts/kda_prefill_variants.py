@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import sys
 
@@ -26,7 +25,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     from gate.bench_kda import _check_prefill, _prefill_inputs, bench_bound
-    from gate.benchlib import do_bench
+    from gate.benchlib import do_bench, header, write_json
     from impl import kda as ik
     from oracle import kda as ok
     try:
@@ -59,9 +58,7 @@ def main(argv=None) -> int:
                 extra += f"  fla/this {res['fla']['median_ms'] / r['median_ms']:.3f}x"
             print(f"  H={H} T={T} {n:22s} {r['median_ms']:.3f} ms [{r['min_ms']:.3f}-{r['max_ms']:.3f}]{extra}")
         out[f"{H}:{T}"] = res
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, header(out))
     return 0
 
 

@@ -86,14 +86,7 @@ def bench_state(cache):
     from oracle.types import DSACache
     if not isinstance(cache, DSACache):
         return cache, lambda: None
-    moved = []
-    for a in cache:
-        if a is not None:
-            out = _grown(None, a.shape[1], a)
-            out[:] = a
-            a = out
-        moved.append(a)
-    moved = DSACache(*moved)
+    moved = DSACache(*(None if a is None else append_rows(None, a, name) for a, name in zip(cache, cache._fields)))
 
     def rewind():
         for a in moved:
