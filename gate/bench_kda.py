@@ -161,12 +161,9 @@ def main(argv=None) -> int:
                 # runs BK 16 on 2 warps)
                 variants += [dict(intra="blocked", intra_bk=bk, intra_warps=w)
                              for bk, w in ((16, 2), (16, 1), (16, 4), (32, 2), (32, 4))]
-                # and ours with the kk / qk products as [64, 16] column blocks (NARROW)
-                variants += [dict(intra="narrow", intra_bk=32), dict(intra="narrow", intra_bk=64)]
                 # and ours' intra kernel capped at 168 / 128 registers: 3 / 4 programs an SM instead of 2
                 # (spilling 176 / 552 B at sm_90, Triton 3.6)
-                variants += [dict(intra_maxnreg=168), dict(intra_maxnreg=128),
-                             dict(intra="narrow", intra_maxnreg=168)]
+                variants += [dict(intra_maxnreg=168), dict(intra_maxnreg=128)]
                 for var in variants:
                     try:
                         if "intra" in var or "intra_maxnreg" in var:

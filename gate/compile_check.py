@@ -35,7 +35,7 @@ RECORDS = (
                  dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
                  dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
-                      OFFSET64=True, NARROW=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
+                      OFFSET64=True, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
     # issue 14 step 18's candidate: the intra-chunk outputs from the 16-row sub-chunk pairs, at the tiles
     # impl.candidates.kda_intra_blocked launches (BK 16, 2 warps)
     KernelRecord("kda", "kda_intra_kk_fwd_kernel",
@@ -176,10 +176,6 @@ RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "SWIZZLED": Tru
 
 # the grouped GEMMs' NVFP4 weight tile form (SPLIT, issue 14): interleaved above, and split for W4A16
 # (linear and swizzled scales) and W4A4
-# the intra-chunk kk / qk products as [BT, BC] column blocks (issue 14 step 18's NARROW candidate)
-RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "NARROW": True}) for r in RECORDS
-                          if r.name == "kda_intra_chunked_fwd_kernel")
-
 # the KDA decode with a head's value blocks over 2 programs (B = 1: 64 heads on 132 SMs; issue 14 step 16's
 # candidate), the last to arrive writing the window
 RECORDS = RECORDS + tuple(r._replace(constexprs={**r.constexprs, "VS": 2}) for r in RECORDS
@@ -263,7 +259,6 @@ def main(argv=None) -> int:
         if args.kernel and rec.name not in args.kernel:
             continue
         label = rec.name + (" split" if rec.module == "moe" and rec.constexprs.get("SPLIT") else "") + (
-                            " narrow" if rec.constexprs.get("NARROW") else "") + (
                             " pairs" if rec.constexprs.get("PAIRS") else "") + (
                             " (w4a4)" if rec.constexprs.get("W4A4") else
                             " (nvfp4 swizzled)" if rec.constexprs.get("SWIZZLED") else

@@ -178,11 +178,6 @@ PATHS: tuple[Path, ...] = (
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by forward substitution", lambda a: not a["INV_MERGE"],
          why="a benchmark sweep option (gate/bench_kda.py, inv_merge=False); `chunked` always inverts by doubling"),
     Path("kda_intra_chunked_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
-    Path("kda_intra_chunked_fwd_kernel", "kk / qk products as [BT, BC] column blocks (NARROW)", lambda a: a["NARROW"],
-         why="a benchmark sweep option (gate/bench_kda.py intra='narrow', issue 14 step 18, not yet timed on a GPU); "
-             "tests/test_kda_intra_blocked.py holds it bitwise to ours on the CPU"),
-    Path("kda_intra_chunked_fwd_kernel", "kk / qk products as [BT, BT] tiles", lambda a: not a["NARROW"],
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     # the 16-row sub-chunk pair (issue 14 step 18's candidate)
     *(Path(kernel, name, pred, why=KDA_INTRA_CANDIDATE)
       for kernel in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")

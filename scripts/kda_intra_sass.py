@@ -1,9 +1,8 @@
 """Static SASS counts of the KDA intra-chunk kernels per (chunk, head), without a GPU (issue 14 step 18).
 
-Compiles `kda_intra_chunked_fwd_kernel` (ours), ours with NARROW (the kk / qk products as [BT, BC] column
-blocks) and step 18's pair `kda_intra_kk_fwd_kernel` + `kda_intra_wu_fwd_kernel` for sm_90 with the
-triton wheel's ptxas (gate/compile_check.py's records),
-finds each loop (a backward branch) and weights its body by its trip count (the K-tile loops run K / BK
+Compiles `kda_intra_chunked_fwd_kernel` (ours) and step 18's pair `kda_intra_kk_fwd_kernel` +
+`kda_intra_wu_fwd_kernel` for sm_90 with the triton wheel's ptxas (gate/compile_check.py's records), finds
+each loop (a backward branch) and weights its body by its trip count (the K-tile loops run K / BK
 times, the V-tile loop V / BV; the loops appear in the source's order), then prints per program and per
 (chunk, head): issued instructions (per warp x warps), tensor-core MMAs (HMMA), exponentials (MUFU.EX2),
 shared-memory traffic (LDS / STS / LDSM), global loads and stores, registers and spill bytes.
@@ -64,13 +63,13 @@ def weighted_ops(sass: str, trips) -> tuple[collections.Counter, int]:
     return ops, len(loops)
 
 
-def measure(name: str, bk: int, warps: int, narrow: bool = False):
+def measure(name: str, bk: int, warps: int):
     from gate import compile_check as cc
-    rec = next(r for r in cc.RECORDS if r.name == name and bool(r.constexprs.get("NARROW")) == narrow)
+    rec = next(r for r in cc.RECORDS if r.name == name)
     rec = rec._replace(constexprs={**rec.constexprs, "BK": bk}, options=dict(num_warps=warps))
     sass, _, usage = _compile(rec, 90)
     ops, n_loops = weighted_ops(sass, LOOPS[name](bk))
-    row = dict(kernel=name + (" narrow" if narrow else ""), BK=bk, warps=warps, loops=n_loops, **usage,
+    row = dict(kernel=name, BK=bk, warps=warps, loops=n_loops, **usage,
                per_warp=sum(ops.values()), per_program=sum(ops.values()) * warps)
     for g, prefixes in GROUPS.items():
         row[g] = sum(n for op, n in ops.items() if op.startswith(prefixes)) * warps
@@ -86,11 +85,11 @@ def main(argv=None) -> int:
     cols = ("per_program", "HMMA", "HGMMA", "MUFU.EX2", "shared", "global ld", "global st", "spill")
     print(f"{'kernel':36s} {'BK':>3s} {'w':>2s} {'regs':>4s} {'spillB':>6s} " + " ".join(f"{c:>11s}" for c in cols))
     rows = []
-    configs = [("kda_intra_chunked_fwd_kernel", bk, 4, nar) for nar in (False, True) for bk in (32, 64)] + [
-        (n, bk, w, False) for n in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
+    configs = [("kda_intra_chunked_fwd_kernel", bk, 4) for bk in (32, 64)] + [
+        (n, bk, w) for n in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
         for bk in (16, 32) for w in (1, 2, 4)]
-    for name, bk, w, nar in configs:
-        r = measure(name, bk, w, nar)
+    for name, bk, w in configs:
+        r = measure(name, bk, w)
         rows.append(r)
         print(f"{r['kernel']:36s} {bk:>3d} {w:>2d} {r['regs']:>4d} {r['spill']:>6d} "
               + " ".join(f"{r[c]:>11d}" for c in cols), flush=True)

@@ -14,8 +14,7 @@ import sys
 
 VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_maxnreg=168),
             "inv_sub+cap168": dict(inv_merge=False, intra_maxnreg=168),
-            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64),
-            "narrow_bk64": dict(intra="narrow", intra_bk=64)}
+            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64)}
 
 
 def main(argv=None) -> int:

@@ -109,20 +109,9 @@ def test_the_inverse_missing_a_term_is_caught():
     assert _rel(_np(o_ok)[:, 48:], want[:, 48:]) < 1e-5
 
 
-@pytest.mark.parametrize("cu", [None, [0, 49, 49, 120, 170]])
-def test_ours_with_narrow_column_blocks_is_ours_bit_for_bit_on_the_cpu(cu):
-    """intra="narrow" (the kk / qk products as [64, 16] column blocks, the other blocks' rows summed in as
-    exact zeros) on the interpreter's float32 dots: every output and state the same bits as ours."""
-    _, work = _inputs(1, 170, 2, 32, 16, lo=-0.1, seed=8)
-    cu = None if cu is None else torch.tensor(cu)
-    for a, b in zip(ik._chunked(*work[:5], None, 64, cu, True), ik._chunked(*work[:5], None, 64, cu, True,
-                                                                              intra="narrow")):
-        assert torch.equal(a, b)
-
-
 def test_a_bad_intra_name_is_refused():
     _, work = _inputs(1, 8, 1, 16, 16)
-    with pytest.raises(ValueError, match="intra: expected 'columns', 'narrow' or 'blocked'"):
+    with pytest.raises(ValueError, match="intra: expected 'columns' or 'blocked'"):
         ik._chunked(*work[:5], None, 64, None, False, intra="rows")
 
 
@@ -135,8 +124,3 @@ def test_the_sub_chunk_pairs_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_o
         exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
                       else a for i, a in enumerate(exact))
         _compare(exact, work, factor=2.0)
-        want = ok.chunked(*(a.numpy() for a in exact[:5]), exact[5].numpy(), 64)
-        ours = ik._chunked(*work[:5], work[5], 64, None, True)
-        narrow = ik._chunked(*work[:5], work[5], 64, None, True, intra="narrow")
-        for w, o, n in zip(want, ours, narrow):
-            assert _rel(_np(n), w) <= 2.0 * _rel(_np(o), w) + 1e-6

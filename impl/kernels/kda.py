@@ -38,37 +38,6 @@ def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.co
 
 
 @triton.jit
-def _intra_narrow_block(b_k, b_q, b_gc, a, aq, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                        BK: tl.constexpr, PRECISION: tl.constexpr, ANCHOR: tl.constexpr):
-    """_intra_column_block's column block i_s as [BT, BC] products (issue 14 step 18, NARROW).
-
-    _intra_column_block multiplies by a [BT, BK] column-factor tile zero outside the block: [BT, BT]
-    products of which a quarter is the block. Here the block's rows are taken out as a [BC, BK] tile (the
-    others zeroed, then the BT // BC row blocks summed: exact, one value and zeros) and the products are
-    [BT, BC]: 4x fewer tensor-core products, and the column factor's exponentials on BC rows, not BT.
-    The row factor, the reference row and the masks are _intra_column_block's, so is every causal property.
-    """
-    o_t = tl.arange(0, BT)
-    b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
-    b_d = b_gc - b_ref[None, :]
-    b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
-    in_block = ((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None]
-    k_j = tl.sum(tl.reshape(tl.where(in_block, b_k, 0.), [BT // BC, BC, BK]), 0)
-    d_j = tl.sum(tl.reshape(tl.where(in_block, b_d, 0.), [BT // BC, BC, BK]), 0)
-    b_kc = tl.trans(k_j * tl.exp(-d_j))
-    a = tl.dot(b_k * b_er, b_kc, a, input_precision=PRECISION)
-    aq = tl.dot(b_q * b_er, b_kc, aq, input_precision=PRECISION)
-    return a, aq
-
-
-@triton.jit
-def _join_columns(a0, a1, a2, a3, BT: tl.constexpr):
-    """[BT, BT] from its four [BT, BT // 4] column blocks, in order."""
-    t = tl.join(tl.join(a0, a1), tl.join(a2, a3))                     # [BT, BC, lo, hi]: block 2 hi + lo
-    return tl.reshape(tl.permute(t, (0, 3, 2, 1)), [BT, BT])
-
-
-@triton.jit
 def _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr,
                  OFFSET64: tl.constexpr):
     """(head, chunk within its sequence, chunk over all sequences, sequence begin, sequence end) of a program."""
@@ -100,7 +69,7 @@ def kda_intra_chunked_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
-    OFFSET64: tl.constexpr, NARROW: tl.constexpr = False,
+    OFFSET64: tl.constexpr,
 ):
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     NC: tl.constexpr = BT // BC
@@ -117,42 +86,22 @@ def kda_intra_chunked_fwd_kernel(
     n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
     n_nan_g = n_nan_beta * 0
 
-    if NARROW:
-        tl.static_assert(BT == 4 * BC)
-        a0 = tl.zeros([BT, BC], dtype=tl.float32)
-        a1, a2, a3, s0, s1, s2, s3 = a0, a0, a0, a0, a0, a0, a0
-        for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            mask_tk = mask_t[:, None] & (o_k < K)[None, :]
-            o_tk = o_tr + o_k[None, :]
-            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-            b_gc = tl.cumsum(b_g, axis=0)
-            a0, s0 = _intra_narrow_block(b_k, b_q, b_gc, a0, s0, 0, BT, BC, BK, PRECISION, ANCHOR)
-            a1, s1 = _intra_narrow_block(b_k, b_q, b_gc, a1, s1, 1, BT, BC, BK, PRECISION, ANCHOR)
-            a2, s2 = _intra_narrow_block(b_k, b_q, b_gc, a2, s2, 2, BT, BC, BK, PRECISION, ANCHOR)
-            a3, s3 = _intra_narrow_block(b_k, b_q, b_gc, a3, s3, 3, BT, BC, BK, PRECISION, ANCHOR)
-        b_A = _join_columns(a0, a1, a2, a3, BT)
-        b_Aqk = _join_columns(s0, s1, s2, s3, BT)
-    else:
-        b_A = tl.zeros([BT, BT], dtype=tl.float32)
-        b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
-        for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            mask_k = o_k < K
-            mask_tk = mask_t[:, None] & mask_k[None, :]
-            o_tk = o_tr + o_k[None, :]
-            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-            b_gc = tl.cumsum(b_g, axis=0)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        mask_tk = mask_t[:, None] & mask_k[None, :]
+        o_tk = o_tr + o_k[None, :]
+        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+        b_gc = tl.cumsum(b_g, axis=0)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
+        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
 
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
     tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),
