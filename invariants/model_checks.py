@@ -322,7 +322,8 @@ def prefix_paths(side: Side, ids, mask, k: int, persisted: tuple = ()) -> dict:
     cont = decode[:1] + side.log[first + len(decode):]
     out = {"token_decode": PathRun(_cat(logits), state, decode),
            "continuation": PathRun(_cat([lp, lc]), sc_, cont, (held, state_arrays(restored)))}
-    return out | {f"continuation_{d}": persisted_continuation(side, blobs[d], held, ids, mask, P) for d in persisted}
+    return out | {f"continuation_{d}": persisted_continuation(side, blobs[d], held, ids, mask, P, (lp, decode[:1]))
+                  for d in persisted}
 
 
 def run_paths(side: Side, ids, mask, case: ModelCase, persisted: tuple = ()) -> dict:
@@ -565,16 +566,19 @@ def run_model_paths(case: ModelCase, cand: Target, base: Target) -> list:
     whole = oracle_run(weights, ids, mask)
     pads = padded_rows(case)
     alone = {(r, p): oracle_run(weights, ids[r:r + 1, p:], mask[r:r + 1, p:]) for r, p in pads}
-    runs = {n: run_paths(s, ids, mask, case, PERSISTED if n == "cand" else ()) for n, s in
+    # the baseline persists too: the bf16-persisted path's scale holds the quantization the candidate's does
+    runs = {n: run_paths(s, ids, mask, case, () if n == "oracle" else PERSISTED) for n, s in
             (("cand", target_side(cand, case)), ("base", target_side(base, case)), ("oracle", oracle))}
     B, S = ids.shape
-    dec = {(n, path): path_decisions(g, runs[n][path].calls, B) for n in ("cand", "base") for path in PATHS}
+    judged = [p for p in runs["cand"] if p in PATHS or p.removeprefix("continuation_") in PERSISTED]
+    dec = {(n, path): path_decisions(g, runs[n][path].calls, B) for n in ("cand", "base") for path in judged}
     ref = {key: conditioned_on(weights, ids, mask, d, whole) for key, d in dec.items()}
     res = []
-    for path in PATHS:
+    for path in judged:
         res += decision_comparisons(path, dec["cand", path], ref["cand", path], weights)
         res += compare(path, runs["cand"][path], ref["cand", path], real, runs["base"][path],
                        base_ref=ref["base", path])
+    for path in PATHS:
         res += compare(f"oracle_{path}", runs["oracle"][path], whole, real, kind="self_consistency")
     res += handoff_comparisons(runs["cand"], ids.shape[1] - k)
 

@@ -18,7 +18,7 @@ set -u
 NAME=step18
 PARTS=${PARTS:-tests zoo gate bench}
 source "$(dirname "$0")/gpu_steps.sh"
-CAND=impl.candidates.kda_intra_blocked:Candidate
+CAND=${CAND:-impl.candidates.kda_intra_blocked:Candidate}
 has tests && step tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_intra_blocked.py \
     tests/test_kda_gpu.py
 has zoo && step zoo 120 python3 -m gate.cli zoo --device cuda --mutant kda_intra_blocked_x30_drops_a_term

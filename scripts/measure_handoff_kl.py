@@ -1,4 +1,4 @@
-"""Worst model.paths continuation logits verdicts (the bf16-persisted hand-off gate) over drawn cases.
+"""Worst model.paths continuation verdicts (logits, the bf16-persisted quantization gate) over drawn cases.
 
 Usage: PYTHONPATH=. python3 scripts/measure_handoff_kl.py DEVICE DTYPE IMPL N  (e.g. cuda bfloat16 triton 40)
 """
@@ -19,7 +19,7 @@ t()
 for c in cases:
     for v in evaluate(chk, c, cand, base):
         k = v.contract.key
-        if "continuation_bfloat16.logits" in k or ("continuation.logits" in k):
+        if k.startswith("model.continuation") and k.endswith((".logits", ".quantization")):
             rows.append((k, (v.value/v.limit if v.limit else v.value), (v.detail or str(v.metrics))[:240]))
 import collections
 worst = collections.defaultdict(lambda: (-1, ""))

@@ -66,11 +66,14 @@ def test_the_check_compares_every_path_and_quantity():
     bad = [v for v in verdicts if not v.ok]
     assert not bad, bad[0]
     paths = {v.contract.path for v in verdicts}
-    assert {"chunked_prefill", "token_decode", "continuation", "padded_row", "oracle_token_decode"} <= paths
+    assert {"chunked_prefill", "token_decode", "continuation", "continuation_bfloat16", "padded_row",
+            "oracle_token_decode"} <= paths
     quantities = {v.contract.quantity for v in verdicts}
     assert quantities == {"logits", "kda_recurrent", "kda_conv", "dsa_latent", "index_rows", "pooled_keys",
                           "pool_flags", "valid_flags", "seq_len",
-                          "selection", "expert_ids", "handoff"}
+                          "selection", "expert_ids", "handoff", "quantization"}
+    persisted = {v.contract.quantity for v in verdicts if v.contract.path == "continuation_bfloat16"}
+    assert {"logits", "kda_recurrent", "selection", "expert_ids", "handoff", "quantization"} <= persisted
 
 
 def test_the_baseline_passes_drawn_cases():
@@ -89,6 +92,10 @@ def test_the_baseline_passes_drawn_cases():
      {"chunked_prefill.logits", "padded_row.logits"}),
     ("model_mask_first_columns", _case(), {"chunked_prefill.logits", "padded_row.logits"},
      {"token_decode.valid_flags"}),
+    # the bf16 format's own layout bug: the exact continuation is right, the persisted one is not
+    ("model_restore_bf16_format_transposed", _case(pad=(0, 0)),
+     {"continuation_bfloat16.quantization", "continuation_bfloat16.handoff", "continuation_bfloat16.logits"},
+     {"continuation.logits", "continuation.handoff"}),
 ])
 def test_each_model_mutant_breaks_the_path_it_was_planted_for(name, case, must_break, must_hold):
     broken = _broken(name, case)
@@ -99,7 +106,8 @@ def test_each_model_mutant_breaks_the_path_it_was_planted_for(name, case, must_b
 
 def test_every_model_mutant_is_listed():
     assert MODEL_MUTANTS == ["model_decode_forgets_padding", "model_expert_gemm_over_routed_rows",
-                             "model_mask_first_columns", "model_restore_bf16_recurrent",
+                             "model_mask_first_columns", "model_restore_bf16_format_transposed",
+                             "model_restore_bf16_recurrent",
                              "model_restore_drops_conv_window", "model_restore_transposed_kda_state",
                              "model_stale_shared_selection_in_decode"]
     assert all(mutants.MUTANTS[n].check == ("model.causal" if n == "model_expert_gemm_over_routed_rows"
@@ -123,3 +131,41 @@ def test_a_bug_planted_in_the_oracle_breaks_its_self_consistency(monkeypatch):
     broken = {f"{v.contract.path}.{v.contract.quantity}" for v in evaluate(CHECK, _case(pad=(0, 0)), BASE, BASE)
               if not v.ok}
     assert {"oracle_chunked_prefill.logits", "oracle_token_decode.kda_conv"} <= broken
+
+
+def _call(sel_rows, exp_rows):
+    """One forward call's log: a selection record [B, n, W] and an expert record [B·n, k]."""
+    import numpy as np
+    sel = np.array(sel_rows)
+    return [("selection", sel), ("experts", np.array(exp_rows).reshape(-1, 2))]
+
+
+def test_the_tokens_before_a_rows_first_flip_are_the_ones_the_quantization_gate_judges():
+    from invariants.model_handoff import unflipped_tokens
+
+    exact = _call([[[1, 2, -1], [3, 4, -1]], [[1, 2, -1], [3, 4, -1]]], [[0, 1], [2, 3], [0, 1], [2, 3]])
+    same_sets = _call([[[2, 1, -1], [4, 3, -1]], [[1, 2, -1], [3, 4, -1]]], [[1, 0], [3, 2], [0, 1], [2, 3]])
+    assert unflipped_tokens(exact, same_sets, 2, 2) == [2, 2]       # order and padding are not decisions
+    row1_token0 = _call([[[1, 2, -1], [3, 4, -1]], [[1, 5, -1], [3, 4, -1]]], [[0, 1], [2, 3], [0, 1], [2, 3]])
+    assert unflipped_tokens(exact, row1_token0, 2, 2) == [2, 0]
+    expert_row0_token1 = _call([[[1, 2, -1], [3, 4, -1]], [[1, 2, -1], [3, 4, -1]]],
+                               [[0, 1], [2, 5], [0, 1], [2, 3]])
+    assert unflipped_tokens(exact, expert_row0_token1, 2, 2) == [1, 2]
+    with pytest.raises(ValueError, match="same number of decisions"):
+        unflipped_tokens(exact, exact[:1], 2, 2)
+
+
+def test_a_decision_the_bf16_persisting_flips_is_judged_as_a_path_not_a_quantization():
+    """The H200's and the CPU's false alarm: the 2^-8 perturbation of a bf16-persisted KDA state flips a
+    DSA pool at a near-tie in row 1 (KL 8.6e-4 against the exact continuation, the gate's bound 1e-4).
+    The flip is legal (tie-aware against the oracle), the row's token is judged against the oracle given
+    it, and the gate judges the other row's token alone."""
+    case = mc.ModelCase("tiny", 5, 1, 2, 21, (0, 3), (21,), 1, 11229)
+    bf16 = Target(registry.get("torch"), "cpu", torch.bfloat16)
+    verdicts = evaluate(CHECK, case, bf16, bf16)
+    bad = [v for v in verdicts if not v.ok]
+    assert not bad, bad[0]
+    gate = [v for v in verdicts if v.contract.path == "continuation_bfloat16" and v.contract.quantity == "quantization"]
+    assert len(gate) == 1 and gate[0].detail.startswith("1 of 2 continued tokens (the other 1 follow a decision flip")
+    flips = [v for v in verdicts if v.contract.path == "continuation_bfloat16" and v.contract.quantity == "selection"]
+    assert any("1 legal flips" in v.detail for v in flips)

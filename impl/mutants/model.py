@@ -161,3 +161,19 @@ class ModelRestoreTransposedKdaState(ModelOps):
 
     def deserialize(self, data, device="cpu"):
         return _restored_kda(super().deserialize(data, device), lambda r: r.transpose(-1, -2).contiguous())
+
+
+def _persisted_in_bf16(state) -> bool:
+    """Whether every KDA recurrent value of a restored state is a bfloat16 value (a bf16-persisted
+    snapshot; a float32 one is not, short of an all-zero state, where the layout cannot matter)."""
+    return all(torch.equal(e.recurrent, e.recurrent.to(torch.bfloat16).to(e.recurrent.dtype))
+               for e in state.layers if isinstance(e, KDAState))
+
+
+@mutant("model.paths", "quantization")
+class ModelRestoreBf16FormatTransposed(ModelOps):
+    """Only the bf16-persisted snapshot format reads the KDA recurrent in the other layout, [V, K] for [K, V]; its own float32 format is right."""
+
+    def deserialize(self, data, device="cpu"):
+        s = super().deserialize(data, device)
+        return _restored_kda(s, lambda r: r.transpose(-1, -2).contiguous()) if _persisted_in_bf16(s) else s
