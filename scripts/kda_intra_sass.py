@@ -36,7 +36,9 @@ LOOPS = {
     "kda_intra_wu_fwd_kernel": lambda bk: (K // bk, V // BV),
 }
 GROUPS = {"HMMA": ("HMMA",), "HGMMA": ("HGMMA",), "MUFU.EX2": ("MUFU.EX2",), "shared": ("LDS", "STS", "LDSM"),
-          "global ld": ("LDG",), "global st": ("STG",), "spill": ("STL", "LDL")}
+          "global ld": ("LDG",), "global st": ("STG",), "spill": ("STL", "LDL"),
+          # the waits a staged wgmma costs: warpgroup arrive / depbar, and the CTA barriers around staging
+          "wg sync": ("WARPGROUP",), "BAR": ("BAR",)}
 
 
 def weighted_ops(sass: str, trips) -> tuple[collections.Counter, int]:
@@ -63,13 +65,15 @@ def weighted_ops(sass: str, trips) -> tuple[collections.Counter, int]:
     return ops, len(loops)
 
 
-def measure(name: str, bk: int, warps: int):
+def measure(name: str, bk: int, warps: int, extra: dict = None):
+    """One kernel's weighted counts at BK / warps; extra: constexprs to set (ours' STACK, INV_MERGE)."""
     from gate import compile_check as cc
     rec = next(r for r in cc.RECORDS if r.name == name)
-    rec = rec._replace(constexprs={**rec.constexprs, "BK": bk}, options=dict(num_warps=warps))
+    rec = rec._replace(constexprs={**rec.constexprs, "BK": bk, **(extra or {})}, options=dict(num_warps=warps))
     sass, _, usage = _compile(rec, 90)
     ops, n_loops = weighted_ops(sass, LOOPS[name](bk))
-    row = dict(kernel=name, BK=bk, warps=warps, loops=n_loops, **usage,
+    row = dict(kernel=name, BK=bk, warps=warps, loops=n_loops, variant=" ".join(f"{k}={v}" for k, v in
+                                                                             (extra or {}).items()), **usage,
                per_warp=sum(ops.values()), per_program=sum(ops.values()) * warps)
     for g, prefixes in GROUPS.items():
         row[g] = sum(n for op, n in ops.items() if op.startswith(prefixes)) * warps
@@ -82,17 +86,21 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import triton
     print(f"triton {triton.__version__}, sm_90, K = V = {K}, BV {BV}; counts per program = per (chunk, head)")
-    cols = ("per_program", "HMMA", "HGMMA", "MUFU.EX2", "shared", "global ld", "global st", "spill")
+    cols = ("per_program", "HMMA", "HGMMA", "MUFU.EX2", "shared", "global ld", "global st", "spill", "wg sync",
+            "BAR")
     print(f"{'kernel':36s} {'BK':>3s} {'w':>2s} {'regs':>4s} {'spillB':>6s} " + " ".join(f"{c:>11s}" for c in cols))
     rows = []
-    configs = [("kda_intra_chunked_fwd_kernel", bk, 4) for bk in (32, 64)] + [
-        (n, bk, w) for n in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
+    ours = "kda_intra_chunked_fwd_kernel"
+    # ours, then step 21's stacked kk / qk dot (with either inverse), then step 18's pair
+    configs = [(ours, bk, 4, None) for bk in (32, 64)] + [
+        (ours, 32, 4, {"STACK": True}), (ours, 32, 4, {"STACK": True, "INV_MERGE": False})] + [
+        (n, bk, w, None) for n in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
         for bk in (16, 32) for w in (1, 2, 4)]
-    for name, bk, w in configs:
-        r = measure(name, bk, w)
+    for name, bk, w, extra in configs:
+        r = measure(name, bk, w, extra)
         rows.append(r)
         print(f"{r['kernel']:36s} {bk:>3d} {w:>2d} {r['regs']:>4d} {r['spill']:>6d} "
-              + " ".join(f"{r[c]:>11d}" for c in cols), flush=True)
+              + " ".join(f"{r[c]:>11d}" for c in cols) + (f"  {r['variant']}" if r["variant"] else ""), flush=True)
     write_json(args.json, rows)
     return 0
 

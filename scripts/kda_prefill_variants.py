@@ -14,7 +14,10 @@ import sys
 
 VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_maxnreg=168),
             "inv_sub+cap168": dict(inv_merge=False, intra_maxnreg=168),
-            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64)}
+            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64),
+            # step 21: the kk and qk products of a column block as one stacked dot
+            "stack": dict(intra_stack=True), "stack+inv_sub+cap168": dict(intra_stack=True, inv_merge=False,
+                                                                          intra_maxnreg=168)}
 
 
 def main(argv=None) -> int:

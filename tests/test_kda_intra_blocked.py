@@ -124,3 +124,50 @@ def test_the_sub_chunk_pairs_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_o
         exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
                       else a for i, a in enumerate(exact))
         _compare(exact, work, factor=2.0)
+
+
+# ---------------------------------------------------------------- step 21: ours' kernel with the stacked kk / qk dot
+@pytest.mark.parametrize("B,T,H,K,V,lo", [(2, 150, 2, 32, 32, -0.05), (1, 130, 1, 40, 24, -0.5),
+                                          (1, 7, 2, 16, 16, -0.05)])
+@pytest.mark.parametrize("inv_merge", [True, False])
+def test_the_stacked_kk_qk_dot_is_ours_bit_for_bit(B, T, H, K, V, lo, inv_merge):
+    """The same products, rows and accumulation order as ours' two dots: the interpreter's float32 gives
+    the same bits (the GPU's verdict is its gate and the bf16 test below)."""
+    _, work = _inputs(B, T, H, K, V, lo=lo, state=True)
+    ours = ik._chunked(*work[:5], work[5], 64, None, True, inv_merge=inv_merge)
+    got = ik._chunked(*work[:5], work[5], 64, None, True, inv_merge=inv_merge, intra_stack=True)
+    for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
+        assert torch.equal(o, c), name
+
+
+def test_the_stacked_candidate_matches_the_oracle_on_packed_documents():
+    from impl.candidates import kda_intra_stacked as stacked
+    exact, work = _inputs(1, 150, 2, 32, 32, lo=-0.05)
+    cu = torch.tensor([0, 40, 40, 150], dtype=torch.int32)
+    want = ok.chunked(*(a.numpy() for a in exact[:5]), None, 64, cu.numpy())
+    ours = ik.chunked(*work[:5], None, 64, cu, True)
+    got = stacked.chunked(*work[:5], None, 64, cu, True)
+    for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
+        assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, name
+
+
+def test_stacking_is_refused_for_the_blocked_pair():
+    _, work = _inputs(1, 8, 1, 16, 16)
+    with pytest.raises(ValueError, match="only the 'columns' intra kernel stacks"):
+        ik._chunked(*work[:5], None, 64, None, False, intra="blocked", intra_stack=True)
+
+
+@pytest.mark.gpu
+def test_the_stacked_dot_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_ours():
+    """K = V = 128 on the GPU's tiles: the stacked [128, BK] wgmma against ours' two [64, BK] ones."""
+    from impl.candidates import kda_intra_stacked as stacked
+    for B, T, H in ((1, 300, 4), (1, 1000, 3)):
+        exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
+        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
+                      else a for i, a in enumerate(exact))
+        want = ok.chunked(*(None if a is None else a.cpu().numpy() for a in exact[:5]), exact[5].cpu().double().numpy(),
+                          64, None)
+        ours = ik.chunked(*work[:5], work[5], 64, None, True)
+        got = stacked.chunked(*work[:5], work[5], 64, None, True)
+        for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
+            assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"

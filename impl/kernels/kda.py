@@ -38,6 +38,21 @@ def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.co
 
 
 @triton.jit
+def _intra_column_block_stacked(b_k, b_q, b_gc, b_S, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                                BK: tl.constexpr, PRECISION: tl.constexpr, ANCHOR: tl.constexpr):
+    """_intra_column_block with the kk and qk products as ONE dot: [k e^(Γ-ref); q e^(Γ-ref)] [2 BT, BK]
+    against the same column factor, accumulated in b_S [2 BT, BT] (kk rows first): half the dots an
+    iteration, each staged and waited once (issue 14 step 21)."""
+    o_t = tl.arange(0, BT)
+    b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
+    b_d = b_gc - b_ref[None, :]
+    b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
+    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, float("-inf")))
+    b_a = tl.reshape(tl.permute(tl.join(b_k * b_er, b_q * b_er), (2, 0, 1)), [2 * BT, BK])
+    return tl.dot(b_a, tl.trans(b_kc), b_S, input_precision=PRECISION)
+
+
+@triton.jit
 def _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr,
                  OFFSET64: tl.constexpr):
     """(head, chunk within its sequence, chunk over all sequences, sequence begin, sequence end) of a program."""
@@ -69,7 +84,7 @@ def kda_intra_chunked_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
-    OFFSET64: tl.constexpr,
+    OFFSET64: tl.constexpr, STACK: tl.constexpr = False,
 ):
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     NC: tl.constexpr = BT // BC
@@ -88,6 +103,7 @@ def kda_intra_chunked_fwd_kernel(
 
     b_A = tl.zeros([BT, BT], dtype=tl.float32)
     b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
+    b_S = tl.zeros([2 * BT, BT], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
@@ -98,10 +114,18 @@ def kda_intra_chunked_fwd_kernel(
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
         b_gc = tl.cumsum(b_g, axis=0)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
-        b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+        if STACK:
+            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 0, BT, BC, BK, PRECISION, ANCHOR)
+            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 1, BT, BC, BK, PRECISION, ANCHOR)
+            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 2, BT, BC, BK, PRECISION, ANCHOR)
+            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 3, BT, BC, BK, PRECISION, ANCHOR)
+        else:
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+    if STACK:
+        b_A, b_Aqk = tl.split(tl.permute(tl.reshape(b_S, [2, BT, BT]), (1, 2, 0)))
 
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
     tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),
