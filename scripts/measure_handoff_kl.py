@@ -19,7 +19,7 @@ t()
 for c in cases:
     for v in evaluate(chk, c, cand, base):
         k = v.contract.key
-        if k.startswith("model.continuation") and k.endswith((".logits", ".quantization")):
+        if v.contract.path.startswith("continuation") and v.contract.quantity in ("logits", "quantization"):
             rows.append((k, (v.value/v.limit if v.limit else v.value), (v.detail or str(v.metrics))[:240]))
 import collections
 worst = collections.defaultdict(lambda: (-1, ""))
