@@ -18,6 +18,7 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import canary, interpreted, num_sms
 from impl.kernels.kda import (
+    kda_chunk_cumsum_fwd_kernel,
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
     kda_intra_chunked_fwd_kernel,
@@ -138,7 +139,7 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False):
+             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
@@ -146,6 +147,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     the 16-row sub-chunks; inv_merge and anchor do not apply to it). intra_maxnreg: a register cap for the
     intra-chunk kernel(s) (more programs an SM at the cost of spills; the interpreter ignores it).
     intra_stack (step 21, "columns" only): the kk and qk products of a column block as one [2 BT, BK] dot.
+    g_cumsum (step 23, "columns" only): Γ, the chunk-local cumsum of g, by its own kernel before the
+    intra kernel instead of inside it.
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
@@ -153,6 +156,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         raise ValueError(f"intra: expected 'columns' or 'blocked', got {intra!r}")
     if intra_stack and intra != "columns":
         raise ValueError("intra_stack: only the 'columns' intra kernel stacks its kk and qk products")
+    if g_cumsum and intra != "columns":
+        raise ValueError("g_cumsum: only the 'columns' intra kernel reads a precomputed Γ")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
     B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
@@ -202,11 +207,18 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
         )
     elif NC_total:
+        if g_cumsum:
+            gc = torch.empty(g.shape, device=device, dtype=torch.float32)
+            kda_chunk_cumsum_fwd_kernel[intra_grid](
+                g, gc, cu, chunk_indices, chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen,
+                OFFSET64=offset64, num_warps=4,
+            )
+            g = gc
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, STACK=intra_stack,
+            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, STACK=intra_stack, GC=bool(g_cumsum),
             num_warps=intra_warps or 4, **cap,
         )
 

@@ -93,7 +93,9 @@ def main(argv=None) -> int:
     ours = "kda_intra_chunked_fwd_kernel"
     # ours, then step 21's stacked kk / qk dot (with either inverse), then step 18's pair
     configs = [(ours, bk, 4, None) for bk in (32, 64)] + [
-        (ours, 32, 4, {"STACK": True}), (ours, 32, 4, {"STACK": True, "INV_MERGE": False})] + [
+        (ours, 32, 4, {"STACK": True}), (ours, 32, 4, {"STACK": True, "INV_MERGE": False}),
+        (ours, 32, 4, {"GC": True}), (ours, 32, 4, {"GC": True, "INV_MERGE": False}),
+        (ours, 32, 4, {"GC": True, "STACK": True, "INV_MERGE": False})] + [
         (n, bk, w, None) for n in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
         for bk in (16, 32) for w in (1, 2, 4)]
     for name, bk, w, extra in configs:

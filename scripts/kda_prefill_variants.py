@@ -17,7 +17,10 @@ VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_m
             "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64),
             # step 21: the kk and qk products of a column block as one stacked dot
             "stack": dict(intra_stack=True), "stack+inv_sub+cap168": dict(intra_stack=True, inv_merge=False,
-                                                                          intra_maxnreg=168)}
+                                                                          intra_maxnreg=168),
+            # step 23: Γ by its own kernel, the intra kernel without its scan along the tokens
+            "gc": dict(g_cumsum=True), "gc+inv_sub+cap168": dict(g_cumsum=True, inv_merge=False, intra_maxnreg=168),
+            "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168)}
 
 
 def main(argv=None) -> int:

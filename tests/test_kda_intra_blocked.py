@@ -171,3 +171,65 @@ def test_the_stacked_dot_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_our
         got = stacked.chunked(*work[:5], work[5], 64, None, True)
         for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
             assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"
+
+
+# ---------------------------------------------------------------- step 23: Γ by its own kernel before ours' intra kernel
+@pytest.mark.parametrize("B,T,H,K,V,lo", [(2, 150, 2, 32, 32, -0.05), (1, 130, 1, 40, 24, -0.5),
+                                          (1, 7, 2, 16, 16, -5.0)])
+def test_gamma_by_its_own_kernel_is_ours_bit_for_bit(B, T, H, K, V, lo):
+    """The same scan on the same [BT, BK] tiles, stored in float32 and read back: the same bits on the
+    interpreter; Γ's last row stands for the sum of the chunk's g (a partial chunk's last VALID row)."""
+    _, work = _inputs(B, T, H, K, V, lo=lo, state=True)
+    ours = ik._chunked(*work[:5], work[5], 64, None, True)
+    got = ik._chunked(*work[:5], work[5], 64, None, True, g_cumsum=True)
+    for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
+        assert torch.equal(o, c), name
+
+
+def test_gamma_by_its_own_kernel_on_packed_documents_with_an_empty_one():
+    from impl.candidates import kda_intra_gc as gc
+    exact, work = _inputs(1, 150, 2, 32, 32, lo=-0.05)
+    cu = torch.tensor([0, 40, 40, 150], dtype=torch.int32)
+    ours = ik._chunked(*work[:5], None, 64, cu, True, inv_merge=False)
+    got = gc.chunked(*work[:5], None, 64, cu, True)
+    for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
+        assert torch.equal(o, c), name
+
+
+def test_a_nan_gate_is_still_refused_when_gamma_comes_first():
+    _, work = _inputs(1, 70, 1, 16, 16)
+    g = work[3].clone()
+    g[0, 66, 0, 3] = float("nan")
+    with pytest.raises(ValueError, match="g: contains NaN"):
+        ik._chunked(work[0], work[1], work[2], g, work[4], None, 64, None, False, g_cumsum=True)
+
+
+def test_gamma_first_keeps_outputs_before_a_position_independent_of_what_follows():
+    _, work = _inputs(1, 100, 1, 16, 16, lo=-0.5)
+    later = [a.clone() for a in work[:5]]
+    for a in later:
+        a[:, 70:] = a[:, 70:].flip(1)
+    o1, _, _ = ik._chunked(*work[:5], None, 64, None, False, g_cumsum=True)
+    o2, _, _ = ik._chunked(*later, None, 64, None, False, g_cumsum=True)
+    assert torch.equal(o1[:, :70], o2[:, :70])
+
+
+def test_gamma_first_is_refused_for_the_blocked_pair():
+    _, work = _inputs(1, 8, 1, 16, 16)
+    with pytest.raises(ValueError, match="only the 'columns' intra kernel reads a precomputed"):
+        ik._chunked(*work[:5], None, 64, None, False, intra="blocked", g_cumsum=True)
+
+
+@pytest.mark.gpu
+def test_gamma_first_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_ours():
+    from impl.candidates import kda_intra_gc as gc
+    for B, T, H in ((1, 300, 4), (1, 1000, 3)):
+        exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
+        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
+                      else a for i, a in enumerate(exact))
+        want = ok.chunked(*(None if a is None else a.cpu().numpy() for a in exact[:5]), exact[5].cpu().double().numpy(),
+                          64, None)
+        ours = ik.chunked(*work[:5], work[5], 64, None, True)
+        got = gc.chunked(*work[:5], work[5], 64, None, True)
+        for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
+            assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"

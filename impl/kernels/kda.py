@@ -84,7 +84,7 @@ def kda_intra_chunked_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
-    OFFSET64: tl.constexpr, STACK: tl.constexpr = False,
+    OFFSET64: tl.constexpr, STACK: tl.constexpr = False, GC: tl.constexpr = False,
 ):
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     NC: tl.constexpr = BT // BC
@@ -113,7 +113,12 @@ def kda_intra_chunked_fwd_kernel(
         b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-        b_gc = tl.cumsum(b_g, axis=0)
+        # GC: g already holds Γ (kda_chunk_cumsum_fwd_kernel): the scan along the tokens is a chain of
+        # shared-memory exchanges between warps, 17 % of this kernel's instructions (step 23)
+        if GC:
+            b_gc = b_g
+        else:
+            b_gc = tl.cumsum(b_g, axis=0)
         if STACK:
             b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 0, BT, BC, BK, PRECISION, ANCHOR)
             b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 1, BT, BC, BK, PRECISION, ANCHOR)
@@ -170,8 +175,12 @@ def kda_intra_chunked_fwd_kernel(
         b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_gc = tl.cumsum(b_g, axis=0)
-        b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
+        if GC:
+            b_gc = b_g
+            b_gl = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)   # Γ's last row
+        else:
+            b_gc = tl.cumsum(b_g, axis=0)
+            b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
         b_eg = tl.exp(b_gc)
         tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
         tl.store(kg + s_row * K + o_tk, (b_k * tl.exp(b_gl[None, :] - b_gc)).to(kg.dtype.element_ty), mask=mask_tk)
@@ -189,6 +198,26 @@ def kda_intra_chunked_fwd_kernel(
     # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
     tl.store(flags, 1, mask=n_nan_g > 0)
     tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+
+
+@triton.jit
+def kda_chunk_cumsum_fwd_kernel(
+    g, gc, cu_seqlens, chunk_indices, chunk_offsets, T,
+    H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, IS_VARLEN: tl.constexpr,
+    OFFSET64: tl.constexpr,
+):
+    """Γ = the chunk-local cumulative sum of g along the tokens, float32 (the intra kernel's GC input)."""
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    t0 = bos + i_t * BT
+    o_t = tl.arange(0, BT)
+    mask_t = o_t < eos - t0
+    s_row = t0 * H + i_h
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_tk = mask_t[:, None] & (o_k < K)[None, :]
+        o_tk = o_t[:, None] * (H * K) + o_k[None, :]
+        b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        tl.store(gc + s_row * K + o_tk, tl.cumsum(b_g, axis=0), mask=mask_tk)
 
 
 @triton.jit
