@@ -138,6 +138,10 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
                    "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
                    "the float64 truth")
+KDA_INTRA_STEPS = ("only issue 14's candidates launch it (step 21: impl.candidates.kda_intra_stacked, step 23: "
+                   "impl.candidates.kda_intra_gc; not yet gated on a GPU); tests/test_kda_intra_blocked.py holds it "
+                   "bitwise against ours on the CPU on dense rows, partial chunks, masked head dims and packed "
+                   "documents with an empty one")
 KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issue 14 step 18, not yet gated on a GPU: "
                        "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
@@ -178,6 +182,14 @@ PATHS: tuple[Path, ...] = (
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by forward substitution", lambda a: not a["INV_MERGE"],
          why="a benchmark sweep option (gate/bench_kda.py, inv_merge=False); `chunked` always inverts by doubling"),
     Path("kda_intra_chunked_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
+    Path("kda_intra_chunked_fwd_kernel", "kk and qk as one stacked dot (step 21)", lambda a: a["STACK"],
+         why=KDA_INTRA_STEPS),
+    Path("kda_intra_chunked_fwd_kernel", "Γ read, not scanned (step 23)", lambda a: a["GC"], why=KDA_INTRA_STEPS),
+    *(Path("kda_chunk_cumsum_fwd_kernel", name, pred, why=KDA_INTRA_STEPS)
+      for name, pred in (("dense rows", lambda a: not a["IS_VARLEN"]),
+                         ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
+                         ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
+                         ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2))),
     # the 16-row sub-chunk pair (issue 14 step 18's candidate)
     *(Path(kernel, name, pred, why=KDA_INTRA_CANDIDATE)
       for kernel in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")
@@ -496,6 +508,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
                                      "ANCHOR",    # the decay anchor row: 0 (a mutant plants 7)
                                      "OFFSET64"),  # 64-bit element offsets: always (a mutant plants 32-bit)
     "kda_intra_kk_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
+    "kda_chunk_cumsum_fwd_kernel": ("H", "BT", "OFFSET64"),
     "kda_intra_wu_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),
     "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS"),
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
