@@ -27,8 +27,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="64:16384,8:16384")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help=f"comma-separated names among {', '.join(VARIANTS)} (ours is always timed)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    chosen = ["ours"] + [n for n in args.variants.split(",") if n and n != "ours"]
+    unknown = [n for n in chosen if n not in VARIANTS]
+    if unknown:
+        p.error(f"--variants: unknown {unknown}; expected names among {', '.join(VARIANTS)}")
     from gate.bench_kda import _check_prefill, _prefill_inputs, bench_bound
     from gate.benchlib import do_bench, header, write_json
     from impl import kda as ik
@@ -42,8 +48,8 @@ def main(argv=None) -> int:
     for H, T in (tuple(int(x) for x in s.split(":")) for s in args.shapes.split(",")):
         q, k, v, g, beta = _prefill_inputs(H, T)
         fns = {}
-        for name, var in VARIANTS.items():
-            fn = functools.partial(ik._chunked, **var)
+        for name in chosen:
+            fn = functools.partial(ik._chunked, **VARIANTS[name])
             e_o, e_m = _check_prefill(fn, ok, q, k, v, g, beta, [0, H // 2, H - 1])
             ok_ = e_o <= bo and e_m <= bm
             print(f"H={H} T={T} {name}: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
