@@ -20,8 +20,8 @@ for seed in $SEEDS; do
   has paths && step "paths_s$seed" "${T_PATHS:-200}" python3 -m gate.cli run --device cuda --check model.paths \
       --examples "${EX:-40}" --seed "$seed" --no-failures --json "$L/paths_s$seed.json"
 done
-has zoo && step zoo 240 python3 -m gate.cli zoo --device cuda --mutant model_restore_bf16_format_transposed \
-    --mutant model_restore_bf16_recurrent --mutant model_restore_transposed_kda_state
+ZOO_MUTANTS=${ZOO_MUTANTS:-model_restore_bf16_format_transposed model_restore_bf16_recurrent model_restore_transposed_kda_state}
+has zoo && step zoo "${T_ZOO:-240}" python3 -m gate.cli zoo --device cuda $(printf -- "--mutant %s " $ZOO_MUTANTS)
 has kl && step kl 240 python3 scripts/measure_handoff_kl.py cuda bfloat16 triton 40
 echo "=== summary"; cat "$L/summary.txt"
 has repro && { echo "=== repro"; for f in "$L"/repro_*.log; do echo "$f"; grep -E "FAIL|quantization|bfloat16.logits|legal" "$f" | cut -c1-220 | head -8; tail -2 "$f"; done; }
