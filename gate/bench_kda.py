@@ -164,9 +164,14 @@ def main(argv=None) -> int:
                 # and ours' intra kernel capped at 168 / 128 registers: 3 / 4 programs an SM instead of 2
                 # (spilling 176 / 552 B at sm_90, Triton 3.6)
                 variants += [dict(intra_maxnreg=168), dict(intra_maxnreg=128)]
+                # steps 21 and 23: kk and qk as one stacked dot; Γ by its own kernel before the intra kernel;
+                # each alone and with step 18's winners (forward substitution, the 168 cap)
+                tuned = dict(inv_merge=False, intra_maxnreg=168)
+                variants += [dict(intra_stack=True), dict(intra_stack=True, **tuned), dict(g_cumsum=True),
+                             dict(g_cumsum=True, **tuned), dict(g_cumsum=True, intra_stack=True, **tuned)]
                 for var in variants:
                     try:
-                        if "intra" in var or "intra_maxnreg" in var:
+                        if any(key.startswith("intra") or key in ("g_cumsum", "inv_merge") for key in var):
                             e_o, e_m = _check_prefill(functools.partial(impl_kda._chunked, **var), oracle_kda,
                                                       q, k, v, g, beta, heads)
                             if not (e_o <= bound_o and e_m <= bound_m):
