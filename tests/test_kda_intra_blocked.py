@@ -237,3 +237,17 @@ def test_gamma_first_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_ours():
         got = gc.chunked(*work[:5], work[5], 64, None, True)
         for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
             assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"
+
+
+def test_gamma_first_past_a_partial_chunks_last_token_stays_finite():
+    """The H200 gate's catch (kda.paths, 33 tokens at the -5 lower bound): rows past a partial chunk's last
+    token must hold Γ's last value, as the scan gives; Γ = 0 there made e^(0 - ref) overflow at
+    ref ~ -165 against their zero k, and inf * 0 = NaN filled every output through the inverse."""
+    exact, work = _inputs(1, 40, 1, 16, 16, lo=-5.0)
+    g = -5.0 * (0.9 + 0.1 * torch.rand(work[3].shape, generator=torch.Generator().manual_seed(1)))
+    args = (work[0], work[1], work[2], g, work[4])
+    ours = ik._chunked(*args, None, 64, None, True)
+    got = ik._chunked(*args, None, 64, None, True, g_cumsum=True)
+    assert torch.isfinite(ours[0]).all()
+    for name, o, c in zip(("output", "final state"), ours, got):
+        assert torch.equal(o, c), name

@@ -116,7 +116,10 @@ def kda_intra_chunked_fwd_kernel(
         # GC: g already holds Γ (kda_chunk_cumsum_fwd_kernel): the scan along the tokens is a chain of
         # shared-memory exchanges between warps, 17 % of this kernel's instructions (step 23)
         if GC:
-            b_gc = b_g
+            # rows past the chunk's last token hold Γ's last value, as the scan of their zero g would: a 0
+            # there puts e^(0 - ref) (e^165 at ref = -165) against their zero k, and inf * 0 is NaN
+            b_last = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)
+            b_gc = tl.where(mask_t[:, None], b_g, b_last[None, :])
         else:
             b_gc = tl.cumsum(b_g, axis=0)
         if STACK:
@@ -176,8 +179,8 @@ def kda_intra_chunked_fwd_kernel(
         b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         if GC:
-            b_gc = b_g
             b_gl = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)   # Γ's last row
+            b_gc = tl.where(mask_t[:, None], b_g, b_gl[None, :])
         else:
             b_gc = tl.cumsum(b_g, axis=0)
             b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
