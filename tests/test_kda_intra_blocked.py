@@ -43,13 +43,13 @@ def _np(t):
     return t.detach().double().cpu().numpy()
 
 
-def _compare(exact, work, cu=None, factor=2.0):
-    """The candidate's o, final and boundary states against the oracle within `factor` x ours' own error
-    (plus float32's last bits where ours happens to be exact)."""
+def _compare(exact, work, cu=None, factor=2.0, fn=None):
+    """The candidate's (`fn`: a chunked, step 18's pair by default) o, final and boundary states against the
+    oracle within `factor` x ours' own error (plus float32's last bits where ours happens to be exact)."""
     want = ok.chunked(*(None if a is None else a.numpy() for a in exact[:5]),
                       None if exact[5] is None else exact[5].numpy(), 64, None if cu is None else cu.numpy())
     ours = ik.chunked(*work[:5], work[5], 64, cu, True)
-    got = cand.chunked(*work[:5], work[5], 64, cu, True)
+    got = (fn or cand.chunked)(*work[:5], work[5], 64, cu, True)
     for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
         if w is None or np.asarray(w).size == 0:
             assert c is None or c.numel() == 0, name
@@ -120,14 +120,18 @@ def test_a_bad_intra_name_is_refused():
 
 
 @pytest.mark.gpu
-def test_the_sub_chunk_pairs_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours():
+@pytest.mark.parametrize("name", ["blocked", "stacked", "gamma_first"])
+def test_the_candidates_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours(name):
     """Full head dims (K = V = 128: the GPU's K tiles of 16, V tiles of 64), tf32 dots on bf16 operands; within 2x
-    ours' error against the oracle fed the same bf16-rounded q, k, v, as on the CPU."""
+    ours' error against the oracle fed the same bf16-rounded q, k, v, as on the CPU: step 18's sub-chunk pairs,
+    step 21's stacked [128, BK] wgmma (ours' two [64, BK] ones), step 23's Γ computed first."""
+    from impl.candidates import kda_intra_gc, kda_intra_stacked
+    fn = {"blocked": cand, "stacked": kda_intra_stacked, "gamma_first": kda_intra_gc}[name].chunked
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
         exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
                       else a for i, a in enumerate(exact))
-        _compare(exact, work, factor=2.0)
+        _compare(exact, work, factor=2.0, fn=fn)
 
 
 # ---------------------------------------------------------------- step 21: ours' kernel with the stacked kk / qk dot
@@ -147,34 +151,13 @@ def test_the_stacked_kk_qk_dot_is_ours_bit_for_bit(B, T, H, K, V, lo, inv_merge)
 def test_the_stacked_candidate_matches_the_oracle_on_packed_documents():
     from impl.candidates import kda_intra_stacked as stacked
     exact, work = _inputs(1, 150, 2, 32, 32, lo=-0.05)
-    cu = torch.tensor([0, 40, 40, 150], dtype=torch.int32)
-    want = ok.chunked(*(a.numpy() for a in exact[:5]), None, 64, cu.numpy())
-    ours = ik.chunked(*work[:5], None, 64, cu, True)
-    got = stacked.chunked(*work[:5], None, 64, cu, True)
-    for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
-        assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, name
+    _compare(exact, work, torch.tensor([0, 40, 40, 150], dtype=torch.int32), fn=stacked.chunked)
 
 
 def test_stacking_is_refused_for_the_blocked_pair():
     _, work = _inputs(1, 8, 1, 16, 16)
     with pytest.raises(ValueError, match="only the 'columns' intra kernel stacks"):
         ik._chunked(*work[:5], None, 64, None, False, intra="blocked", intra_stack=True)
-
-
-@pytest.mark.gpu
-def test_the_stacked_dot_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_ours():
-    """K = V = 128 on the GPU's tiles: the stacked [128, BK] wgmma against ours' two [64, BK] ones."""
-    from impl.candidates import kda_intra_stacked as stacked
-    for B, T, H in ((1, 300, 4), (1, 1000, 3)):
-        exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
-        want = ok.chunked(*(None if a is None else a.cpu().numpy() for a in exact[:5]), exact[5].cpu().double().numpy(),
-                          64, None)
-        ours = ik.chunked(*work[:5], work[5], 64, None, True)
-        got = stacked.chunked(*work[:5], work[5], 64, None, True)
-        for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
-            assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"
 
 
 # ---------------------------------------------------------------- step 23: Γ by its own kernel before ours' intra kernel
@@ -222,21 +205,6 @@ def test_gamma_first_is_refused_for_the_blocked_pair():
     _, work = _inputs(1, 8, 1, 16, 16)
     with pytest.raises(ValueError, match="only the 'columns' intra kernel reads a precomputed"):
         ik._chunked(*work[:5], None, 64, None, False, intra="blocked", g_cumsum=True)
-
-
-@pytest.mark.gpu
-def test_gamma_first_in_bf16_on_the_gpu_matches_the_oracle_as_closely_as_ours():
-    from impl.candidates import kda_intra_gc as gc
-    for B, T, H in ((1, 300, 4), (1, 1000, 3)):
-        exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
-        want = ok.chunked(*(None if a is None else a.cpu().numpy() for a in exact[:5]), exact[5].cpu().double().numpy(),
-                          64, None)
-        ours = ik.chunked(*work[:5], work[5], 64, None, True)
-        got = gc.chunked(*work[:5], work[5], 64, None, True)
-        for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
-            assert _rel(_np(c), w) <= 2.0 * _rel(_np(o), w) + 1e-6, f"{name} at B={B} T={T} H={H}"
 
 
 def test_gamma_first_past_a_partial_chunks_last_token_stays_finite():

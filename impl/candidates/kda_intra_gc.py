@@ -11,18 +11,7 @@ the new pass reads g and writes Γ once (docs/optimization_log.md step 23):
 """
 from __future__ import annotations
 
-import types
+from impl.candidates.kda_intra_tuned import candidate
 
-from impl import kda as _kda
-from impl.candidates.kda_intra_tuned import MAXNREG
-
-BATCH_INVARIANT = ("chunked",)
-
-
-def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-    """impl.kda.chunked with Γ precomputed, forward substitution, and the 168-register cap."""
-    return _kda._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, inv_merge=False,
-                         intra_maxnreg=MAXNREG, g_cumsum=True)
-
-
-Candidate = types.SimpleNamespace(kda=types.SimpleNamespace(chunked=chunked, BATCH_INVARIANT=BATCH_INVARIANT))
+Candidate = candidate(g_cumsum=True)
+chunked = Candidate.kda.chunked

@@ -11,18 +11,7 @@ step 21):
 """
 from __future__ import annotations
 
-import types
+from impl.candidates.kda_intra_tuned import candidate
 
-from impl import kda as _kda
-from impl.candidates.kda_intra_tuned import MAXNREG
-
-BATCH_INVARIANT = ("chunked",)
-
-
-def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-    """impl.kda.chunked with the stacked kk / qk dot, forward substitution, and the 168-register cap."""
-    return _kda._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, inv_merge=False,
-                         intra_maxnreg=MAXNREG, intra_stack=True)
-
-
-Candidate = types.SimpleNamespace(kda=types.SimpleNamespace(chunked=chunked, BATCH_INVARIANT=BATCH_INVARIANT))
+Candidate = candidate(intra_stack=True)
+chunked = Candidate.kda.chunked

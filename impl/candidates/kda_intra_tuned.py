@@ -17,10 +17,16 @@ BATCH_INVARIANT = ("chunked",)
 MAXNREG = 168
 
 
-def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-    """impl.kda.chunked with (I + A)^-1 by forward substitution and the intra kernel capped at 168 registers."""
-    return _kda._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, inv_merge=False,
-                         intra_maxnreg=MAXNREG)
+def candidate(**extra):
+    """A Candidate whose kda.chunked is impl.kda._chunked with step 18's winners (forward substitution, the
+    168-register cap) and `extra` options (steps 21 and 23's candidates add theirs)."""
+    options = dict(inv_merge=False, intra_maxnreg=MAXNREG, **extra)
+
+    def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return _kda._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, **options)
+    chunked.__doc__ = f"impl.kda.chunked with {', '.join(f'{k}={v!r}' for k, v in options.items())}."
+    return types.SimpleNamespace(kda=types.SimpleNamespace(chunked=chunked, BATCH_INVARIANT=BATCH_INVARIANT))
 
 
-Candidate = types.SimpleNamespace(kda=types.SimpleNamespace(chunked=chunked, BATCH_INVARIANT=BATCH_INVARIANT))
+Candidate = candidate()
+chunked = Candidate.kda.chunked

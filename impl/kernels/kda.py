@@ -53,6 +53,21 @@ def _intra_column_block_stacked(b_k, b_q, b_gc, b_S, i_s: tl.constexpr, BT: tl.c
 
 
 @triton.jit
+def _chunk_gamma(b_g, o_t, mask_t, n_valid, BT: tl.constexpr, GC: tl.constexpr):
+    """(Γ [BT, BK], Γ_last [BK]) of one K tile: g's cumulative sum along the chunk's tokens, or, with GC,
+    Γ as loaded (kda_chunk_cumsum_fwd_kernel computed it; issue 14 step 23)."""
+    if GC:
+        # the scan along the tokens is a chain of shared-memory exchanges between warps (17 % of the intra
+        # kernel's instructions). Rows past the chunk's last token hold Γ's last value, as the scan of
+        # their zero g would: a 0 there puts e^(0 - ref) (e^165 at ref = -165) against their zero k, and
+        # inf * 0 is NaN
+        b_last = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)
+        return tl.where(mask_t[:, None], b_g, b_last[None, :]), b_last
+    else:
+        return tl.cumsum(b_g, axis=0), tl.sum(b_g, 0)
+
+
+@triton.jit
 def _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr,
                  OFFSET64: tl.constexpr):
     """(head, chunk within its sequence, chunk over all sequences, sequence begin, sequence end) of a program."""
@@ -113,15 +128,7 @@ def kda_intra_chunked_fwd_kernel(
         b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-        # GC: g already holds Γ (kda_chunk_cumsum_fwd_kernel): the scan along the tokens is a chain of
-        # shared-memory exchanges between warps, 17 % of this kernel's instructions (step 23)
-        if GC:
-            # rows past the chunk's last token hold Γ's last value, as the scan of their zero g would: a 0
-            # there puts e^(0 - ref) (e^165 at ref = -165) against their zero k, and inf * 0 is NaN
-            b_last = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)
-            b_gc = tl.where(mask_t[:, None], b_g, b_last[None, :])
-        else:
-            b_gc = tl.cumsum(b_g, axis=0)
+        b_gc, _ = _chunk_gamma(b_g, o_t, mask_t, n_valid, BT, GC)
         if STACK:
             b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 0, BT, BC, BK, PRECISION, ANCHOR)
             b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 1, BT, BC, BK, PRECISION, ANCHOR)
@@ -178,12 +185,7 @@ def kda_intra_chunked_fwd_kernel(
         b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        if GC:
-            b_gl = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)   # Γ's last row
-            b_gc = tl.where(mask_t[:, None], b_g, b_gl[None, :])
-        else:
-            b_gc = tl.cumsum(b_g, axis=0)
-            b_gl = tl.sum(b_g, 0)                                                   # Γ_last [BK]
+        b_gc, b_gl = _chunk_gamma(b_g, o_t, mask_t, n_valid, BT, GC)
         b_eg = tl.exp(b_gc)
         tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
         tl.store(kg + s_row * K + o_tk, (b_k * tl.exp(b_gl[None, :] - b_gc)).to(kg.dtype.element_ty), mask=mask_tk)
