@@ -4,7 +4,13 @@ Before timing a shape, our kernel runs on it and is compared with oracle/kda.py 
 sequences); above the declared bench bound (invariants.contracts.bench_bound) the benchmark refuses to
 time and exits non-zero.
 
-  (a) prefill: impl.kda.chunked (boundary_states=False) vs fla chunk_kda, bf16, B = 1
+  (a) prefill: impl.kda.chunked (boundary_states=False) vs fla chunk_kda, bf16, B = 1; fla timed twice:
+      its general path and its bounded-gate path (safe_gate=True, lower_bound=-5: the checkpoint's gate,
+      whose intra-chunk products run on tensor cores)
+  (a') --from-gate: the same prefill from the gate's input f (bf16, as its projection gives it): ours'
+      sublayer path (f + dt_bias and the gate in torch, then chunked), issue 14 step 24's candidate
+      (impl.candidates.kda_gate_fused: the gate made inside the Γ kernel) and fla with the gate in its
+      kernel (use_gate_in_kernel=True, bounded and general)
   (b) decode: impl.kda.decode (inplace, one fused kernel) vs fla fused_recurrent_kda, both replayed
       from CUDA graphs; bandwidth is counted against a device-to-device copy measured in the same run.
 
@@ -74,6 +80,72 @@ def _decode_setup(B, H, seed=0):
     return w, z, f, b, state
 
 
+LOWER_BOUND = -5.0
+
+
+def _prefill_from_gate(q, k, v, beta, heads, fla, oracle_kda, impl_kda, do_bench, repeats, bound_o, bound_m):
+    """(a'): each variant checked against the oracle (ours' and step 24's) or ours (fla), then timed `repeats`
+    times in alternation; a row {variant: {"ms": median, "spread": [min, max]}, ...}."""
+    import numpy as np
+
+    from impl.candidates import kda_gate_fused
+    _, T, H, K = q.shape
+    gen = torch.Generator(device=q.device).manual_seed(2)
+    # f as its projection gives it (bf16), the bias and A_log float32 as the checkpoint holds them
+    f = (2.0 * torch.randn(1, T, H, K, device=q.device, generator=gen) - 1.0).bfloat16()
+    A_log = 0.5 * torch.randn(H, device=q.device, generator=gen)
+    dt_bias = 0.5 * torch.randn(H * K, device=q.device, generator=gen)
+
+    def torch_gate():
+        g = impl_kda.gate(f.float() + dt_bias.view(H, K), A_log, LOWER_BOUND)
+        return impl_kda.chunked(q, k, v, g, beta, None, 64, None, boundary_states=False)
+
+    def fused():
+        return kda_gate_fused.gated_chunked(q, k, v, f, beta, None, 64, None, False, A_log=A_log, dt_bias=dt_bias,
+                                            lower_bound=LOWER_BOUND)
+
+    variants = {"ours_torch_gate": torch_gate, "step24_fused_gate": fused}
+    if fla is not None:
+        for name, safe in (("fla_gate_in_kernel_safe", True), ("fla_gate_in_kernel", False)):
+            variants[name] = functools.partial(
+                fla[0], q, k, v, f, beta, scale=1.0, initial_state=None, output_final_state=True,
+                use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias, lower_bound=LOWER_BOUND, safe_gate=safe)
+    x = _np(f[:, :, heads]) + _np(dt_bias.view(H, K)[heads])
+    sub = [_np(a[:, :, heads]) for a in (q, k, v)]
+    o_ref, M_ref, _ = oracle_kda.chunked(*sub, oracle_kda.gate(x, _np(A_log[heads]), LOWER_BOUND),
+                                         _np(beta[:, :, heads]), None, 64)
+    row, ours_o = {}, None
+    for name, fn in variants.items():
+        o, M = fn()[:2]
+        err_o, err_m = _rel_l2(_np(o[:, :, heads]), o_ref), _rel_l2(_np(M[:, heads]), M_ref)
+        row[name] = {"err_output": err_o, "err_state": err_m}
+        if name.startswith("fla") and not (err_o <= bound_o and err_m <= bound_m):
+            # a peer over the bound is not computing this gate: its time is no comparison
+            row[name]["note"] = "over the oracle bound: not the same computation"
+            print(f"  {name}: rel-L2 vs oracle output {err_o:.3e}, state {err_m:.3e} over the bounds; timed, "
+                  f"but NOT comparable")
+        if not name.startswith("fla") and not (err_o <= bound_o and err_m <= bound_m):
+            raise SystemExit(f"REFUSED --from-gate {name} H={H} T={T}: rel-L2 vs oracle output {err_o:.3e}, state "
+                             f"{err_m:.3e} over {bound_o:g} / {bound_m:g}; not timing")
+        if name == "ours_torch_gate":
+            ours_o = o
+        elif ours_o is not None:
+            row[name]["vs_ours_rel_l2"] = _rel_l2(_np(o[:, :, heads]), _np(ours_o[:, :, heads]))
+        del o, M
+    times = {name: [] for name in variants}
+    for _ in range(max(1, repeats)):
+        for name, fn in variants.items():
+            times[name].append(do_bench(fn))
+    base = float(np.median(times["ours_torch_gate"]))
+    print(f"  from the gate's input f (H={H}, T={T}, {max(1, repeats)} alternating repeats; median ms [min-max]):")
+    for name, ts in times.items():
+        med = float(np.median(ts))
+        row[name].update(ms=med, spread=[min(ts), max(ts)], runs=ts, vs_ours_torch_gate=base / med)
+        print(f"    {name:<26} {med:8.3f} [{min(ts):.3f}-{max(ts):.3f}]  ours-torch-gate / it {base / med:5.3f}  "
+              f"rel-L2 vs oracle {row[name]['err_output']:.2e}")
+    return row
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gate.bench_kda", description=__doc__.split("\n")[0])
     p.add_argument("--json", default=None, help="write the results here")
@@ -84,6 +156,11 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=None, help="prefill H:T list, e.g. 64:16384,8:16384")
     p.add_argument("--batches", default=None, help="decode batch list, e.g. 1,256")
     p.add_argument("--check-heads", type=int, default=2, help="heads compared with the oracle per shape")
+    p.add_argument("--from-gate", action="store_true",
+                   help="also time the prefill from the gate's input f (ours' torch gate, step 24's fused gate, "
+                        "fla's gate in kernel)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="--from-gate: time the variants this many times in alternation (median and spread)")
     args = p.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -142,13 +219,24 @@ def main(argv=None) -> int:
 
                 def run_fla():
                     return chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
+                # the checkpoint's gate is bounded (g in [-5, 0)): fla's safe-gate path is the peer a
+                # GLM-5.3-Flash deployment would run; its general path is kept for the earlier rows
+                def run_fla_safe():
+                    return chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True,
+                                     safe_gate=True, lower_bound=LOWER_BOUND)
                 o_fla, _ = run_fla()
+                o_safe, _ = run_fla_safe()
                 o_ours, _, _ = impl_kda.chunked(q, k, v, g, beta, None, 64, None, boundary_states=False)
                 row["fla_vs_ours_rel_l2"] = _rel_l2(_np(o_fla[:, :, heads]), _np(o_ours[:, :, heads]))
-                del o_fla, o_ours
+                row["fla_safe_vs_ours_rel_l2"] = _rel_l2(_np(o_safe[:, :, heads]), _np(o_ours[:, :, heads]))
+                del o_fla, o_safe, o_ours
                 fla_ms = do_bench(run_fla)
                 row["fla_ms"] = fla_ms
                 row["speedup"] = fla_ms / ms
+                row["fla_safe_ms"] = do_bench(run_fla_safe)
+                row["speedup_vs_fla_safe"] = row["fla_safe_ms"] / ms
+                print(f"  fla safe-gate path {row['fla_safe_ms']:.3f} ms: ours {row['speedup_vs_fla_safe']:.2f}x it "
+                      f"(rel-L2 to ours {row['fla_safe_vs_ours_rel_l2']:.2e})")
             if args.sweep and T == 16384:
                 row["sweep"] = []
                 variants = [dict(intra_bk=32), dict(intra_warps=8), dict(inv_merge=False)]
@@ -192,6 +280,9 @@ def main(argv=None) -> int:
                 row["kernels_blocked"] = _kernel_times(lambda: kda_intra_blocked.chunked(
                     q, k, v, g, beta, None, 64, None, boundary_states=False))
                 print(f"  kernels (us/call): step 18's sub-chunk pairs {row['kernels_blocked']}")
+            if args.from_gate:
+                row["from_gate"] = _prefill_from_gate(q, k, v, beta, heads, fla, oracle_kda, impl_kda, do_bench,
+                                                      args.repeats, bound_o, bound_m)
             results["prefill"].append(row)
             print(f"{H:>3} {T:>6} {ms:>9.3f} {fla_ms if fla_ms else float('nan'):>9.3f} "
                   f"{(fla_ms / ms) if fla_ms else float('nan'):>8.2f} {T / ms / 1e3:>8.2f} "

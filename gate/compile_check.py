@@ -35,11 +35,24 @@ RECORDS = (
                  dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
                  dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
-                      OFFSET64=True, STACK=False, GC=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
-    # issue 14 step 23: Γ (the chunk-local cumsum of g) before the intra kernel
-    KernelRecord("kda", "kda_chunk_cumsum_fwd_kernel", dict(g=F32, gc=F32), dict(T="i32"),
-                 dict(H=64, K=128, BT=64, BK=128, IS_VARLEN=False, OFFSET64=True, cu_seqlens=None, chunk_indices=None,
+                      OFFSET64=True, STACK=False, GC=False, PAIRS=False, cu_seqlens=None, chunk_indices=None,
                       chunk_offsets=None), dict(num_warps=4)),
+    # the same kernel's second compile for strong decays (the softplus gate): the exact pairs pass
+    KernelRecord("kda", "kda_intra_chunked_fwd_kernel",
+                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
+                 dict(T="i32"),
+                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
+                      OFFSET64=True, STACK=False, GC=False, PAIRS=True, cu_seqlens=None, chunk_indices=None,
+                      chunk_offsets=None), dict(num_warps=4)),
+    # issue 14 step 23: Γ (the chunk-local cumsum of g) before the intra kernel
+    KernelRecord("kda", "kda_chunk_cumsum_fwd_kernel", dict(g=F32, gc=F32), dict(T="i32", lower_bound="fp32"),
+                 dict(H=64, K=128, BT=64, BK=128, IS_VARLEN=False, OFFSET64=True, cu_seqlens=None, chunk_indices=None,
+                      chunk_offsets=None, A_log=None, dt_bias=None, GATE=0, HAS_BIAS=False), dict(num_warps=4)),
+    # issue 14 step 24: the same pass making g from the gate's input f (bf16, as its projection gives it)
+    KernelRecord("kda", "kda_chunk_cumsum_fwd_kernel", dict(g=BF, gc=F32, A_log=F32, dt_bias=F32),
+                 dict(T="i32", lower_bound="fp32"),
+                 dict(H=64, K=128, BT=64, BK=128, IS_VARLEN=False, OFFSET64=True, GATE=1, HAS_BIAS=True,
+                      cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=4)),
     # issue 14 step 18's candidate: the intra-chunk outputs from the 16-row sub-chunk pairs, at the tiles
     # impl.candidates.kda_intra_blocked launches (BK 16, 2 warps)
     KernelRecord("kda", "kda_intra_kk_fwd_kernel",

@@ -8,6 +8,7 @@ operands is wrong. States are float32 always.
 """
 from __future__ import annotations
 
+import math
 import sys
 from typing import Optional
 
@@ -34,7 +35,7 @@ L2_EPS = 1e-6
 CHUNK = 64
 # the compositions of this module and the functions of the namespace they call through `ops`: a
 # candidate that provides only some of them runs inside ours (impl/compose.py)
-COMPOSITIONS = {"sublayer": ("chunked", "decode", "gated_rmsnorm"), "checkpoint": ("chunked",)}
+COMPOSITIONS = {"sublayer": ("chunked", "gated_chunked", "decode", "gated_rmsnorm"), "checkpoint": ("chunked",)}
 _SELF = sys.modules[__name__]
 # bitwise batch invariance (impl.registry.batch_invariant; the check kda.batch): every kernel's grid and
 # tiles come from per-row quantities (the state pass's segment count too, `_state_config`), so a row's
@@ -81,6 +82,30 @@ def _check_core_inputs(q, k, v, g, beta, state, cu_seqlens):
         raise ValueError(f"state: expected dtype torch.float32, got {state.dtype}")
     lens = None if cu is None else [b - a for a, b in zip(cu, cu[1:])]
     return B, T, H, K, V, n, lens
+
+
+def _check_gate(gate, q, H: int, K: int):
+    """(A_log [H], dt_bias [H·K] or None, lower_bound float or None) of `_chunked`'s gate, contiguous; all
+    None without one."""
+    if gate is None:
+        return None, None, None
+    if not isinstance(gate, tuple) or len(gate) != 3:
+        raise ValueError(f"gate: expected (A_log, dt_bias, lower_bound), got {type(gate).__name__}")
+    A_log, dt_bias, lower_bound = gate
+    for name, a, shape in (("A_log", A_log, (H,)), ("dt_bias", dt_bias, (H * K,))):
+        if a is None and name == "dt_bias":
+            continue
+        if not isinstance(a, torch.Tensor) or tuple(a.shape) != shape or not a.dtype.is_floating_point:
+            raise ValueError(f"{name}: expected a floating tensor of shape {list(shape)} (H = {H}, K = {K}), "
+                             f"got {tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__}"
+                             f"{'' if not isinstance(a, torch.Tensor) else ' ' + str(a.dtype)}")
+        if a.device != q.device:
+            raise ValueError(f"{name}: expected device {q.device} (that of q), got {a.device}")
+    if lower_bound is not None and (isinstance(lower_bound, bool) or not isinstance(lower_bound, (int, float))
+                                    or not math.isfinite(lower_bound)):
+        raise ValueError(f"lower_bound: expected a finite number or None, got {lower_bound!r}")
+    # float32 here: they are H and H·K numbers, and the interpreter's loads want no bf16
+    return A_log.float().contiguous(), None if dt_bias is None else dt_bias.float().contiguous(), lower_bound
 
 
 def _work(a: torch.Tensor) -> torch.Tensor:
@@ -139,7 +164,7 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False):
+             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False, gate=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
@@ -149,6 +174,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     intra_stack (step 21, "columns" only): the kk and qk products of a column block as one [2 BT, BK] dot.
     g_cumsum (step 23, "columns" only): Γ, the chunk-local cumsum of g, by its own kernel before the
     intra kernel instead of inside it.
+    gate (step 24, with g_cumsum): (A_log, dt_bias, lower_bound): `g` is the gate's input f and that kernel
+    makes g = gate(f + dt_bias, A_log, lower_bound) before its sum (`gated_chunked`).
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
@@ -158,10 +185,13 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         raise ValueError("intra_stack: only the 'columns' intra kernel stacks its kk and qk products")
     if g_cumsum and intra != "columns":
         raise ValueError("g_cumsum: only the 'columns' intra kernel reads a precomputed Γ")
+    if gate is not None and not g_cumsum:
+        raise ValueError("gate: the gate is applied by the Γ kernel, which only g_cumsum=True runs")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
     B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
     device, out_dtype = q.device, q.dtype
+    A_log, dt_bias, lower_bound = _check_gate(gate, q, H, K)
     q, k, v, g, beta = (_work(a) for a in (q, k, v, g, beta))
     varlen = cu_seqlens is not None
     # float32 inputs ask for float32 results: tf32 would round every operand to 10 bits; the
@@ -191,7 +221,18 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     u = torch.empty_like(v)
     aqk = torch.empty(B, T, H, BT, device=device, dtype=k.dtype)
     gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
-    flags = torch.zeros(2, device=device, dtype=torch.int32)
+    # NaN in g, NaN in beta, decays past the intra kernel's factorised range (then its PAIRS pass)
+    flags = torch.zeros(3, device=device, dtype=torch.int32)
+
+    def run_intra(pairs: bool):
+        kda_intra_chunked_fwd_kernel[intra_grid](
+            q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, STACK=intra_stack, GC=bool(g_cumsum),
+            PAIRS=pairs, num_warps=intra_warps or 4, **cap,
+        )
+
     if NC_total and intra == "blocked":
         # X = (I + A)^-1's lower blocks in float32, rows as aqk's (the upper blocks are never read)
         x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
@@ -210,17 +251,13 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         if g_cumsum:
             gc = torch.empty(g.shape, device=device, dtype=torch.float32)
             kda_chunk_cumsum_fwd_kernel[intra_grid](
-                g, gc, cu, chunk_indices, chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen,
-                OFFSET64=offset64, num_warps=4,
+                g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
+                chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
+                GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
+                num_warps=4,
             )
             g = gc
-        kda_intra_chunked_fwd_kernel[intra_grid](
-            q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
-            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            INV_MERGE=inv_merge, ANCHOR=anchor, OFFSET64=offset64, STACK=intra_stack, GC=bool(g_cumsum),
-            num_warps=intra_warps or 4, **cap,
-        )
+        run_intra(False)
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
     final = torch.empty(N, H, K, V, device=device, dtype=torch.float32)
@@ -234,28 +271,40 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
     NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
     warps = num_warps or cfg_warps
-    h0 = state.contiguous() if state is not None else None
-    if NSEG > 1:
-        VS = V + K
-        hl = torch.empty(N, NSEG, H, K, VS, device=device, dtype=torch.float32)
-        kda_state_chunked_fwd_kernel[(triton.cdiv(VS, BV), H, N * NSEG)](
-            qg, kg, w, u, aqk, gl, o, None, hl, None, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
-            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=VS, USE_INITIAL_STATE=False, STORE_BOUNDARY=False,
-            STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, num_warps=warps,
+    def run_state():
+        h0 = state.contiguous() if state is not None else None
+        if NSEG > 1:
+            VS = V + K
+            hl = torch.empty(N, NSEG, H, K, VS, device=device, dtype=torch.float32)
+            kda_state_chunked_fwd_kernel[(triton.cdiv(VS, BV), H, N * NSEG)](
+                qg, kg, w, u, aqk, gl, o, None, hl, None, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+                H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=VS, USE_INITIAL_STATE=False, STORE_BOUNDARY=False,
+                STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, num_warps=warps,
+            )
+            hs = torch.empty(N, NSEG, H, K, V, device=device, dtype=torch.float32)
+            kda_combine_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N)](
+                h0, hl, hs, NSEG, H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, num_warps=4,
+            )
+            h0 = hs
+        kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * NSEG)](
+            qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
+            STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
+            PRECISION=precision, num_warps=warps, **({"num_stages": stages} if stages else {}),
         )
-        hs = torch.empty(N, NSEG, H, K, V, device=device, dtype=torch.float32)
-        kda_combine_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N)](
-            h0, hl, hs, NSEG, H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, num_warps=4,
-        )
-        h0 = hs
-    kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * NSEG)](
-        qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
-        H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
-        STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
-        PRECISION=precision, num_warps=warps, **({"num_stages": stages} if stages else {}),
-    )
-    # a host read of two ints: it syncs, but a pass of isnan over g would read all of g again
-    nan_g, nan_beta = flags.tolist()
+
+    run_state()
+    # a host read of three ints: it syncs, but a pass over g would read all of g again
+    nan_g, nan_beta, strong = flags.tolist()
+    if strong and not (nan_g or nan_beta):
+        # some 16-row block's decays fell past the factorised products' range (the softplus gate's strong
+        # decays): the intra kernel again with its exact pairs pass for those entries, and the state pass
+        # on its results. Chunks without such entries come out bit for bit as the first time
+        run_intra(True)
+        run_state()
+    if nan_g and gate is not None:
+        raise ValueError("f: the log decays gate(f + dt_bias) contain NaN (expected finite gate inputs, "
+                         "A_log and dt_bias)")
     if nan_g:
         raise ValueError("g: contains NaN (expected finite log-decay values)")
     if nan_beta:
@@ -441,25 +490,34 @@ def gated_rmsnorm(o, zg, weight, eps):
     return y.to(o.dtype)
 
 
-def project(w: KDAWeights, x):
-    """Padding-zeroed x [B,S,D] -> (z [B,S,C], f [B,S,H·K] f32, b [B,S,H], zg [B,S,H·K]) (oracle.kda.project)."""
+def project(w: KDAWeights, x, f_bias: bool = True):
+    """Padding-zeroed x [B,S,D] -> (z [B,S,C], f [B,S,H·K] f32, b [B,S,H], zg [B,S,H·K]) (oracle.kda.project).
+
+    f_bias False: f as its projection gives it (x's dtype) without dt_bias, for a `gated_chunked` that adds
+    the bias inside its kernel (two float32 passes over [B, S, H·K] fewer)."""
     z = torch.cat([x @ w.q_proj.T, x @ w.k_proj.T, x @ w.v_proj.T], dim=-1)
-    f = ((x @ w.f_a_proj.T) @ w.f_b_proj.T).float() + w.dt_bias.float()
+    f = (x @ w.f_a_proj.T) @ w.f_b_proj.T
+    if f_bias:
+        f = f.float() + w.dt_bias.float()
     b = x @ w.b_proj.T
     zg = (x @ w.g_a_proj.T) @ w.g_b_proj.T
     return z, f, b, zg
 
 
 def core_inputs(w: KDAWeights, c, f, b):
-    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g, beta float32 (oracle.kda.core_inputs)."""
+    """Post-conv c [..,C], f [..,H·K], b [..,H] -> q, k, v [..,H,K], g, beta float32 (oracle.kda.core_inputs).
+
+    f None: q, k, v, beta only (a `gated_chunked` makes g itself)."""
     H, K = w.num_heads, w.head_dim
     shape = c.shape[:-1]
     c = F.silu(c.float())
     q, k, v = (c[..., i * H * K:(i + 1) * H * K].reshape(*shape, H, K) for i in range(3))
     q = l2norm(q) * K ** -0.5
     k = l2norm(k)
-    g = gate(f.reshape(*shape, H, K), w.A_log, w.lower_bound)
     beta = torch.sigmoid(b.float())
+    if f is None:
+        return q, k, v, beta
+    g = gate(f.reshape(*shape, H, K), w.A_log, w.lower_bound)
     return q, k, v, g, beta
 
 
@@ -490,17 +548,25 @@ def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_s
     B, S, _ = x.shape
     H, K = w.num_heads, w.head_dim
     ops = _SELF if ops is None else ops
-    z, f, b, zg = project(w, x)
-    if S == 1 and state is not None and cu_seqlens is None:
+    step = S == 1 and state is not None and cu_seqlens is None
+    # a namespace's fused gate + chunked pass (impl.registry.FAST_PATHS) takes f before its bias and gate
+    gated = None if step else getattr(ops, "gated_chunked", None)
+    z, f, b, zg = project(w, x, f_bias=gated is None)
+    if step:
         o, new = ops.decode(w, z[:, 0], f[:, 0], b[:, 0], KDAState(state.recurrent, state.conv.to(x.dtype)))
         o = o[:, None]                                                       # [B, 1, H, V]
     else:
         c, conv_state = conv(z, w.conv1d, None if state is None else state.conv, cu_seqlens)
-        q, k, v, g, beta = core_inputs(w, c, f, b)
         work = x.dtype if x.dtype in _FLOAT_DTYPES else torch.float32
         M0 = None if state is None else state.recurrent.float()
-        o, M, _ = ops.chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
-                          boundary_states=False)
+        if gated is None:
+            q, k, v, g, beta = core_inputs(w, c, f, b)
+            o, M, _ = ops.chunked(q.to(work), k.to(work), v.to(work), g, beta, M0, 64, cu_seqlens,
+                                  boundary_states=False)
+        else:
+            q, k, v, beta = core_inputs(w, c, None, b)
+            o, M, _ = gated(q.to(work), k.to(work), v.to(work), f.reshape(B, S, H, K), beta, M0, 64, cu_seqlens,
+                            boundary_states=False, A_log=w.A_log, dt_bias=w.dt_bias, lower_bound=w.lower_bound)
         new = KDAState(M, conv_state)
     o = ops.gated_rmsnorm(o, zg.reshape(B, S, H, K), w.o_norm, w.eps)
     y = o.reshape(B, S, H * K).to(x.dtype) @ w.o_proj.T

@@ -49,7 +49,10 @@ SERVING_OPERATIONS = ("admit", "admit_padded", "pending", "prefill_chunk", "deco
 # they fuse (oracle.decoder.Decoder.hc_entry). Optional: a candidate may bring its own. The fallback's is
 # hidden from a candidate that provides any of the fused functions, or the decoder would run our kernel
 # instead of the candidate's coefficients / collapse
-FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse")}}
+FAST_PATHS = {"mhc": {"fused_coefficients_collapse": ("coefficients", "collapse")},
+              # the sublayer's prefill from the gate's input f: gate(f + dt_bias) made inside the pass (the
+              # log decays never written out), in place of gate then `chunked` (impl.kda.sublayer)
+              "kda": {"gated_chunked": ("chunked",)}}
 # per mechanism, the helpers our compositions call through `ops` that a candidate may replace: the norms
 # (a fused norm kernel is a common optimization) and how MLA's caches grow (mla.append_rows: a new
 # tensor in ours; in place in a buffer with room, impl.candidates.cache_in_place). Optional, never required, and judged only inside the

@@ -113,7 +113,7 @@ def _core_rows(case: KDABatchCase, cand: Target):
     """[B, T] rows: row `at` of the batch vs the row alone."""
     g, B, T, at = case.geometry, len(case.lengths), case.lengths[case.at], case.at
     rng = np.random.default_rng(case.seed)
-    x = tz.core_tensors(rng, g.heads, g.head_dim, B, T, case.family)
+    x = tz.core_tensors(rng, g.heads, g.head_dim, B, T, case.family, g.lower_bound)
     state = tz.initial_state(rng, B, g.heads, g.head_dim) if case.initial_state else None
     one = {n: a[at:at + 1] for n, a in x.items()}
     fn = case.function
@@ -130,7 +130,7 @@ def _core_packed(case: KDABatchCase, cand: Target):
     and vs the same document run as a plain [1, n] row (never bitwise: a declared bound)."""
     g, docs, at = case.geometry, case.lengths, case.at
     rng = np.random.default_rng(case.seed)
-    x = tz.core_tensors(rng, g.heads, g.head_dim, 1, sum(docs), case.family)
+    x = tz.core_tensors(rng, g.heads, g.head_dim, 1, sum(docs), case.family, g.lower_bound)
     state = tz.initial_state(rng, len(docs), g.heads, g.head_dim) if case.initial_state else None
     s0, n = sum(docs[:at]), docs[at]
     one = {k: a[:, s0:s0 + n] for k, a in x.items()}

@@ -45,7 +45,8 @@ def checkpoint_cases(draw, base, *, max_len: int = 200) -> CheckpointCase:
     # depth that still fits (a fraction of the prefill would shrink with it, to 0, where nothing fails)
     on_grid, grid, anywhere = draw(st.booleans()), draw(st.sampled_from(GRID_DEPTHS)), draw(st.integers(0, max_len))
     g = draw(kda_geometries(base))
-    core = CoreCase(g.heads, g.head_dim, batch, length, None, draw(st.booleans()), draw(families()), draw(SEEDS))
+    core = CoreCase(g.heads, g.head_dim, batch, length, None, draw(st.booleans()), draw(families()), draw(SEEDS),
+                    g.lower_bound)
     return CheckpointCase(core, min(grid, length) if on_grid else anywhere % (length + 1))
 
 

@@ -62,6 +62,9 @@ class CoreCase(NamedTuple):
     initial_state: bool
     family: str
     seed: int
+    # the gate g is drawn from (the geometry's): None is the softplus gate, whose decays are unbounded
+    # (strong ones leave the intra kernel's factorised range); cases recorded before it was a field are -5
+    lower_bound: Optional[float] = -5.0
 
 
 class CausalCase(NamedTuple):
@@ -116,7 +119,7 @@ def core_cases(draw, base, *, max_len: int = 160, packed: Optional[bool] = None)
     else:
         docs, batch, length = None, draw(st.integers(1, 2)), draw(sequence_lengths(max_len=max_len))
     return CoreCase(g.heads, g.head_dim, batch, length, docs, draw(st.booleans()),
-                    draw(families()), draw(SEEDS))
+                    draw(families()), draw(SEEDS), g.lower_bound)
 
 
 @st.composite
@@ -174,7 +177,7 @@ def _label(length: int, docs=None):
 def core_inputs(case: CoreCase):
     """float64 q, k, v, g, beta, state, cu_seqlens for a CoreCase."""
     rng = np.random.default_rng(case.seed)
-    x = tz.core_tensors(rng, case.heads, case.head_dim, case.batch, case.length, case.family)
+    x = tz.core_tensors(rng, case.heads, case.head_dim, case.batch, case.length, case.family, case.lower_bound)
     rows = len(case.docs) if case.docs is not None else case.batch
     state = tz.initial_state(rng, rows, case.heads, case.head_dim) if case.initial_state else None
     cu = cu_seqlens(case.docs) if case.docs is not None else None
@@ -223,7 +226,8 @@ def _spliced(case: CausalCase):
     """The case's inputs, and the same with `changed` redrawn (seed + 1) at time positions >= cut."""
     x, state, cu = core_inputs(case.core)
     c = case.core
-    other = tz.core_tensors(np.random.default_rng(c.seed + 1), c.heads, c.head_dim, c.batch, c.length, c.family)
+    other = tz.core_tensors(np.random.default_rng(c.seed + 1), c.heads, c.head_dim, c.batch, c.length, c.family,
+                            c.lower_bound)
     y = {n: a.copy() for n, a in x.items()}
     for n in (CAUSAL_INPUTS[:-1] if case.changed == "all" else (case.changed,)):
         y[n][:, case.cut:] = other[n][:, case.cut:]
@@ -507,14 +511,20 @@ CHECKS = (
                     CoreCase(2, 8, 1, 129, (63, 65, 0, 1), True, "beta_extreme", 3),
                     # one head over 3 chunks: the interpreter cuts it into 3 segments, combined from zero;
                     # head dim 32 spans two K tiles of the interpreter's 16
-                    CoreCase(1, 32, 1, 140, None, False, "normal", 4)), cpu_examples=10),
+                    CoreCase(1, 32, 1, 140, None, False, "normal", 4),
+                    # the softplus gate at g ~ -16 a token: past the factorised products' range in every
+                    # 16-row block (the intra kernel's _intra_pairs), a partial chunk and packed documents
+                    CoreCase(2, 8, 1, 150, None, True, "gate_low", 5, None),
+                    CoreCase(2, 8, 1, 140, (60, 0, 80), True, "gate_low", 6, None)), cpu_examples=10),
     Check("kda.causal", "kda", CausalCase, causal_cases, run_causal,
           "bitwise causality: outputs before a cut and the states settled by then do not change when "
           "only later g, k, v, beta or q do (chunked and recurrent)",
           examples=(CausalCase(CoreCase(2, 8, 1, 64, None, False, "normal", 0), 53, "g"),
                     CausalCase(CoreCase(2, 8, 2, 129, None, True, "gate_low", 1), 115, "all"),
                     CausalCase(CoreCase(2, 8, 1, 140, (64, 9, 67), True, "normal", 2), 83, "g"),
-                    CausalCase(CoreCase(2, 8, 1, 70, None, True, "gate_high", 3), 64, "k")), cpu_examples=5),
+                    CausalCase(CoreCase(2, 8, 1, 70, None, True, "gate_high", 3), 64, "k"),
+                    # strong softplus decays: which path a product takes must not see the later gates
+                    CausalCase(CoreCase(2, 8, 1, 100, None, True, "gate_low", 7, None), 37, "g")), cpu_examples=5),
     Check("kda.decode", "kda", DecodeCase, decode_cases, run_decode,
           "fused decode step: conv window, SiLU, L2, gate, delta step, output",
           examples=(DecodeCase(G0, 2, 5, "tiny_qk", 0),), cpu_examples=10),

@@ -49,6 +49,23 @@ def _rows(a) -> list[int]:
     return [int(a["T"])]
 
 
+def _decays_past_factor_range(a) -> bool:
+    """Some 16-row block of a KDA intra launch has Γ fall more than 75 below its first row in some channel:
+    the launch flags it and the wrapper launches the kernel again with PAIRS, whose _intra_pairs adds those
+    entries' products (the softplus gate's strong decays)."""
+    g = a["g"].detach().to("cpu").double().numpy()                          # [B, T, H, K]: g, or Γ with GC
+    starts = np.cumsum([0] + _rows(a))[:-1] if a["IS_VARLEN"] else [0]
+    for row in g:
+        for s0, n in zip(starts, _rows(a)):
+            for c in range(s0, s0 + n, a["BT"]):
+                gamma = row[c:min(c + a["BT"], s0 + n)]
+                gamma = gamma if a["GC"] else np.cumsum(gamma, 0)
+                for r in range(0, len(gamma), a["BC"]):
+                    if (gamma[r] - gamma[r:r + a["BC"]]).max() > 75:
+                        return True
+    return False
+
+
 def _chunks_in_a_program(a) -> bool:
     """Some program of the KDA state pass walks two or more chunks."""
     if a["IS_VARLEN"]:
@@ -142,6 +159,10 @@ KDA_INTRA_STEPS = ("only issue 14's candidates launch it (step 21: impl.candidat
                    "impl.candidates.kda_intra_gc; not yet gated on a GPU); tests/test_kda_intra_blocked.py holds it "
                    "bitwise against ours on the CPU on dense rows, partial chunks, masked head dims and packed "
                    "documents with an empty one")
+KDA_GATE_FUSED = ("only impl.candidates.kda_gate_fused launches it (issue 14 step 24, not yet gated on a GPU: ours "
+                  "computes the gate in torch); tests/test_kda_gate_fused.py holds it on the CPU against the torch gate "
+                  "then chunked, both gates, with and without dt_bias, dense and packed, and the mutant "
+                  "kda_gate_fused_dt_bias_dropped runs it through kda.sublayer")
 KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issue 14 step 18, not yet gated on a GPU: "
                        "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
@@ -177,6 +198,10 @@ PATHS: tuple[Path, ...] = (
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_chunked_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+    Path("kda_intra_chunked_fwd_kernel", "decays past the factorised products' range, flagged",
+         lambda a: not a["PAIRS"] and _decays_past_factor_range(a), by=("kda.chunked", "kda.causal")),
+    Path("kda_intra_chunked_fwd_kernel", "the exact pairs pass (the launch after a flag)",
+         lambda a: a["PAIRS"] and _decays_past_factor_range(a), by=("kda.chunked", "kda.causal")),
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by doubling", lambda a: a["INV_MERGE"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by forward substitution", lambda a: not a["INV_MERGE"],
@@ -190,6 +215,10 @@ PATHS: tuple[Path, ...] = (
                          ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
                          ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
                          ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2))),
+    *(Path("kda_chunk_cumsum_fwd_kernel", name, pred, why=KDA_GATE_FUSED)
+      for name, pred in (("the softplus gate from f (step 24)", lambda a: a["GATE"] == 1),
+                         ("the lower-bound gate from f (step 24)", lambda a: a["GATE"] == 2),
+                         ("dt_bias added to f", lambda a: a["GATE"] and a["HAS_BIAS"]))),
     # the 16-row sub-chunk pair (issue 14 step 18's candidate)
     *(Path(kernel, name, pred, why=KDA_INTRA_CANDIDATE)
       for kernel in ("kda_intra_kk_fwd_kernel", "kda_intra_wu_fwd_kernel")

@@ -1,7 +1,8 @@
 """Ours' KDA chunked prefill against its intra-kernel variants and fla's chunk_kda, alternating, 5 repeats
 (issue 14 step 18): every variant checked against the float64 oracle on 3 heads first (bench_kda's
 bounds), then each repeat the median of a do_bench loop; prints median [min-max] and the ratio to ours
-and to fla measured in the same run.
+and to fla measured in the same run: fla's general path and its bounded-gate path (safe_gate=True,
+lower_bound=-5, the checkpoint's gate).
 
     PYTHONPATH=. python3 scripts/kda_prefill_variants.py [--shapes 64:16384,8:16384] [--repeats 5] [--json F]
 """
@@ -57,6 +58,10 @@ def main(argv=None) -> int:
                 fns[name] = functools.partial(fn, q, k, v, g, beta, None, 64, None, False)
         if chunk_kda is not None:
             fns["fla"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
+            # fla's bounded-gate path (the checkpoint's gate: g in [-5, 0), tensor-core intra products): the peer
+            # a GLM-5.3-Flash deployment runs
+            fns["fla_safe"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None,
+                                                output_final_state=True, safe_gate=True, lower_bound=-5.0)
         times = {n: [] for n in fns}
         for _ in range(args.repeats):
             for n, f in fns.items():
@@ -65,8 +70,9 @@ def main(argv=None) -> int:
                for n, t in times.items()}
         for n, r in res.items():
             extra = f"  ours/this {res['ours']['median_ms'] / r['median_ms']:.3f}x"
-            if "fla" in res:
-                extra += f"  fla/this {res['fla']['median_ms'] / r['median_ms']:.3f}x"
+            for peer in ("fla", "fla_safe"):
+                if peer in res:
+                    extra += f"  {peer}/this {res[peer]['median_ms'] / r['median_ms']:.3f}x"
             print(f"  H={H} T={T} {n:22s} {r['median_ms']:.3f} ms [{r['min_ms']:.3f}-{r['max_ms']:.3f}]{extra}")
         out[f"{H}:{T}"] = res
     write_json(args.json, header(out))

@@ -11,6 +11,10 @@ Chunked prefill is three launches (four with segments):
 import triton
 import triton.language as tl
 
+# how far Γ may fall below a 16-row block's reference row for the factorised products (_intra_column_block):
+# the most the checkpoint's bounded gate reaches (15 steps of g > -5); _outside_factor_range says why
+SPAN_MAX = tl.constexpr(75.0)
+
 
 @triton.jit
 def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
@@ -25,16 +29,18 @@ def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.co
     anything after it (kda.causal). A later row (the middle, ANCHOR 7) halves the column factor's range
     but makes rows above it depend on later gates in their last bits (fla-org/flash-linear-attention
     #1240 shipped that leak). With the first row, the column factor reaches e^(15 |g|): e^75 at the
-    -5 lower bound, inside float32's e^88.
+    -5 lower bound, inside float32's e^88. Entries past SPAN_MAX (stronger gates: _outside_factor_range)
+    are left out here and added whole by _intra_pairs.
     """
     o_t = tl.arange(0, BT)
     b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
     b_d = b_gc - b_ref[None, :]
     b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
-    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, float("-inf")))
+    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None] & (b_d >= -SPAN_MAX),
+                                 -b_d, float("-inf")))
     b_A = tl.dot(b_k * b_er, tl.trans(b_kc), b_A, input_precision=PRECISION)
     b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk, input_precision=PRECISION)
-    return b_A, b_Aqk
+    return b_A, b_Aqk, tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, 0.)
 
 
 @triton.jit
@@ -47,9 +53,49 @@ def _intra_column_block_stacked(b_k, b_q, b_gc, b_S, i_s: tl.constexpr, BT: tl.c
     b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
     b_d = b_gc - b_ref[None, :]
     b_er = tl.exp(tl.where((o_t >= i_s * BC)[:, None], b_d, float("-inf")))
-    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, float("-inf")))
+    b_kc = b_k * tl.exp(tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None] & (b_d >= -SPAN_MAX),
+                                 -b_d, float("-inf")))
     b_a = tl.reshape(tl.permute(tl.join(b_k * b_er, b_q * b_er), (2, 0, 1)), [2 * BT, BK])
-    return tl.dot(b_a, tl.trans(b_kc), b_S, input_precision=PRECISION)
+    return tl.dot(b_a, tl.trans(b_kc), b_S, input_precision=PRECISION), \
+        tl.where(((o_t >= i_s * BC) & (o_t < i_s * BC + BC))[:, None], -b_d, 0.)
+
+
+@triton.jit
+def _outside_factor_range(b_gc, BT: tl.constexpr, BC: tl.constexpr, ANCHOR: tl.constexpr):
+    """[BT, BK] True where Γ has fallen more than SPAN_MAX = 75 below its BC-row block's reference row: there
+    _intra_column_block's column factor e^(ref - Γ) leaves the range it is exact in (it leaves them out).
+
+    75 is the most the checkpoint's bounded gate can reach (15 steps of g > -5). Past it the factor nears
+    float32's e^88 (inf: NaN outputs) and its row partner e^(Γ - ref) nears e^-87 (denormal: flushed to 0
+    on a GPU), and a term up to e^(span - 87) of the products is lost. The softplus gate (no lower bound)
+    gets there with |g| > 5 a token. Whether an entry is in depends on its own row and the rows above it
+    in its block only, so which path a product takes is as causal as the products (kda.causal, bitwise)."""
+    o_t = tl.arange(0, BT)
+    b_over = b_gc != b_gc
+    for i_s in tl.static_range(BT // BC):
+        b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
+        rows = (o_t >= i_s * BC) & (o_t < i_s * BC + BC)
+        b_over = b_over | (rows[:, None] & (b_gc - b_ref[None, :] < -SPAN_MAX))
+    return b_over
+
+
+@triton.jit
+def _intra_pairs(b_k, b_q, b_gc, b_over, b_A, b_Aqk, BT: tl.constexpr):
+    """Adds the kk and qk products' terms of the key entries b_over marks (the ones _intra_column_block leaves
+    out) to b_A, b_Aqk [BT, BT], one key column at a time, each pair's decay e^(Γ_i - Γ_j) (i >= j: never
+    above 1) taken whole: exact for any gate, on CUDA cores. Run only for K tiles that have such entries."""
+    o_t = tl.arange(0, BT)
+    for j in range(BT):
+        sel = o_t == j
+        b_kj = tl.sum(tl.where(sel[:, None] & b_over, b_k, 0.), 0)
+        b_gj = tl.sum(tl.where(sel[:, None], b_gc, 0.), 0)
+        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_gc - b_gj[None, :], float("-inf"))) * b_kj[None, :]
+        b_a, b_aq = tl.sum(b_k * b_e, 1), tl.sum(b_q * b_e, 1)
+        # only a real term touches b_A: x + (-0.) and x + 0. can differ in a zero's sign, and whether a chunk
+        # runs this pass depends on later rows (kda.causal compares bits)
+        b_A = tl.where(sel[None, :] & (b_a != 0.)[:, None], b_A + b_a[:, None], b_A)
+        b_Aqk = tl.where(sel[None, :] & (b_aq != 0.)[:, None], b_Aqk + b_aq[:, None], b_Aqk)
+    return b_A, b_Aqk
 
 
 @triton.jit
@@ -99,7 +145,7 @@ def kda_intra_chunked_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, INV_MERGE: tl.constexpr, ANCHOR: tl.constexpr,
-    OFFSET64: tl.constexpr, STACK: tl.constexpr = False, GC: tl.constexpr = False,
+    OFFSET64: tl.constexpr, STACK: tl.constexpr = False, GC: tl.constexpr = False, PAIRS: tl.constexpr = False,
 ):
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     NC: tl.constexpr = BT // BC
@@ -115,6 +161,7 @@ def kda_intra_chunked_fwd_kernel(
     b_beta = tl.load(beta + o_row, mask=mask_t, other=0.).to(tl.float32)
     n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
     n_nan_g = n_nan_beta * 0
+    b_fall = tl.zeros([BT, BK], dtype=tl.float32)
 
     b_A = tl.zeros([BT, BT], dtype=tl.float32)
     b_Aqk = tl.zeros([BT, BT], dtype=tl.float32)
@@ -129,18 +176,38 @@ def kda_intra_chunked_fwd_kernel(
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
         n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
         b_gc, _ = _chunk_gamma(b_g, o_t, mask_t, n_valid, BT, GC)
+        # b_f*: each block's rows' fall below its reference (the column factor's exponent), kept entry-wise
+        # and reduced once after the loop: a reduction here would cost barriers every K tile
         if STACK:
-            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 0, BT, BC, BK, PRECISION, ANCHOR)
-            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 1, BT, BC, BK, PRECISION, ANCHOR)
-            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 2, BT, BC, BK, PRECISION, ANCHOR)
-            b_S = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 3, BT, BC, BK, PRECISION, ANCHOR)
+            b_S, b_f0 = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 0, BT, BC, BK, PRECISION, ANCHOR)
+            b_S, b_f1 = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 1, BT, BC, BK, PRECISION, ANCHOR)
+            b_S, b_f2 = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 2, BT, BC, BK, PRECISION, ANCHOR)
+            b_S, b_f3 = _intra_column_block_stacked(b_k, b_q, b_gc, b_S, 3, BT, BC, BK, PRECISION, ANCHOR)
         else:
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
-            b_A, b_Aqk = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk, b_f0 = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 0, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk, b_f1 = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 1, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk, b_f2 = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 2, BT, BC, PRECISION, ANCHOR)
+            b_A, b_Aqk, b_f3 = _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, 3, BT, BC, PRECISION, ANCHOR)
+        # rows past a partial chunk's end hold Γ's last value, so they add no fall
+        b_fall = tl.maximum(b_fall, tl.maximum(tl.maximum(b_f0, b_f1), tl.maximum(b_f2, b_f3)))
+    fall = tl.max(tl.max(b_fall, 1), 0)
     if STACK:
         b_A, b_Aqk = tl.split(tl.permute(tl.reshape(b_S, [2, BT, BT]), (1, 2, 0)))
+    # the entries the column blocks left out, only where some block fell past SPAN_MAX (the softplus gate's
+    # strong decays; the bounded gate never comes here). PAIRS is a second compile the wrapper launches
+    # only after this one flagged such a fall: the pass's code in the kernel costs the common path (its
+    # registers and layouts), even untaken
+    if PAIRS and fall > SPAN_MAX:
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_tk = mask_t[:, None] & (o_k < K)[None, :]
+            o_tk = o_tr + o_k[None, :]
+            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_gc, _ = _chunk_gamma(b_g, o_t, mask_t, n_valid, BT, GC)
+            b_over = _outside_factor_range(b_gc, BT, BC, ANCHOR)
+            b_A, b_Aqk = _intra_pairs(b_k, b_q, b_gc, b_over, b_A, b_Aqk, BT)
 
     b_Aqk = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.)
     tl.store(aqk + s_row * BT + (o_t[:, None] * (H * BT) + o_t[None, :]), b_Aqk.to(aqk.dtype.element_ty),
@@ -203,25 +270,55 @@ def kda_intra_chunked_fwd_kernel(
     # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launch
     tl.store(flags, 1, mask=n_nan_g > 0)
     tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+    tl.store(flags + 2, 1, mask=fall > SPAN_MAX)
+
+
+@triton.jit
+def _gate(x, a, lower_bound, GATE: tl.constexpr):
+    """g from the gate's input x = f + dt_bias (oracle.kda.gate): -a·softplus(x) (GATE 1) or
+    lower_bound·sigmoid(a·x) (GATE 2), a = e^A_log; GATE 0 passes x through as g."""
+    if GATE == 1:
+        # softplus with torch's threshold 20 (x itself above it). log(1 + u) loses u's low bits to the rounding
+        # of 1 + u (all of them below x = -17, where it gives 0); log(w)·u/(w - 1) with w = 1 + u rounded is
+        # log1p to a few ulps (the rounding of w cancels in the ratio), and u itself once w rounds to 1
+        u = tl.exp(x)
+        w = 1. + u
+        sp = tl.where(x > 20., x, tl.where(w == 1., u, tl.log(w) * (u / (w - 1.))))
+        return -a * sp
+    elif GATE == 2:
+        return lower_bound * tl.sigmoid(a * x)
+    else:
+        return x
 
 
 @triton.jit
 def kda_chunk_cumsum_fwd_kernel(
-    g, gc, cu_seqlens, chunk_indices, chunk_offsets, T,
+    g, gc, A_log, dt_bias, lower_bound, cu_seqlens, chunk_indices, chunk_offsets, T,
     H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, IS_VARLEN: tl.constexpr,
-    OFFSET64: tl.constexpr,
+    OFFSET64: tl.constexpr, GATE: tl.constexpr = 0, HAS_BIAS: tl.constexpr = False,
 ):
-    """Γ = the chunk-local cumulative sum of g along the tokens, float32 (the intra kernel's GC input)."""
+    """Γ = the chunk-local cumulative sum of g along the tokens, float32 (the intra kernel's GC input).
+    GATE 1 / 2 (issue 14 step 24): `g` holds the gate's input f and g = gate(f + dt_bias) is made here,
+    so the log decays never exist in memory (_gate)."""
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
     o_t = tl.arange(0, BT)
     mask_t = o_t < eos - t0
     s_row = t0 * H + i_h
+    if GATE:
+        a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+    else:
+        a = 0.
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         mask_tk = mask_t[:, None] & (o_k < K)[None, :]
         o_tk = o_t[:, None] * (H * K) + o_k[None, :]
         b_g = tl.load(g + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        if GATE:
+            if HAS_BIAS:
+                b_g += tl.load(dt_bias + i_h * K + o_k, mask=o_k < K, other=0.).to(tl.float32)[None, :]
+            # rows past the last token must add 0 to the scan, whatever gate(0) is
+            b_g = tl.where(mask_tk, _gate(b_g, a, lower_bound, GATE), 0.)
         tl.store(gc + s_row * K + o_tk, tl.cumsum(b_g, axis=0), mask=mask_tk)
 
 

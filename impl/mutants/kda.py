@@ -2,6 +2,8 @@
 Triton namespace as a class) overriding one function to change one kernel option."""
 from __future__ import annotations
 
+import types
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -278,6 +280,15 @@ class IntraKTilesNotAccumulated(TritonKDA):
 
 
 @mutant("kda.chunked", "output", base="triton")
+class IntraStrongDecayPairsSkipped(TritonKDA):
+    """The intra-chunk kernel leaves the entries past its factorised products' range out and never adds them by the exact pairs pass: strong decays (the softplus gate, |g| > 5 a token) lose those products."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "PAIRS and fall > SPAN_MAX", "PAIRS and fall > 1e30"):
+            return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+@mutant("kda.chunked", "output", base="triton")
 class IntraBlockedX30DropsATerm(TritonKDA):
     """The 16-row sub-chunk intra pass (issue 14 step 18's candidate) builds X = (I + A)^-1's block (3, 0) without A_31 X_10: rows 48-63 of a chunk see a wrong inverse (a block forward substitution missing one term of its sum)."""
 
@@ -285,6 +296,25 @@ class IntraBlockedX30DropsATerm(TritonKDA):
         with kernel_edited(ik, "kda_intra_kk_fwd_kernel", "tl.dot(a31, x10, tl.dot(a30, x00",
                            "tl.dot(a31 * 0., x10, tl.dot(a30, x00"):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="blocked")
+
+
+@mutant("kda.sublayer", "output", base="triton")
+class GateFusedDtBiasDropped(TritonKDA):
+    """The fused gate + Γ kernel (issue 14 step 24's candidate, impl.candidates.kda_gate_fused) adds head 0's dt_bias to every head's f: the bias indexed without its head (a per-head parameter sliced apart from its head)."""
+
+    def gated_chunked(self, q, k, v, f, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True, *,
+                      A_log, dt_bias=None, lower_bound=None):
+        from impl.candidates.kda_gate_fused import gated_chunked
+        with kernel_edited(ik, "kda_chunk_cumsum_fwd_kernel", "dt_bias + i_h * K + o_k", "dt_bias + o_k"):
+            return gated_chunked(q, k, v, f, beta, state, chunk, cu_seqlens, boundary_states, A_log=A_log,
+                                 dt_bias=dt_bias, lower_bound=lower_bound)
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        # ours' sublayer over this namespace, so its prefill takes the planted fast path (a whole namespace
+        # is not composed: impl/compose.py)
+        ops = types.SimpleNamespace(chunked=self.chunked, decode=self.decode, gated_rmsnorm=ik.gated_rmsnorm,
+                                    gated_chunked=self.gated_chunked)
+        return ik.sublayer(w, x, state, mask, cu_seqlens, ops=ops)
 
 
 @mutant("kda.decode", "final_state", base="triton")

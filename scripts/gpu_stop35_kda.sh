@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Stop 35 on the H200, issue 14 steps 23 (owed re-time after its NaN fix) and 24 (docs/optimization_log.md):
+#  bench   H = 64 and 8, T = 16384, 5 alternating repeats: ours, step 18's winners, step 23 (Γ first) against
+#          fla (scripts/kda_prefill_variants.py, every variant oracle-checked first); then gate.bench_kda
+#          --from-gate: the prefill from the gate's input f, ours' torch gate vs step 24's fused gate vs fla's
+#          gate in kernel (general and bounded-gate paths), and fla's bounded-gate path on precomputed g
+#  tests   the Γ-first, fused-gate and strong-decay bf16 tests against the oracle (and the strong-decay
+#          second compile bit for bit where it adds nothing)
+#  gate    glmgate gate of impl.candidates.kda_gate_fused against ours (its chunked is step 23's, so this is
+#          step 23's owed re-gate too): kda.chunked, causal, paths, packed, batch, sublayer and model.paths,
+#          $EX examples at each of $SEEDS
+#  softplus ours' kda matrix on a softplus-gate config (linear_lower_bound null): the strong-decay fix
+#   OUT=/tmp/out PARTS="bench tests softplus gate" SEEDS="0 1" bash scripts/gpu_stop35_kda.sh
+set -u
+NAME=stop35_kda
+PARTS=${PARTS:-bench tests softplus gate}
+source "$(dirname "$0")/gpu_steps.sh"
+has bench && step variants "${T_VARIANTS:-200}" python3 scripts/kda_prefill_variants.py \
+    --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants inv_sub+cap168,gc+inv_sub+cap168 \
+    --json "$L/variants.json"
+has bench && step from_gate "${T_BENCH:-200}" python3 -m gate.bench_kda --skip-decode \
+    --shapes "${SHAPES:-64:16384,8:16384}" --from-gate --repeats 5 --json "$L/from_gate.json"
+has tests && step tests 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gate_fused.py \
+    tests/test_kda_strong_decays.py tests/test_kda_intra_blocked.py -k "gamma or fused or strong or compile"
+# ours' KDA on a softplus-gate config (strong decays: the intra kernel's pairs pass), bf16 on the GPU
+if has softplus; then
+  python3 -m gate.cli checkpoint make-tiny "$L/softplus" > /dev/null && python3 - "$L/softplus/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+t = c.get("text_config", c)
+t["linear_lower_bound"] = None
+t.setdefault("linear_attn_config", {})["safe_gate"] = False
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+  for seed in $SEEDS; do
+    step "softplus_s$seed" "${T_SOFTPLUS:-200}" python3 -m gate.cli run --device cuda --config "$L/softplus" \
+        --mechanism kda --examples "${EX:-20}" --seed "$seed" --no-failures
+  done
+fi
+for seed in $SEEDS; do
+  has gate && step "gate_s$seed" "${T_GATE:-260}" python3 -m gate.cli gate --device cuda \
+      --candidate impl.candidates.kda_gate_fused:Candidate --baseline triton --check kda.chunked \
+      --check kda.causal --check kda.paths --check kda.packed --check kda.batch --check kda.sublayer \
+      --check model.paths --examples "${EX:-20}" --seed "$seed" --json "$L/gate_s$seed.json"
+done
+echo "=== summary"; cat "$L/summary.txt"
+has bench && { echo "=== variants"; grep -E "REFUSED|ms" "$L/variants.log" | cut -c1-160 | tail -20;
+               echo "=== from gate"; grep -E "REFUSED|NOT comparable|fla safe|from the gate|    [a-z]" "$L/from_gate.log" | cut -c1-160; }
+has tests && { echo "=== tests"; tail -3 "$L/tests.log"; }
+has softplus && { echo "=== softplus"; for f in "$L"/softplus_s*.log; do tail -4 "$f" | cut -c1-200; done; }
+has gate && { echo "=== gate"; for f in "$L"/gate_s*.log; do tail -12 "$f" | cut -c1-200; done; }
+true
