@@ -9,13 +9,14 @@ mkdir -p "$OUT"
 declare -A CHECKS=(
   [kda_intra_tuned]="kda.chunked kda.causal kda.paths kda.packed kda.batch"
   [kda_intra_gc]="kda.chunked kda.causal kda.paths kda.packed kda.batch"
+  [kda_gate_fused]="kda.chunked kda.causal kda.paths kda.packed kda.batch kda.sublayer model.paths"
   [kda_intra_blocked]="kda.chunked kda.causal kda.paths kda.packed kda.batch kda.sublayer"
   [kda_decode_split]="kda.decode kda.paths kda.sublayer kda.batch"
   [norms_fused]="kda.sublayer mla.paths model.paths"
   [cache_in_place]="mla.paths mla.causal dsa.pooled model.paths model.causal serving.state_machine"
   [nvfp4_prefill_split]="nvfp4.gate moe.forward"
 )
-names=${ONLY:-kda_intra_gc kda_intra_tuned kda_decode_split norms_fused cache_in_place nvfp4_prefill_split kda_intra_blocked}
+names=${ONLY:-kda_gate_fused kda_intra_gc kda_intra_tuned kda_decode_split norms_fused cache_in_place nvfp4_prefill_split kda_intra_blocked}
 rc_all=0
 for name in $names; do
   for seed in $SEEDS; do

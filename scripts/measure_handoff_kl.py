@@ -1,6 +1,8 @@
 """Worst model.paths continuation verdicts (logits, the bf16-persisted quantization gate) over drawn cases.
 
-Usage: PYTHONPATH=. python3 scripts/measure_handoff_kl.py DEVICE DTYPE IMPL N  (e.g. cuda bfloat16 triton 40)
+Usage: PYTHONPATH=. python3 scripts/measure_handoff_kl.py DEVICE DTYPE IMPL N [CONFIG]  (e.g. cuda bfloat16 triton 40)
+CONFIG: a config.json (or its directory) instead of the tiny preset (a softplus-gate config: weaker decays
+keep the persisted state's rounding longer).
 """
 import sys, json
 dev, dt, impl_name, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -13,7 +15,7 @@ cand, base = _target(impl_name, dev, dt)
 rows = []
 cases = list(chk.examples)
 @settings(max_examples=n, deadline=None, derandomize=True, phases=[Phase.generate], suppress_health_check=list(HealthCheck), database=None)
-@given(chk.cases(Geometry.preset("tiny")))
+@given(chk.cases(Geometry.from_pretrained(sys.argv[5]) if len(sys.argv) > 5 else Geometry.preset("tiny")))
 def t(c): cases.append(c)
 t()
 for c in cases:

@@ -13,6 +13,11 @@ summed per 16-column block, (I + A)^-1 block by block), so the contract is kda.c
 
 Batch invariance: claimed for `chunked`, as ours: a (chunk, head) program's arithmetic depends on its
 own rows only, and its tiles on (H, K, V), never on the batch.
+
+Limit: the sub-chunk products are factorised through a reference row as ours' were before stop 35, with
+no exact pass for strong decays: with the softplus gate (no lower bound) a 16-row block falling past ~88
+overflows to NaN. The checkpoint's bounded gate (g > -5, a fall of at most 75) is inside the range; the
+softplus-gate cases that kda.chunked and kda.causal pin fail on this candidate until it gets ours' pass.
 """
 from __future__ import annotations
 
