@@ -7,6 +7,9 @@ Chunked prefill is three launches (four with segments):
   intra   per (chunk, head): Γ, the kk and qk matrices, (I + A)^-1, W, U, q⊙e^Γ, k⊙e^(Γ_last-Γ), e^Γ_last
   state   per (head, V-block, sequence segment): the chunk recurrence, emitting outputs and boundary states
   combine per (head, V-block, sequence): M_s = P_s M_(s-1) + B_s across segments (two-level scan)
+Strong decays (the softplus gate: a 16-row block falling past SPAN_MAX) flag the intra launch; the wrapper
+then runs intra again compiled with PAIRS, which adds the products the factorisation left out, and the
+state pass after it.
 """
 import triton
 import triton.language as tl
