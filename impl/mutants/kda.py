@@ -298,22 +298,24 @@ class IntraBlockedX30DropsATerm(TritonKDA):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="blocked")
 
 
+def _gated_chunked_head0_bias(q, k, v, f, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True, *,
+                              A_log, dt_bias=None, lower_bound=None):
+    """impl.candidates.kda_gate_fused.gated_chunked with its Γ kernel adding head 0's dt_bias to every head."""
+    from impl.candidates.kda_gate_fused import gated_chunked
+    with kernel_edited(ik, "kda_chunk_cumsum_fwd_kernel", "dt_bias + i_h * K + o_k", "dt_bias + o_k"):
+        return gated_chunked(q, k, v, f, beta, state, chunk, cu_seqlens, boundary_states, A_log=A_log,
+                             dt_bias=dt_bias, lower_bound=lower_bound)
+
+
 @mutant("kda.sublayer", "output", base="triton")
 class GateFusedDtBiasDropped(TritonKDA):
     """The fused gate + Γ kernel (issue 14 step 24's candidate, impl.candidates.kda_gate_fused) adds head 0's dt_bias to every head's f: the bias indexed without its head (a per-head parameter sliced apart from its head)."""
 
-    def gated_chunked(self, q, k, v, f, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True, *,
-                      A_log, dt_bias=None, lower_bound=None):
-        from impl.candidates.kda_gate_fused import gated_chunked
-        with kernel_edited(ik, "kda_chunk_cumsum_fwd_kernel", "dt_bias + i_h * K + o_k", "dt_bias + o_k"):
-            return gated_chunked(q, k, v, f, beta, state, chunk, cu_seqlens, boundary_states, A_log=A_log,
-                                 dt_bias=dt_bias, lower_bound=lower_bound)
-
     def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
-        # ours' sublayer over this namespace, so its prefill takes the planted fast path (a whole namespace
-        # is not composed: impl/compose.py)
+        # ours' sublayer over a namespace whose prefill fast path is the planted one (a whole namespace is
+        # not composed, impl/compose.py, so the mutant hands ours its ops itself)
         ops = types.SimpleNamespace(chunked=self.chunked, decode=self.decode, gated_rmsnorm=ik.gated_rmsnorm,
-                                    gated_chunked=self.gated_chunked)
+                                    gated_chunked=_gated_chunked_head0_bias)
         return ik.sublayer(w, x, state, mask, cu_seqlens, ops=ops)
 
 
