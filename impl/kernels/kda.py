@@ -33,7 +33,8 @@ def _intra_column_block(b_k, b_q, b_gc, b_A, b_Aqk, i_s: tl.constexpr, BT: tl.co
     but makes rows above it depend on later gates in their last bits (fla-org/flash-linear-attention
     #1240 shipped that leak). With the first row, the column factor reaches e^(15 |g|): e^75 at the
     -5 lower bound, inside float32's e^88. Entries past SPAN_MAX (stronger gates: _outside_factor_range)
-    are left out here and added whole by _intra_pairs.
+    are left out here and added whole by _intra_pairs in the PAIRS launch. The third value is the block
+    rows' fall below the reference (0 on other rows): the caller keeps its maximum to flag that launch.
     """
     o_t = tl.arange(0, BT)
     b_ref = tl.sum(tl.where((o_t == i_s * BC + ANCHOR)[:, None], b_gc, 0.), 0)
@@ -86,7 +87,8 @@ def _outside_factor_range(b_gc, BT: tl.constexpr, BC: tl.constexpr, ANCHOR: tl.c
 def _intra_pairs(b_k, b_q, b_gc, b_over, b_A, b_Aqk, BT: tl.constexpr):
     """Adds the kk and qk products' terms of the key entries b_over marks (the ones _intra_column_block leaves
     out) to b_A, b_Aqk [BT, BT], one key column at a time, each pair's decay e^(Γ_i - Γ_j) (i >= j: never
-    above 1) taken whole: exact for any gate, on CUDA cores. Run only for K tiles that have such entries."""
+    above 1) taken whole: exact for any gate, on CUDA cores. Only the PAIRS launch has it, over every K
+    tile of a chunk in which some block fell past SPAN_MAX."""
     o_t = tl.arange(0, BT)
     for j in range(BT):
         sel = o_t == j
