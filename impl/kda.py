@@ -164,7 +164,8 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False, gate=None):
+             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False,
+             gate=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
@@ -224,6 +225,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     # NaN in g, NaN in beta, decays past the intra kernel's factorised range (then its PAIRS pass)
     flags = torch.zeros(3, device=device, dtype=torch.int32)
 
+    # launched once, and again with PAIRS after a strong-decay flag; `g` is read at the call (Γ after
+    # g_cumsum's pass has replaced it below)
     def run_intra(pairs: bool):
         kda_intra_chunked_fwd_kernel[intra_grid](
             q, k, v, g, beta, qg, kg, w, u, aqk, gl, flags, cu, chunk_indices, chunk_offsets, T,
@@ -271,6 +274,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
     NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
     warps = num_warps or cfg_warps
+
     def run_state():
         h0 = state.contiguous() if state is not None else None
         if NSEG > 1:
