@@ -30,20 +30,16 @@ class KernelRecord(NamedTuple):
 
 BF, F32 = "*bf16", "*fp32"
 KDA = dict(H=64, K=128, V=128)
+KDA_INTRA = KernelRecord(
+    "kda", "kda_intra_chunked_fwd_kernel",
+    dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"), dict(T="i32"),
+    dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
+         OFFSET64=True, STACK=False, GC=False, PAIRS=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None),
+    dict(num_warps=4))
 RECORDS = (
-    KernelRecord("kda", "kda_intra_chunked_fwd_kernel",
-                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
-                 dict(T="i32"),
-                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
-                      OFFSET64=True, STACK=False, GC=False, PAIRS=False, cu_seqlens=None, chunk_indices=None,
-                      chunk_offsets=None), dict(num_warps=4)),
+    KDA_INTRA,
     # the same kernel's second compile for strong decays (the softplus gate): the exact pairs pass
-    KernelRecord("kda", "kda_intra_chunked_fwd_kernel",
-                 dict(q=BF, k=BF, v=BF, g=F32, beta=BF, qg=BF, kg=BF, w=BF, u=BF, aqk=BF, gl=F32, flags="*i32"),
-                 dict(T="i32"),
-                 dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
-                      OFFSET64=True, STACK=False, GC=False, PAIRS=True, cu_seqlens=None, chunk_indices=None,
-                      chunk_offsets=None), dict(num_warps=4)),
+    KDA_INTRA._replace(constexprs={**KDA_INTRA.constexprs, "PAIRS": True}),
     # issue 14 step 23: Γ (the chunk-local cumsum of g) before the intra kernel
     KernelRecord("kda", "kda_chunk_cumsum_fwd_kernel", dict(g=F32, gc=F32), dict(T="i32", lower_bound="fp32"),
                  dict(H=64, K=128, BT=64, BK=128, IS_VARLEN=False, OFFSET64=True, cu_seqlens=None, chunk_indices=None,

@@ -15,6 +15,7 @@ from impl import registry
 from impl.candidates import kda_gate_fused as cand
 from impl.mutants.catalogue import get as get_mutant
 from oracle import kda as ok
+from tests.test_kda_intra_blocked import _np, _rel
 
 
 def _inputs(B, T, H, K, V, seed=0, shift=-1.0, bias=True, device="cpu", dtype=torch.float32):
@@ -34,15 +35,6 @@ def _g(f, A_log, dt_bias, lower_bound):
     """The log decays as the sublayer's torch path makes them (impl.kda.project then impl.kda.gate)."""
     x = f.float() + (0 if dt_bias is None else dt_bias.float().view(f.shape[-2], f.shape[-1]))
     return ik.gate(x, A_log, lower_bound)
-
-
-def _rel(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
-def _np(t):
-    return t.detach().double().cpu().numpy()
 
 
 def _run(exact, work, lower_bound, cu=None, state=None):

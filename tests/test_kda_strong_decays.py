@@ -9,7 +9,6 @@ choice of path bitwise causal; the bounded gate never taking the new path; the p
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,24 +16,14 @@ from impl import kda as ik
 from impl.mutants.catalogue import get as get_mutant
 from invariants.kernel_paths import _decays_past_factor_range
 from oracle import kda as ok
+from tests.test_kda_intra_blocked import _inputs as _blocked_inputs
+from tests.test_kda_intra_blocked import _rel
 
 
 def _inputs(B, T, H, K, V, lo, seed=0, device="cpu", dtype=torch.float32):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64), dim=-1) * K ** -0.5
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, generator=gen, dtype=torch.float64), dim=-1)
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
-    g = torch.rand(B, T, H, K, generator=gen, dtype=torch.float64) * lo
-    beta = torch.rand(B, T, H, generator=gen, dtype=torch.float64)
-    state = 0.1 * torch.randn(B, H, K, V, generator=gen, dtype=torch.float64)
-    exact = (q, k, v, g, beta, state)
-    work = [a.to(device=device, dtype=dtype) for a in (q, k, v)] + [a.to(device).float() for a in (g, beta, state)]
-    return exact, work
-
-
-def _rel(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+    """q, k, v, g (uniform in [lo, 0]), beta and a given state: float64 and on the target, as a list."""
+    exact, work = _blocked_inputs(B, T, H, K, V, lo=lo, seed=seed, device=device, dtype=dtype, state=True)
+    return exact, list(work)
 
 
 def _errors(exact, got, cu=None):
@@ -63,14 +52,18 @@ def test_strong_decays_in_packed_documents_with_an_empty_one():
         assert e < 2e-5, f"{name}: rel-L2 {e:.3g}"
 
 
+def _mild_then_strong(T, H, K, cut, seed, **target):
+    """Outputs of the same call with mild gates, and with the gates from `cut` on made 40x stronger."""
+    _, mild = _inputs(1, T, H, K, K, -1.0, seed=seed, **target)
+    strong = [a.clone() for a in mild]
+    strong[3][:, cut:] = strong[3][:, cut:] * 40.0
+    return ik.chunked(*mild[:5], None, 64, None, False)[0], ik.chunked(*strong[:5], None, 64, None, False)[0]
+
+
 def test_which_path_a_product_takes_does_not_see_later_gates():
     """Rows 0-36 with mild decays, then the gates after row 37 turned strong (the block holding row 37 and
     the ones after it cross into the pairs path): outputs before 37 bitwise unchanged."""
-    _, mild = _inputs(1, 100, 2, 16, 16, -1.0, seed=3)
-    strong = [a.clone() for a in mild]
-    strong[3][:, 37:] = strong[3][:, 37:] * 40.0
-    a = ik.chunked(*mild[:5], None, 64, None, False)[0]
-    b = ik.chunked(*strong[:5], None, 64, None, False)[0]
+    a, b = _mild_then_strong(100, 2, 16, 37, seed=3)
     assert torch.equal(a[:, :37], b[:, :37])
     assert not torch.equal(a[:, 37:], b[:, 37:])
 
@@ -112,10 +105,6 @@ def test_on_the_gpu_the_second_compile_leaves_chunks_without_strong_decays_bit_f
     """Mild gates, then strong ones from token 300 on (the call takes the PAIRS launch): outputs before 300 are
     bitwise those of the mild-only call, whose launch never flagged (two compiles, the same bits where the
     pairs pass adds nothing)."""
-    _, mild = _inputs(1, 600, 4, 128, 128, -1.0, seed=5, device="cuda", dtype=torch.bfloat16)
-    strong = [a.clone() for a in mild]
-    strong[3][:, 300:] = strong[3][:, 300:] * 40.0
-    a = ik.chunked(*mild[:5], None, 64, None, False)[0]
-    b = ik.chunked(*strong[:5], None, 64, None, False)[0]
+    a, b = _mild_then_strong(600, 4, 128, 300, seed=5, device="cuda", dtype=torch.bfloat16)
     assert torch.equal(a[:, :300], b[:, :300])
     assert not torch.equal(a[:, 300:], b[:, 300:])
