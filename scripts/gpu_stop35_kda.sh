@@ -10,17 +10,19 @@
 #          step 23's owed re-gate too): kda.chunked, causal, paths, packed, batch, sublayer and model.paths,
 #          $EX examples at each of $SEEDS
 #  softplus ours' kda matrix on a softplus-gate config (linear_lower_bound null): the strong-decay fix
+#  matrix  ours' kda matrix on the default geometry (bounded gate), bf16, with the kernel-path report: the
+#          strong-decay kernel change must leave the bounded path's verdict as it was
 #   OUT=/tmp/out PARTS="bench tests softplus gate" SEEDS="0 1" bash scripts/gpu_stop35_kda.sh
 set -u
 NAME=stop35_kda
-PARTS=${PARTS:-bench tests softplus gate}
+PARTS=${PARTS:-bench tests softplus matrix gate}
 source "$(dirname "$0")/gpu_steps.sh"
 has bench && step variants "${T_VARIANTS:-200}" python3 scripts/kda_prefill_variants.py \
     --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants inv_sub+cap168,gc+inv_sub+cap168 \
     --json "$L/variants.json"
 has bench && step from_gate "${T_BENCH:-200}" python3 -m gate.bench_kda --skip-decode \
     --shapes "${SHAPES:-64:16384,8:16384}" --from-gate --repeats 5 --json "$L/from_gate.json"
-has tests && step tests 180 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gate_fused.py \
+has tests && step tests "${T_TESTS:-180}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gate_fused.py \
     tests/test_kda_strong_decays.py tests/test_kda_intra_blocked.py -k "gamma or fused or strong or compile"
 # ours' KDA on a softplus-gate config (strong decays: the intra kernel's pairs pass), bf16 on the GPU
 if has softplus; then
@@ -38,6 +40,10 @@ PY
   done
 fi
 for seed in $SEEDS; do
+  has matrix && step "matrix_s$seed" "${T_MATRIX:-200}" python3 -m gate.cli run --device cuda --mechanism kda \
+      --examples "${EX:-20}" --seed "$seed" --no-failures --kernel-paths
+done
+for seed in $SEEDS; do
   has gate && step "gate_s$seed" "${T_GATE:-260}" python3 -m gate.cli gate --device cuda \
       --candidate impl.candidates.kda_gate_fused:Candidate --baseline triton --check kda.chunked \
       --check kda.causal --check kda.paths --check kda.packed --check kda.batch --check kda.sublayer \
@@ -48,5 +54,6 @@ has bench && { echo "=== variants"; grep -E "REFUSED|ms" "$L/variants.log" | cut
                echo "=== from gate"; grep -E "REFUSED|NOT comparable|fla safe|from the gate|    [a-z]" "$L/from_gate.log" | cut -c1-160; }
 has tests && { echo "=== tests"; tail -3 "$L/tests.log"; }
 has softplus && { echo "=== softplus"; for f in "$L"/softplus_s*.log; do tail -4 "$f" | cut -c1-200; done; }
+has matrix && { echo "=== matrix"; for f in "$L"/matrix_s*.log; do grep -E "passed|FAIL|not reached|NOT" "$f" | cut -c1-200 | tail -8; done; }
 has gate && { echo "=== gate"; for f in "$L"/gate_s*.log; do tail -12 "$f" | cut -c1-200; done; }
 true
