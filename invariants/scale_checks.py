@@ -17,7 +17,7 @@ explore / nightly profiles).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from hypothesis import strategies as st
@@ -27,11 +27,16 @@ from invariants.check import Check
 from invariants.compare import Comparison
 from invariants.labels import label
 from invariants.target import Target
+from strategies.geometry import KDAGeometry
 from strategies.sequences import sequence_lengths
 from strategies.tensors import SEEDS
 
 SCALE_FAMILIES = ("normal", "gate_low", "gate_high")
 LOWER_BOUND = -5.0
+# the gate's input f = shift + N(0, 1) and (softplus gate) its A_log, as strategies.tensors draws them:
+# gate_low sits at the gate's strong end (g ~ -5 bounded, ~ -16 a token under softplus), gate_high near 0
+SHIFT = {"normal": 0.0, "gate_low": 6.0, "gate_high": -8.0}
+A_LOG = {"normal": 0.0, "gate_low": 1.0, "gate_high": 0.5}
 
 
 class ScaleCase(NamedTuple):
@@ -43,25 +48,32 @@ class ScaleCase(NamedTuple):
     length: int
     family: str
     seed: int
+    # the geometry's gate (None: softplus, unbounded decays); cases recorded before it was a field are -5
+    lower_bound: Optional[float] = LOWER_BOUND
 
 
 @st.composite
 def scale_cases(draw, base=None, *, max_len: int = 160) -> ScaleCase:
-    """Interpreter-sized rows (the CUDA pins carry the real sizes); `base` is ignored."""
+    """Interpreter-sized rows (the CUDA pins carry the real sizes); of `base` only its gate is taken."""
+    lower_bound = LOWER_BOUND if base is None else KDAGeometry.from_geometry(base).lower_bound
     return ScaleCase(draw(st.sampled_from((1, 2, 3))), draw(st.sampled_from((16, 32))), draw(st.integers(1, 3)),
-                     draw(sequence_lengths(max_len=max_len)), draw(st.sampled_from(SCALE_FAMILIES)), draw(SEEDS))
+                     draw(sequence_lengths(max_len=max_len)), draw(st.sampled_from(SCALE_FAMILIES)), draw(SEEDS),
+                     lower_bound)
 
 
 def sample(case: ScaleCase, row: int, device, dtype=torch.float64) -> dict:
-    """Row `row`'s q, k (L2-normalised, q scaled by K^-1/2), v, g (the bounded gate, SPEC §6), beta: [1, T, ...],
+    """Row `row`'s q, k (L2-normalised, q scaled by K^-1/2), v, g (the case's gate, SPEC §6.4), beta: [1, T, ...],
     drawn in float64 on `device` from its own generator (a row is the same whatever the batch)."""
     T, H, K = case.length, case.heads, case.head_dim
     gen = torch.Generator(device=device).manual_seed(case.seed * 1_000_003 + row)
     n = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.float64)  # noqa: E731
     unit = lambda x: x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)                      # noqa: E731
-    shift = {"normal": 0.0, "gate_low": 6.0, "gate_high": -8.0}[case.family]
     x = dict(q=unit(n(1, T, H, K)) * K ** -0.5, k=unit(n(1, T, H, K)), v=n(1, T, H, K),
-             g=LOWER_BOUND * torch.sigmoid(shift + n(1, T, H, K)), beta=torch.sigmoid(n(1, T, H)))
+             g=SHIFT[case.family] + n(1, T, H, K), beta=torch.sigmoid(n(1, T, H)))
+    if case.lower_bound is None:
+        x["g"] = -torch.nn.functional.softplus(x["g"]) * torch.exp(torch.tensor(A_LOG[case.family]))
+    else:
+        x["g"] = case.lower_bound * torch.sigmoid(x["g"])
     return {name: a.to(torch.float32 if name == "g" else dtype) for name, a in x.items()}
 
 
@@ -123,9 +135,12 @@ CHECKS = (
     Check("kda.scale", "kda", ScaleCase, scale_cases, run_scale,
           "full-geometry scale: every row of a [B, T] chunked prefill equals itself alone, the first and last "
           "rows within contract of a float64 reference (CUDA pins: H=64, K=128, T=16K/64K; B*T*H*K past 2^31)",
-          examples=(ScaleCase(2, 16, 3, 130, "normal", 0),),
+          # the softplus pins: strong decays (~ -16 a token) through the intra kernel's exact pairs pass at
+          # every size, whatever the geometry's own gate
+          examples=(ScaleCase(2, 16, 3, 130, "normal", 0), ScaleCase(2, 16, 2, 130, "gate_low", 1, None)),
           gpu_examples=(ScaleCase(**KDA_FULL, batch=1, length=16384, family="normal", seed=0),
-                        ScaleCase(**KDA_FULL, batch=2, length=65536, family="gate_low", seed=1)),
+                        ScaleCase(**KDA_FULL, batch=2, length=65536, family="gate_low", seed=1),
+                        ScaleCase(**KDA_FULL, batch=1, length=16384, family="gate_low", seed=3, lower_bound=None)),
           nightly_examples=(ScaleCase(**KDA_FULL, batch=5, length=65536, family="normal", seed=2),),
           cpu_examples=2),
 )
