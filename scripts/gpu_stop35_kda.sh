@@ -12,6 +12,9 @@
 #  softplus ours' kda matrix on a softplus-gate config (linear_lower_bound null): the strong-decay fix
 #  matrix  ours' kda matrix on the default geometry (bounded gate), bf16, with the kernel-path report: the
 #          strong-decay kernel change must leave the bounded path's verdict as it was
+#  PRE_FIX=FILE  the bench also times ours' wrapper with FILE's (an earlier commit's) intra kernel, the strong-
+#          decay fix's cost on the bounded gate: `mkdir -p .prefix && git show 2d3c0ef:impl/kernels/kda.py >
+#          .prefix/kda_kernels_2d3c0ef.py` here, carry ".prefix", PRE_FIX=.prefix/kda_kernels_2d3c0ef.py
 #   OUT=/tmp/out PARTS="bench tests softplus gate" SEEDS="0 1" bash scripts/gpu_stop35_kda.sh
 set -u
 NAME=stop35_kda
@@ -19,7 +22,7 @@ PARTS=${PARTS:-bench tests softplus matrix gate}
 source "$(dirname "$0")/gpu_steps.sh"
 has bench && step variants "${T_VARIANTS:-200}" python3 scripts/kda_prefill_variants.py \
     --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants inv_sub+cap168,gc+inv_sub+cap168 \
-    --json "$L/variants.json"
+    --json "$L/variants.json" ${PRE_FIX:+--pre-fix "$PRE_FIX"}
 has bench && step from_gate "${T_BENCH:-200}" python3 -m gate.bench_kda --skip-decode \
     --shapes "${SHAPES:-64:16384,8:16384}" --from-gate --repeats 5 --json "$L/from_gate.json"
 has tests && step tests "${T_TESTS:-180}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gate_fused.py \

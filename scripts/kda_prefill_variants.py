@@ -5,11 +5,19 @@ and to fla measured in the same run: fla's general path and its bounded-gate pat
 lower_bound=-5, the checkpoint's gate).
 
     PYTHONPATH=. python3 scripts/kda_prefill_variants.py [--shapes 64:16384,8:16384] [--repeats 5] [--json F]
+        [--pre-fix FILE]
+
+--pre-fix times one more path, `pre_fix`: ours' wrapper launching the intra kernel of FILE, the kernel
+module of an earlier commit, in the same run as ours. Made here and carried to the device:
+    mkdir -p .prefix && git show 2d3c0ef:impl/kernels/kda.py > .prefix/kda_kernels_2d3c0ef.py
+(2d3c0ef: the last commit before the strong-decay fix, whose cost on the bounded gate this measures).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import importlib.util
 import statistics
 import sys
 
@@ -24,6 +32,41 @@ VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_m
             "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168)}
 
 
+class _WithoutPairs:
+    """An intra kernel from before PAIRS existed, launched as ours' wrapper launches the current one."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, PAIRS=False, **kwargs):
+            if PAIRS:
+                raise RuntimeError("--pre-fix: the earlier kernel has no PAIRS pass (strong decays flagged)")
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def _pre_fix(path: str):
+    """(a context manager that swaps FILE's intra kernel into impl.kda while it is open)."""
+    spec = importlib.util.spec_from_file_location("kda_kernels_pre_fix", path)
+    if spec is None:
+        raise SystemExit(f"--pre-fix: cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)        # triton reads a kernel's source from its file: it must stay there
+    from impl import kda as ik
+    old = _WithoutPairs(mod.kda_intra_chunked_fwd_kernel)
+
+    @contextlib.contextmanager
+    def swapped():
+        current = ik.kda_intra_chunked_fwd_kernel
+        ik.kda_intra_chunked_fwd_kernel = old
+        try:
+            yield
+        finally:
+            ik.kda_intra_chunked_fwd_kernel = current
+    return swapped
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="64:16384,8:16384")
@@ -31,6 +74,8 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help=f"comma-separated names among {', '.join(VARIANTS)} (ours is always timed)")
     p.add_argument("--json", default=None)
+    p.add_argument("--pre-fix", default=None, metavar="FILE",
+                   help="an earlier commit's impl/kernels/kda.py: its intra kernel timed as `pre_fix` (see above)")
     args = p.parse_args(argv)
     chosen = ["ours"] + [n for n in args.variants.split(",") if n and n != "ours"]
     unknown = [n for n in chosen if n not in VARIANTS]
@@ -44,6 +89,7 @@ def main(argv=None) -> int:
         from fla.ops.kda import chunk_kda
     except ImportError:
         chunk_kda = None
+    swapped = _pre_fix(args.pre_fix) if args.pre_fix else None
     bo, bm = bench_bound("kda", "chunked", "output", "bfloat16"), bench_bound("kda", "chunked", "final_state", "bfloat16")
     out = {}
     for H, T in (tuple(int(x) for x in s.split(":")) for s in args.shapes.split(",")):
@@ -56,6 +102,15 @@ def main(argv=None) -> int:
             print(f"H={H} T={T} {name}: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
             if ok_:
                 fns[name] = functools.partial(fn, q, k, v, g, beta, None, 64, None, False)
+        if swapped is not None:
+            def pre_fix(*a, **kw):
+                with swapped():
+                    return ik._chunked(*a, **kw)
+            e_o, e_m = _check_prefill(pre_fix, ok, q, k, v, g, beta, [0, H // 2, H - 1])
+            ok_ = e_o <= bo and e_m <= bm
+            print(f"H={H} T={T} pre_fix: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
+            if ok_:
+                fns["pre_fix"] = functools.partial(pre_fix, q, k, v, g, beta, None, 64, None, False)
         if chunk_kda is not None:
             fns["fla"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
             # fla's bounded-gate path (the checkpoint's gate: g in [-5, 0), tensor-core intra products): the peer
