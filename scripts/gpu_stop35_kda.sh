@@ -19,6 +19,10 @@
 set -u
 NAME=stop35_kda
 PARTS=${PARTS:-bench tests softplus matrix gate}
+# CHECKS="kda.scale kda.batch" runs those checks only in the softplus and matrix parts (a call's share of
+# the kda matrix: a cold --mechanism kda at 20 examples takes well over 110 s on the GPU, kda.scale's
+# full-size pins over 50 s an example)
+if [ -n "${CHECKS:-}" ]; then KDA_SELECT=$(printf -- "--check %s " $CHECKS); else KDA_SELECT="--mechanism kda"; fi
 source "$(dirname "$0")/gpu_steps.sh"
 has bench && step variants "${T_VARIANTS:-200}" python3 scripts/kda_prefill_variants.py \
     --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants inv_sub+cap168,gc+inv_sub+cap168 \
@@ -38,12 +42,12 @@ t.setdefault("linear_attn_config", {})["safe_gate"] = False
 json.dump(c, open(sys.argv[1], "w"), indent=1)
 PY
   for seed in $SEEDS; do
-    step "softplus_s$seed" "${T_SOFTPLUS:-200}" python3 -m gate.cli run --device cuda --config "$L/softplus" \
-        --mechanism kda --examples "${EX:-20}" --seed "$seed" --no-failures
+    step "softplus_s$seed" "${T_SOFTPLUS:-300}" python3 -m gate.cli run --device cuda --config "$L/softplus" \
+        $KDA_SELECT --examples "${EX:-20}" --seed "$seed" --no-failures
   done
 fi
 for seed in $SEEDS; do
-  has matrix && step "matrix_s$seed" "${T_MATRIX:-200}" python3 -m gate.cli run --device cuda --mechanism kda \
+  has matrix && step "matrix_s$seed" "${T_MATRIX:-300}" python3 -m gate.cli run --device cuda $KDA_SELECT \
       --examples "${EX:-20}" --seed "$seed" --no-failures --kernel-paths
 done
 for seed in $SEEDS; do
