@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import traceback
-import warnings
 
 # exit codes (README "Exit codes"): a verdict, a usage problem, or a crash are told apart by CI
 EXIT_PASS, EXIT_BROKEN, EXIT_USAGE, EXIT_CRASH, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -70,11 +69,8 @@ def _setup_device(device: str) -> None:
     """Pick the Triton backend before anything imports triton (the interpreter flag is read at import)."""
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-        # The interpreter runs both sides of every tl.where in NumPy, so a discarded lane warns (a DSA
-        # pool's empty slots give -inf - -inf, a sigmoid of a large negative overflows its exp) where the
-        # compiled kernel computes the same lane silently. A non-finite value that reaches an output still
-        # fails that output's check, so these warnings carry nothing the report does not.
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+        from impl.interpreter import quiet_discarded_lanes
+        quiet_discarded_lanes()
         import torch
         # tiny shapes: thread hand-offs cost ~100x the arithmetic on a 2-core machine
         torch.set_num_threads(1)

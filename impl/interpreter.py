@@ -82,3 +82,16 @@ def uninstall() -> None:
 def counts() -> dict:
     """{"real_calls", "skipped_calls"}: how many patch requests ran and how many were repeats skipped."""
     return {k: _STATE[k] for k in ("real_calls", "skipped_calls")}
+
+
+def quiet_discarded_lanes() -> None:
+    """Ignore the NumPy RuntimeWarnings raised inside triton's modules, in this process.
+
+    The interpreter runs both sides of every tl.where in NumPy, so a lane the kernel then discards
+    still warns: a DSA pool's empty slots give -inf - -inf, a sigmoid of a large negative overflows
+    its exp. A compiled kernel computes the same lanes silently. A non-finite value that reaches an
+    output still fails that output's check, so the warnings add nothing to the report. Filters are
+    per process: the CLI calls this, and so does each spawned rank (impl/sharded_pool.py).
+    """
+    import warnings
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")

@@ -104,7 +104,7 @@ class Engine:
         """(ids row, mask row) of `prompt` in a padded batch of width S: LEFT padding (SPEC §3), so
         the pads precede every real token and leave the request's KDA state untouched."""
         n = len(prompt)
-        return [self.model.geometry.pad_token_id] * (S - n) + list(prompt), [0] * (S - n) + [1] * n
+        return [self.model.geometry.pad_id] * (S - n) + list(prompt), [0] * (S - n) + [1] * n
 
     # ------------------------------------------------------------------ internals
 

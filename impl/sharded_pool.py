@@ -205,6 +205,8 @@ def _serve(rank: int, world: int, port: int, device_type: str, tasks, results) -
     import torch.distributed as dist
     try:
         if device_type == "cpu":
+            from impl.interpreter import quiet_discarded_lanes
+            quiet_discarded_lanes()
             # `world` ranks share the host's cores: one intra-op thread each, or they oversubscribe them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         if device_type == "cuda":

@@ -163,12 +163,12 @@ def legal_splits(splits, max_pad: int) -> tuple[int, ...]:
 
 
 def prompt(case: ModelCase, g: Geometry):
-    """ids [B, S] (pads = pad_token_id) and the 2-D mask [B, S] (1 = real) of a case."""
+    """ids [B, S] (pads = the geometry's pad id) and the 2-D mask [B, S] (1 = real) of a case."""
     rng = np.random.default_rng(case.seed)
     ids = rng.integers(1, g.vocab_size, (case.batch, case.length))
     mask = np.ones((case.batch, case.length), dtype=np.int64)
     for r, p in enumerate(case.left_pad):
-        ids[r, :p] = g.pad_token_id
+        ids[r, :p] = g.pad_id
         mask[r, :p] = 0
     return ids, mask
 

@@ -325,6 +325,12 @@ class Geometry:
         return self.index_n_heads * self.index_head_dim
 
     @property
+    def pad_id(self) -> int:
+        """The token id left padding carries: pad_token_id, or 0 for a config that names none (null is
+        legal, SPEC §1). A padded position is masked out, so no real token ever sees its id."""
+        return 0 if self.pad_token_id is None else self.pad_token_id
+
+    @property
     def index_slots(self) -> int:
         """SPEC §8: selection width per query, topk + P_k - 1 (2051 with P_k = 4)."""
         return self.index_topk + self.index_kpool - 1

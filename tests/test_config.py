@@ -366,3 +366,14 @@ def test_round_trip_any_geometry(g):
     assert Geometry.from_dict(json.loads(json.dumps(g.to_dict())), strict=True) == g
     assert set(g.kda_layers) | set(g.dsa_layers) == set(range(g.num_hidden_layers))
     assert set(g.shared_indexer_layers) <= {i + 1 for i in g.full_indexer_layers}
+
+
+def test_a_config_without_pad_token_id_pads_with_token_0():
+    """pad_token_id null is legal (SPEC §1); left padding then carries id 0 (masked). The model checks'
+    prompts used the null itself and crashed every model.sharded example with left padding."""
+    from invariants.model_checks import ModelCase, prompt
+    g = Geometry.from_dict(tiny_dict(pad_token_id=None))
+    assert g.pad_id == 0 and Geometry.from_dict(tiny_dict(pad_token_id=5)).pad_id == 5
+    ids, mask = prompt(ModelCase("tiny", 2, 0, 2, 6, (0, 3), (6,), 0, 1), g)
+    assert (ids[1, :3] == 0).all() and (mask[1, :3] == 0).all() and (mask[:, 3:] == 1).all()
+    assert (ids[0] > 0).all() and (ids[1, 3:] > 0).all()

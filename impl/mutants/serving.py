@@ -57,7 +57,7 @@ class ServingPaddedStepsUpdateKdaState(Engine):
 
     def _pad(self, prompt, S):
         n = len(prompt)
-        return list(prompt) + [self.model.geometry.pad_token_id] * (S - n), [1] * n + [0] * (S - n)
+        return list(prompt) + [self.model.geometry.pad_id] * (S - n), [1] * n + [0] * (S - n)
 
 
 @mutant("serving.state_machine", "state", factory=_engine_class, base="triton")
