@@ -18,6 +18,8 @@ interpreter alone runs them). Nothing here runs on a GPU: compiled kernels never
 """
 from __future__ import annotations
 
+import warnings
+
 _STATE = {"installed": False, "real_calls": 0, "skipped_calls": 0}
 
 
@@ -93,5 +95,4 @@ def quiet_discarded_lanes() -> None:
     output still fails that output's check, so the warnings add nothing to the report. Filters are
     per process: the CLI calls this, and so does each spawned rank (impl/sharded_pool.py).
     """
-    import warnings
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")

@@ -27,16 +27,11 @@ from invariants.check import Check
 from invariants.compare import Comparison
 from invariants.labels import label
 from invariants.target import Target
-from strategies.geometry import KDAGeometry
 from strategies.sequences import sequence_lengths
-from strategies.tensors import SEEDS
+from strategies.tensors import GATE_LOGITS, SEEDS
 
 SCALE_FAMILIES = ("normal", "gate_low", "gate_high")
 LOWER_BOUND = -5.0
-# the gate's input f = shift + N(0, 1) and (softplus gate) its A_log, as strategies.tensors draws them:
-# gate_low sits at the gate's strong end (g ~ -5 bounded, ~ -16 a token under softplus), gate_high near 0
-SHIFT = {"normal": 0.0, "gate_low": 6.0, "gate_high": -8.0}
-A_LOG = {"normal": 0.0, "gate_low": 1.0, "gate_high": 0.5}
 
 
 class ScaleCase(NamedTuple):
@@ -55,7 +50,7 @@ class ScaleCase(NamedTuple):
 @st.composite
 def scale_cases(draw, base=None, *, max_len: int = 160) -> ScaleCase:
     """Interpreter-sized rows (the CUDA pins carry the real sizes); of `base` only its gate is taken."""
-    lower_bound = LOWER_BOUND if base is None else KDAGeometry.from_geometry(base).lower_bound
+    lower_bound = LOWER_BOUND if base is None else base.linear_lower_bound
     return ScaleCase(draw(st.sampled_from((1, 2, 3))), draw(st.sampled_from((16, 32))), draw(st.integers(1, 3)),
                      draw(sequence_lengths(max_len=max_len)), draw(st.sampled_from(SCALE_FAMILIES)), draw(SEEDS),
                      lower_bound)
@@ -68,10 +63,12 @@ def sample(case: ScaleCase, row: int, device, dtype=torch.float64) -> dict:
     gen = torch.Generator(device=device).manual_seed(case.seed * 1_000_003 + row)
     n = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.float64)  # noqa: E731
     unit = lambda x: x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)                      # noqa: E731
+    # f and A_log as strategies.tensors draws them (the bounded draw here leaves out A_log: as recorded)
+    shift, a_log = GATE_LOGITS.get(case.family, (0.0, 0.0))
     x = dict(q=unit(n(1, T, H, K)) * K ** -0.5, k=unit(n(1, T, H, K)), v=n(1, T, H, K),
-             g=SHIFT[case.family] + n(1, T, H, K), beta=torch.sigmoid(n(1, T, H)))
+             g=shift + n(1, T, H, K), beta=torch.sigmoid(n(1, T, H)))
     if case.lower_bound is None:
-        x["g"] = -torch.nn.functional.softplus(x["g"]) * torch.exp(torch.tensor(A_LOG[case.family]))
+        x["g"] = -torch.nn.functional.softplus(x["g"]) * torch.exp(torch.tensor(a_log))
     else:
         x["g"] = case.lower_bound * torch.sigmoid(x["g"])
     return {name: a.to(torch.float32 if name == "g" else dtype) for name, a in x.items()}

@@ -89,28 +89,25 @@ def main(argv=None) -> int:
         from fla.ops.kda import chunk_kda
     except ImportError:
         chunk_kda = None
-    swapped = _pre_fix(args.pre_fix) if args.pre_fix else None
+    paths = {name: functools.partial(ik._chunked, **VARIANTS[name]) for name in chosen}
+    if args.pre_fix:
+        swapped = _pre_fix(args.pre_fix)
+
+        def pre_fix(*a, **kw):
+            with swapped():
+                return ik._chunked(*a, **kw)
+        paths["pre_fix"] = pre_fix
     bo, bm = bench_bound("kda", "chunked", "output", "bfloat16"), bench_bound("kda", "chunked", "final_state", "bfloat16")
     out = {}
     for H, T in (tuple(int(x) for x in s.split(":")) for s in args.shapes.split(",")):
         q, k, v, g, beta = _prefill_inputs(H, T)
         fns = {}
-        for name in chosen:
-            fn = functools.partial(ik._chunked, **VARIANTS[name])
+        for name, fn in paths.items():
             e_o, e_m = _check_prefill(fn, ok, q, k, v, g, beta, [0, H // 2, H - 1])
             ok_ = e_o <= bo and e_m <= bm
             print(f"H={H} T={T} {name}: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
             if ok_:
                 fns[name] = functools.partial(fn, q, k, v, g, beta, None, 64, None, False)
-        if swapped is not None:
-            def pre_fix(*a, **kw):
-                with swapped():
-                    return ik._chunked(*a, **kw)
-            e_o, e_m = _check_prefill(pre_fix, ok, q, k, v, g, beta, [0, H // 2, H - 1])
-            ok_ = e_o <= bo and e_m <= bm
-            print(f"H={H} T={T} pre_fix: oracle rel-L2 output {e_o:.2e} state {e_m:.2e} {'ok' if ok_ else 'REFUSED'}")
-            if ok_:
-                fns["pre_fix"] = functools.partial(pre_fix, q, k, v, g, beta, None, 64, None, False)
         if chunk_kda is not None:
             fns["fla"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None, output_final_state=True)
             # fla's bounded-gate path (the checkpoint's gate: g in [-5, 0), tensor-core intra products): the peer

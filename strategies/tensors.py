@@ -22,13 +22,15 @@ def check_family(family: str) -> None:
         raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
 
 
+# (shift of f = shift + N(0, 1), A_log) a family puts the gate at: gate_low at its strong end (sigmoid(e·f)
+# ~ 1, g ~ -5 bounded; ~ -16 a token under softplus), gate_high near 0; every other family (0, 0)
+GATE_LOGITS = {"gate_low": (6.0, 1.0), "gate_high": (-8.0, 0.5)}
+
+
 def _gate_logits(rng, shape, family):
-    """f and A_log such that the bounded gate lands where the family wants it."""
-    if family == "gate_low":
-        return 6.0 + rng.standard_normal(shape), 1.0       # sigmoid(e·f) ~ 1 -> g ~ -5
-    if family == "gate_high":
-        return -8.0 + rng.standard_normal(shape), 0.5      # sigmoid(...) ~ 0 -> g ~ 0
-    return rng.standard_normal(shape), 0.0
+    """f and A_log such that the gate lands where the family wants it."""
+    shift, a = GATE_LOGITS.get(family, (0.0, 0.0))
+    return shift + rng.standard_normal(shape), a
 
 
 def core_tensors(rng, heads, head_dim, batch, length, family, lower_bound=-5.0):
