@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import tempfile
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 from hypothesis import strategies as st
@@ -52,7 +53,8 @@ from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.target import ORACLE, Target
-from oracle.config import Geometry
+from invariants.model_checks import base_name, geometry_of, model_cut
+from oracle.config import PRESETS, Geometry
 from oracle.types import KDAState
 
 MAX_PROMPT = 6      # tokens of a drawn prompt (and of a prefill chunk): the interpreter costs ~0.3 s a token
@@ -60,81 +62,89 @@ MAX_ROWS = 4        # rows of a packed step
 MAX_OPS = 10        # operations of a drawn program
 MAX_DRAFT = 3       # draft tokens of a verify row (q_len 2..MAX_DRAFT + 1)
 MODEL_SEED = 3
+TOKENS = 64         # token ids drawn: 0..TOKENS - 1 (a geometry's vocab_size must hold them)
 
 
 class ServingCase(NamedTuple):
-    """A program of serving operations (module docstring), run from empty engines."""
+    """A program of serving operations (module docstring), run from empty engines, on the serving cut of
+    geometry `base` (a preset's name or a config as JSON, as ModelCase's; "tiny" for cases recorded
+    before the field existed)."""
 
     ops: tuple
+    base: str = "tiny"
 
 
 # ----------------------------------------------------------------------------- the models
 
 
-@functools.lru_cache(maxsize=1)
-def geometry() -> Geometry:
-    """The preset "tiny" cut to its first five layers (KDA, full DSA, KDA, full DSA, shared DSA), 4
-    Sinkhorn iterations: every layer kind at the least interpreter cost per token."""
-    g = Geometry.preset("tiny")
-    n = 5
-    return dataclasses.replace(g, num_hidden_layers=n, layer_types=g.layer_types[:n],
-                               mlp_layer_types=g.mlp_layer_types[:n], indexer_types=g.indexer_types[:n],
-                               hc_sinkhorn_iters=4)
+@functools.lru_cache(maxsize=2)
+def geometry(base: str = "tiny") -> Geometry:
+    """`base` cut to its first layers that hold every layer kind it has (model_cut: for "tiny" the first
+    five, KDA, full DSA, KDA, full DSA, shared DSA), at most 4 Sinkhorn iterations: every layer kind of
+    the geometry at the least interpreter cost per token. The serving bugs are in the state's
+    bookkeeping, which the geometry's dimensions shape (heads, conv width, pools, pad id): a config
+    given to `glmgate run --config` is the one the drawn programs run on."""
+    whole = Geometry.preset(base) if base in PRESETS else Geometry.from_dict(json.loads(base))
+    g = geometry_of(base, model_cut(whole))
+    if g.vocab_size < TOKENS:
+        raise ValueError(f"serving.state_machine draws token ids 0..{TOKENS - 1}; this geometry's vocab_size "
+                         f"is {g.vocab_size}: give a config with vocab_size >= {TOKENS}")
+    return dataclasses.replace(g, hc_sinkhorn_iters=min(g.hc_sinkhorn_iters, 4))
 
 
-@functools.lru_cache(maxsize=1)
-def _checkpoint() -> str:
+@functools.lru_cache(maxsize=2)
+def _checkpoint(base: str = "tiny") -> str:
     from oracle.checkpoint import write_random
-    return write_random(tempfile.mkdtemp(prefix="glmgate-serving-"), geometry(), seed=MODEL_SEED)
+    return write_random(tempfile.mkdtemp(prefix="glmgate-serving-"), geometry(base), seed=MODEL_SEED)
 
 
-@functools.lru_cache(maxsize=1)
-def _weights():
+@functools.lru_cache(maxsize=2)
+def _weights(base: str = "tiny"):
     """The float64 weights of the serving checkpoint, read once."""
     from oracle.checkpoint import load
-    return load(_checkpoint())
+    return load(_checkpoint(base))
 
 
 @functools.lru_cache(maxsize=8)
-def _model(t: Target):
+def _model(t: Target, base: str = "tiny"):
     """t's decoder over the serving checkpoint, converted once per target: a model holds no request
     state (the engines do), so every engine of every program can share it."""
-    return t.model(_weights())
+    return t.model(_weights(base))
 
 
-def oracle_model():
+def oracle_model(base: str = "tiny"):
     """The oracle's decoder over the serving checkpoint (the cold reruns' model)."""
-    return _model(ORACLE)
+    return _model(ORACLE, base)
 
 
-def _engine(t: Target):
+def _engine(t: Target, base: str = "tiny"):
     """A fresh engine over t's decoder, t's own engine class if its implementation brings one."""
     from impl.serving import Engine
-    return (getattr(t.impl, "serving", None) or Engine)(_model(t))
+    return (getattr(t.impl, "serving", None) or Engine)(_model(t, base))
 
 
 @functools.lru_cache(maxsize=512)
-def _cold(history: tuple):
+def _cold(history: tuple, base: str = "tiny"):
     """(last logits row, state) of the oracle over `history` from an empty state (a pure function)."""
-    logits, state = oracle_model().forward(np.asarray([history]))
+    logits, state = oracle_model(base).forward(np.asarray([history]))
     return logits[0, -1], state
 
 
 @functools.lru_cache(maxsize=128)
-def _decodes(history: tuple, tokens: tuple) -> np.ndarray:
+def _decodes(history: tuple, tokens: tuple, base: str = "tiny") -> np.ndarray:
     """Logits [len(tokens), V] of the oracle decoding `tokens` ONE AT A TIME after a cold run over
     `history`: what a verify row's positions must equal (never-speculated single-token decodes)."""
-    state = _cold(history)[1] if history else None          # a fork of a request that fed nothing yet
+    state = _cold(history, base)[1] if history else None          # a fork of a request that fed nothing yet
     rows = []
     for t in tokens:
-        logits, state = oracle_model().forward(np.asarray([[t]]), state=state)
+        logits, state = oracle_model(base).forward(np.asarray([[t]]), state=state)
         rows.append(logits[0, -1])
     return np.stack(rows)
 
 
 # ----------------------------------------------------------------------------- the strategy
 
-_tokens = st.integers(0, 63)
+_tokens = st.integers(0, TOKENS - 1)
 _prompts = st.lists(_tokens, min_size=1, max_size=MAX_PROMPT)
 _live = st.integers(0, 7)                       # a live request by position (modulo the live count)
 _rows = st.lists(st.tuples(_live, st.integers(0, 4), st.lists(_tokens, max_size=2)), min_size=1,
@@ -165,12 +175,14 @@ TWICE = ("verify", "fork", "cancel")
 
 
 @st.composite
-def serving_cases(draw, base=None, *, max_ops: int = MAX_OPS) -> ServingCase:
+def serving_cases(draw, base: Optional[Geometry] = None, *, max_ops: int = MAX_OPS) -> ServingCase:
     """A program: an admit first (most operations need a live request), then up to max_ops - 1
-    operations of any kind; `base` is ignored (the serving geometry is fixed: `geometry()`)."""
+    operations of any kind, on the serving cut of `base` (the preset "tiny" when None)."""
+    name = "tiny" if base is None else base_name(base)
+    geometry(name)                      # a geometry the programs cannot run on is refused before any draw
     first = draw(OPS["admit"])
     rest = draw(st.lists(st.one_of(*OPS.values(), *(OPS[k].map(tuple) for k in TWICE)), max_size=max_ops - 1))
-    return ServingCase(tuple(_plain(op) for op in [first, *rest]))
+    return ServingCase(tuple(_plain(op) for op in [first, *rest]), name)
 
 
 def _plain(op):
@@ -198,9 +210,9 @@ def _arrays(state) -> list:
 class _Run:
     """Three engines (oracle, candidate, baseline) stepped together; `out` collects the comparisons."""
 
-    def __init__(self, cand: Target, base: Target):
-        self.targets = (ORACLE, cand, base)
-        self.oracle, self.cand, self.base = self.engines = tuple(_engine(t) for t in self.targets)
+    def __init__(self, cand: Target, base: Target, geometry_name: str = "tiny"):
+        self.targets, self.geometry_name = (ORACLE, cand, base), geometry_name
+        self.oracle, self.cand, self.base = self.engines = tuple(_engine(t, geometry_name) for t in self.targets)
         self.next_id, self.out = 0, []
         self.verified = set()            # requests the previous operation verified (cycles in a row)
 
@@ -263,7 +275,7 @@ class _Run:
                 self.out.append(Comparison("state_machine", "state", g, r, b, where=f"{at} {name}"))
             if not hist:
                 continue
-            cold, cold_state = _cold(tuple(hist))
+            cold, cold_state = _cold(tuple(hist), self.geometry_name)
             self.out.append(Comparison("state_machine", "cached_logits", _copy(self.cand.logits(rid)), cold,
                                        _copy(self.base.logits(rid)), where=at))
             self.out.append(Comparison("state_machine", "oracle_vs_cold", _copy(self.oracle.logits(rid)), cold,
@@ -321,7 +333,7 @@ class _Run:
             if len(row) < 3:
                 continue
             rid, toks = row[0], tuple(row[1])
-            ref = _decodes(hist[rid], toks)
+            ref = _decodes(hist[rid], toks, self.geometry_name)
             for q in range(len(toks)):
                 at = f"{where}, request {rid} verify row {list(toks)} position {q}"
                 ora, cand, base = (_copy(g[j][q]) for g in got)
@@ -473,7 +485,7 @@ def _fill_nan(state) -> bool:
 
 def run_state_machine(case: ServingCase, cand: Target, base: Target) -> list:
     """Run the program on the oracle, candidate and baseline engines; compare after every operation."""
-    run = _Run(cand, base)
+    run = _Run(cand, base, case.base)
     for k, op in enumerate(case.ops):
         kind, args = op[0], list(op[1:])
         where = f"after op {k} ({kind})"

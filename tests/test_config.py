@@ -377,3 +377,38 @@ def test_a_config_without_pad_token_id_pads_with_token_0():
     ids, mask = prompt(ModelCase("tiny", 2, 0, 2, 6, (0, 3), (6,), 0, 1), g)
     assert (ids[1, :3] == 0).all() and (mask[1, :3] == 0).all() and (mask[:, 3:] == 1).all()
     assert (ids[0] > 0).all() and (ids[1, 3:] > 0).all()
+
+
+def test_the_serving_programs_run_on_the_geometry_given():
+    """serving.state_machine ran every drawn program on the preset "tiny" whatever `glmgate run --config`
+    gave: a config sweep's verdicts on it judged the same model 13 times. A drawn program now names its
+    geometry (ServingCase.base), and its engines' states have that geometry's shapes."""
+    import torch
+    from hypothesis import HealthCheck
+    from impl import registry
+    from invariants import serving_checks as svc
+    from invariants.matrix import BY_NAME, evaluate
+    from invariants.target import Target
+    conv3 = Geometry.from_dict(tiny_dict(linear_conv_kernel_dim=3))
+    drawn = []
+
+    @settings(max_examples=1, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(svc.serving_cases(conv3))
+    def draw(case):
+        drawn.append(case)
+    draw()
+    assert svc.geometry(drawn[0].base).linear_conv_kernel_dim == 3
+    assert svc.geometry().linear_conv_kernel_dim == 4 and svc.ServingCase(()).base == "tiny"
+    case = svc.ServingCase((["admit", [3, 1, 4]], ["prefill", 0, 3], ["decode", 0, 5]), drawn[0].base)
+    cand, base = (Target(registry.get(n), "cpu", torch.float32) for n in ("triton", "torch"))
+    verdicts = evaluate(BY_NAME["serving.state_machine"], case, cand, base)
+    assert verdicts and all(v.ok for v in verdicts), [v.detail for v in verdicts if not v.ok]
+    conv = [c for c in BY_NAME["serving.state_machine"].run(case, cand, base) if c.where.endswith(".conv")]
+    assert conv and all(c.reference.shape[-1] == 3 for c in conv), [c.reference.shape for c in conv]
+
+
+def test_serving_refuses_a_vocab_smaller_than_its_drawn_token_ids():
+    from invariants import serving_checks as svc
+    from invariants.model_checks import base_name
+    with pytest.raises(ValueError, match="vocab_size >= 64"):
+        svc.geometry(base_name(Geometry.from_dict(tiny_dict(vocab_size=32))))
