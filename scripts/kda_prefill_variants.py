@@ -5,7 +5,10 @@ and to fla measured in the same run: fla's general path and its bounded-gate pat
 lower_bound=-5, the checkpoint's gate).
 
     PYTHONPATH=. python3 scripts/kda_prefill_variants.py [--shapes 64:16384,8:16384] [--repeats 5] [--json F]
-        [--pre-fix FILE]
+        [--pre-fix FILE] [--breakdown N]
+
+--breakdown N profiles N calls of each path after the timings (torch.profiler, CUDA activity) and prints
+each kernel's device time per call: where ours and fla spend the step, launch by launch.
 
 --pre-fix times one more path, `pre_fix`: ours' wrapper launching the intra kernel of FILE, the kernel
 module of an earlier commit, in the same run as ours. Made here and carried to the device:
@@ -29,7 +32,9 @@ VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_m
                                                                           intra_maxnreg=168),
             # step 23: Γ by its own kernel, the intra kernel without its scan along the tokens
             "gc": dict(g_cumsum=True), "gc+inv_sub+cap168": dict(g_cumsum=True, inv_merge=False, intra_maxnreg=168),
-            "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168)}
+            "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168),
+            # step 18's sub-chunk pair (kk kernel, then W / U kernel), kept for its kernel split beside fla's
+            "pair": dict(intra="blocked", intra_bk=16, intra_warps=2)}
 
 
 class _WithoutPairs:
@@ -67,6 +72,29 @@ def _pre_fix(path: str):
     return swapped
 
 
+def _breakdown(fn, calls: int) -> dict:
+    """{kernel name: device microseconds per call} over `calls` calls of fn, after one warm call."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+    per = {}
+    for e in prof.key_averages():
+        if getattr(e, "device_type", DeviceType.CUDA) != DeviceType.CUDA:
+            continue        # host-side op records carry their kernels' time again
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = e.cuda_time_total
+        if us > 0:
+            per[e.key] = us / calls
+    return per
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="64:16384,8:16384")
@@ -76,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--pre-fix", default=None, metavar="FILE",
                    help="an earlier commit's impl/kernels/kda.py: its intra kernel timed as `pre_fix` (see above)")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="after the timings, profile N calls of each path and print each kernel's time per call")
     args = p.parse_args(argv)
     chosen = ["ours"] + [n for n in args.variants.split(",") if n and n != "ours"]
     unknown = [n for n in chosen if n not in VARIANTS]
@@ -126,6 +156,13 @@ def main(argv=None) -> int:
                 if peer in res:
                     extra += f"  {peer}/this {res[peer]['median_ms'] / r['median_ms']:.3f}x"
             print(f"  H={H} T={T} {n:22s} {r['median_ms']:.3f} ms [{r['min_ms']:.3f}-{r['max_ms']:.3f}]{extra}")
+        if args.breakdown:
+            for n, f in fns.items():
+                res[n]["kernels_us"] = _breakdown(f, args.breakdown)
+                total = sum(res[n]["kernels_us"].values())
+                print(f"  H={H} T={T} {n} per call, device time by kernel (sum {total:.1f} us):")
+                for name, us in sorted(res[n]["kernels_us"].items(), key=lambda kv: -kv[1]):
+                    print(f"      {us:9.1f} us  {name[:110]}")
         out[f"{H}:{T}"] = res
     write_json(args.json, header(out))
     return 0

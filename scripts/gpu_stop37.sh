@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Stop 37, first call: the rest of the strong-decay fix's GPU matrix (what stop 36's H100 calls did not reach)
+# on the bounded default geometry and on the softplus-gate config, and step 24's gate (impl.candidates.
+# kda_gate_fused against ours) at seed 0: five processes side by side on one GPU (verdicts, not timings),
+# each with its own limit, so a slow one (kda.scale's full-size pins, > 50 s an example) cuts only itself.
+# kda.scale's pins are fixed cases, so it runs at seed 0 only; seed 1 draws the other checks afresh.
+#   OUT=/tmp/out bash scripts/gpu_stop37.sh      (T_SCALE, T_SEED: the step limits)
+set -u
+here=$(dirname "$0")
+OUT=${OUT:-/tmp/out}
+T_SCALE=${T_SCALE:-380}
+T_SEED=${T_SEED:-180}
+REST="kda.rerun kda.checkpoint kda.batch kda.graph_replay"
+seeds() {  # $1 = matrix|softplus, $2 = limit variable: seeds 0 and 1 of the checks other than kda.scale
+  for s in 0 1; do
+    env OUT="$OUT/$1" PARTS="$1" SEEDS=$s CHECKS="$REST" "$2=$T_SEED" bash "$here/gpu_stop35_kda.sh"
+  done
+}
+seeds matrix T_MATRIX > "$OUT/matrix.txt" 2>&1 &
+seeds softplus T_SOFTPLUS > "$OUT/softplus.txt" 2>&1 &
+env OUT="$OUT/matrix_scale" PARTS=matrix SEEDS=0 CHECKS=kda.scale T_MATRIX=$T_SCALE \
+    bash "$here/gpu_stop35_kda.sh" > "$OUT/matrix_scale.txt" 2>&1 &
+env OUT="$OUT/softplus_scale" PARTS=softplus SEEDS=0 CHECKS=kda.scale T_SOFTPLUS=$T_SCALE \
+    bash "$here/gpu_stop35_kda.sh" > "$OUT/softplus_scale.txt" 2>&1 &
+env OUT="$OUT/gate" PARTS=gate SEEDS=0 T_GATE=$T_SCALE bash "$here/gpu_stop35_kda.sh" > "$OUT/gate.txt" 2>&1 &
+wait
+for d in matrix matrix_scale softplus softplus_scale; do
+  echo "=== $d"; cat "$OUT/$d/stop35_kda/summary.txt"
+  grep -hE "^  kda|checks:|FAIL|Error" "$OUT"/$d/stop35_kda/{matrix,softplus}_s*.log 2>/dev/null | cut -c1-220
+done
+echo "=== step 24's gate, seed 0"; cat "$OUT/gate/stop35_kda/summary.txt"; tail -14 "$OUT/gate/stop35_kda/gate_s0.log" | cut -c1-220
