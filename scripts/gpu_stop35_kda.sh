@@ -12,6 +12,8 @@
 #  softplus ours' kda matrix on a softplus-gate config (linear_lower_bound null): the strong-decay fix
 #  matrix  ours' kda matrix on the default geometry (bounded gate), bf16, with the kernel-path report: the
 #          strong-decay kernel change must leave the bounded path's verdict as it was
+#  VARIANTS=a,b  the bench's variants of ours (scripts/kda_prefill_variants.py names); FROM_GATE=0 skips
+#          the from-gate bench
 #  BREAKDOWN=N  the bench also prints each path's device time kernel by kernel (N profiled calls)
 #  PRE_FIX=FILE  the bench also times ours' wrapper with FILE's (an earlier commit's) intra kernel, the strong-
 #          decay fix's cost on the bounded gate: `mkdir -p .prefix && git show 2d3c0ef:impl/kernels/kda.py >
@@ -26,9 +28,9 @@ PARTS=${PARTS:-bench tests softplus matrix gate}
 if [ -n "${CHECKS:-}" ]; then KDA_SELECT=$(printf -- "--check %s " $CHECKS); else KDA_SELECT="--mechanism kda"; fi
 source "$(dirname "$0")/gpu_steps.sh"
 has bench && step variants "${T_VARIANTS:-200}" python3 scripts/kda_prefill_variants.py \
-    --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants inv_sub+cap168,gc+inv_sub+cap168 \
+    --shapes "${SHAPES:-64:16384,8:16384}" --repeats 5 --variants "${VARIANTS:-inv_sub+cap168,gc+inv_sub+cap168}" \
     --json "$L/variants.json" ${PRE_FIX:+--pre-fix "$PRE_FIX"} ${BREAKDOWN:+--breakdown "$BREAKDOWN"}
-has bench && step from_gate "${T_BENCH:-200}" python3 -m gate.bench_kda --skip-decode \
+has bench && [ "${FROM_GATE:-1}" = 1 ] && step from_gate "${T_BENCH:-200}" python3 -m gate.bench_kda --skip-decode \
     --shapes "${SHAPES:-64:16384,8:16384}" --from-gate --repeats 5 --json "$L/from_gate.json"
 has tests && step tests "${T_TESTS:-180}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gate_fused.py \
     tests/test_kda_strong_decays.py tests/test_kda_intra_blocked.py -k "gamma or fused or strong or compile"
@@ -58,7 +60,7 @@ for seed in $SEEDS; do
       --check model.paths --examples "${EX:-20}" --seed "$seed" --json "$L/gate_s$seed.json"
 done
 echo "=== summary"; cat "$L/summary.txt"
-has bench && { echo "=== variants"; grep -E "REFUSED|ms|  us  |per call" "$L/variants.log" | cut -c1-160 | tail -90;
+has bench && { echo "=== variants"; grep -E "REFUSED|ms| us  |per call" "$L/variants.log" | cut -c1-160 | tail -90;
                echo "=== from gate"; grep -E "REFUSED|NOT comparable|fla safe|from the gate|    [a-z]" "$L/from_gate.log" | cut -c1-160; }
 has tests && { echo "=== tests"; tail -3 "$L/tests.log"; }
 has softplus && { echo "=== softplus"; for f in "$L"/softplus_s*.log; do tail -4 "$f" | cut -c1-200; done; }

@@ -4,10 +4,22 @@
 # kda_gate_fused against ours) at seed 0: five processes side by side on one GPU (verdicts, not timings),
 # each with its own limit, so a slow one (kda.scale's full-size pins, > 50 s an example) cuts only itself.
 # kda.scale's pins are fixed cases, so it runs at seed 0 only; seed 1 draws the other checks afresh.
-#   OUT=/tmp/out bash scripts/gpu_stop37.sh      (T_SCALE, T_SEED: the step limits)
+# With PARTS="bench verdicts" the bench runs first, alone on the GPU: ours against the strong-decay fix's
+# predecessor (PRE_FIX, the fix's cost), step 23, step 18's pair, fla and fla's bounded-gate path at
+# H = 64, T = 16K, 5 repeats, then each path's device time kernel by kernel (BREAKDOWN calls).
+#   OUT=/tmp/out PARTS="bench verdicts" PRE_FIX=.prefix/kda_kernels_2d3c0ef.py bash scripts/gpu_stop37.sh
+#   (T_BENCH, T_SCALE, T_SEED: the step limits)
 set -u
 here=$(dirname "$0")
 OUT=${OUT:-/tmp/out}
+PARTS=${PARTS:-verdicts}
+case " $PARTS " in *" bench "*)
+  env OUT="$OUT/bench" PARTS=bench SHAPES="${SHAPES:-64:16384}" T_VARIANTS="${T_BENCH:-240}" \
+      BREAKDOWN="${BREAKDOWN:-10}" FROM_GATE=0 \
+      VARIANTS="${VARIANTS:-gc+inv_sub+cap168,pair}" bash "$here/gpu_stop35_kda.sh" > "$OUT/bench.txt" 2>&1 || true
+  sed -n '/=== variants/,/=== from gate/p' "$OUT/bench.txt";;
+esac
+case " $PARTS " in *" verdicts "*) ;; *) exit 0;; esac
 T_SCALE=${T_SCALE:-380}
 T_SEED=${T_SEED:-180}
 REST="kda.rerun kda.checkpoint kda.batch kda.graph_replay"
