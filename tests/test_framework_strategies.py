@@ -113,3 +113,41 @@ def test_a_case_recorded_before_a_defaulted_field_existed_still_replays():
     del d["seed"]
     with pytest.raises(ValueError, match=r"missing fields \['seed'\]"):
         case_of(d)
+
+
+# a legal geometry whose dimensions differ from the preset "tiny" everywhere a strategy reads one (values
+# outside the sets the strategies mix in: hc_mult 3, 12 experts, expert width 40, 3 heads of 16, ...)
+FAR = Geometry.from_dict({**Geometry.preset("tiny").to_dict(), "linear_num_heads": 3, "linear_head_dim": 16,
+                          "linear_conv_kernel_dim": 3, "index_kpool": 8, "index_topk": 16,
+                          "linear_lower_bound": None, "hc_mult": 3, "index_n_heads": 4, "index_head_dim": 16,
+                          "num_attention_heads": 3, "num_key_value_heads": 3, "qk_nope_head_dim": 16,
+                          "v_head_dim": 16, "n_shared_experts": 2, "num_experts_per_tok": 3,
+                          "n_routed_experts": 12, "moe_intermediate_size": 40})
+# the NVFP4 format checks draw blocks of 16 values and rows of any length: no geometry has a say in them
+GEOMETRY_FREE = {"nvfp4.quantize", "nvfp4.dequantize", "nvfp4.rerun"}
+
+
+def _drawn(chk, geometry, n=30):
+    """The first n cases a fixed seed draws (the same seed: a strategy blind to its geometry repeats them)."""
+    from hypothesis import HealthCheck, given, seed
+    out = []
+
+    @seed(0)
+    @settings(max_examples=n, database=None, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(chk.cases(geometry))
+    def draw(case):
+        out.append(case)
+    draw()
+    return out
+
+
+@pytest.mark.parametrize("name", [c.name for c in __import__("invariants.matrix", fromlist=["CHECKS"]).CHECKS])
+def test_every_check_draws_its_cases_from_the_geometry_given(name):
+    """`glmgate run --config` judges the config given: a strategy that ignores its geometry (serving's
+    did: every program ran on the preset tiny) draws the same cases for any config. With the same seeds,
+    a far-off geometry must change some drawn case."""
+    from invariants.matrix import BY_NAME
+    chk = BY_NAME[name]
+    same = _drawn(chk, Geometry.preset("tiny")) == _drawn(chk, FAR)
+    assert same == (name in GEOMETRY_FREE), f"{name}: the cases drawn for another geometry are " \
+        f"{'the same' if same else 'different'}"
