@@ -116,13 +116,13 @@ def test_a_case_recorded_before_a_defaulted_field_existed_still_replays():
 
 
 # a legal geometry whose dimensions differ from the preset "tiny" everywhere a strategy reads one (values
-# outside the sets the strategies mix in: hc_mult 3, 12 experts, expert width 40, 3 heads of 16, ...)
+# outside the sets the strategies mix in: hc_mult 3, 12 experts, expert width 80, 3 heads of 16, ...)
 FAR = Geometry.from_dict({**Geometry.preset("tiny").to_dict(), "linear_num_heads": 3, "linear_head_dim": 16,
                           "linear_conv_kernel_dim": 3, "index_kpool": 8, "index_topk": 16,
                           "linear_lower_bound": None, "hc_mult": 3, "index_n_heads": 4, "index_head_dim": 16,
                           "num_attention_heads": 3, "num_key_value_heads": 3, "qk_nope_head_dim": 16,
                           "v_head_dim": 16, "n_shared_experts": 2, "num_experts_per_tok": 3,
-                          "n_routed_experts": 12, "moe_intermediate_size": 40})
+                          "n_routed_experts": 12, "moe_intermediate_size": 80})
 # the NVFP4 format checks draw blocks of 16 values and rows of any length: no geometry has a say in them
 GEOMETRY_FREE = {"nvfp4.quantize", "nvfp4.dequantize", "nvfp4.rerun"}
 
