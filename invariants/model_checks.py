@@ -92,9 +92,45 @@ def geometry_of(base: str, layers: int) -> Geometry:
                      mlp_layer_types=g.mlp_layer_types[:layers], indexer_types=g.indexer_types[:layers])
 
 
+# bytes a parameter takes while a whole-decoder check builds its model: the float64 oracle copy, the
+# checkpoint written and read back, a target's copy (an estimate: the run's high-water mark is about this)
+BYTES_PER_PARAM = 16
+
+
+def available_memory() -> Optional[int]:
+    """Bytes the kernel says a new allocation can take now (Linux /proc/meminfo MemAvailable), or None."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def require_memory(g: Geometry, what: str) -> None:
+    """Refuse, with the numbers, a geometry whose random float64 checkpoint cannot fit in this machine's
+    memory (the released geometry cut to its first four layers holds 9.5 G parameters: ~140 GiB), before
+    anything is allocated: an out-of-memory kill reports nothing."""
+    from math import prod
+    from oracle.checkpoint_names import expected_shapes
+    params = sum(prod(shape) for shape in expected_shapes(g, on_disk=False).values())
+    need, have = params * BYTES_PER_PARAM, available_memory()
+    if have is not None and need > have:
+        raise MemoryError(
+            f"{what}: the random checkpoint of this geometry cut to {g.num_hidden_layers} layers holds "
+            f"{params / 1e9:.2f} G parameters, about {need / 2 ** 30:.0f} GiB while a check builds it in float64; "
+            f"this machine has {have / 2 ** 30:.0f} GiB available. Run the whole-decoder and serving checks on a "
+            f"smaller config (glmgate checkpoint make-tiny DIR, then edit its dimensions) or on a machine "
+            f"with more memory; the per-mechanism checks (--mechanism kda, dsa, mla, moe, mhc, nvfp4) draw "
+            f"their own sizes")
+
+
 @functools.lru_cache(maxsize=6)
 def oracle_weights(base: str, layers: int, seed: int):
     """float64 Weights of a random checkpoint (oracle.checkpoint.write_random), built once per process."""
+    require_memory(geometry_of(base, layers), "the whole-decoder checks")
     with tempfile.TemporaryDirectory(prefix="glmgate-model-") as d:
         return ock.load(ock.write_random(d, geometry_of(base, layers), seed))
 

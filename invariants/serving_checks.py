@@ -53,7 +53,7 @@ from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.target import ORACLE, Target
-from invariants.model_checks import base_name, geometry_of, model_cut
+from invariants.model_checks import base_name, geometry_of, model_cut, require_memory
 from oracle.config import PRESETS, Geometry
 from oracle.types import KDAState
 
@@ -95,6 +95,7 @@ def geometry(base: str = "tiny") -> Geometry:
 @functools.lru_cache(maxsize=2)
 def _checkpoint(base: str = "tiny") -> str:
     from oracle.checkpoint import write_random
+    require_memory(geometry(base), "serving.state_machine")
     return write_random(tempfile.mkdtemp(prefix="glmgate-serving-"), geometry(base), seed=MODEL_SEED)
 
 

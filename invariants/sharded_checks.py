@@ -38,7 +38,7 @@ from invariants.check import Check, NotRunnable
 from invariants.compare import Comparison, to_int, to_numpy
 from invariants.labels import label as event
 from invariants.model_checks import (EXACT, PATHS, ModelCase, Side, _next_decision, _RecordRouting,
-                                     _RecordSelections, _same_decisions, compare, conditioned_on,
+                                     _RecordSelections, require_memory, _same_decisions, compare, conditioned_on,
                                      decision_comparisons, decode_steps,
                                      legal_splits, model_lengths, oracle_run, path_decisions, prompt, run_paths,
                                      state_arrays)
@@ -130,6 +130,7 @@ def checkpoint(base: str, world: int, seed: int, nvfp4: str = "") -> str:
     """A random checkpoint of sharded_geometry(base, world) written once per process: the ranks load it
     from disk, as a served model's ranks do (removed at exit). nvfp4: its routed experts quantized in that
     layout (oracle.checkpoint.write_random: the same masters, each of gate, up, down with its own scale)."""
+    require_memory(sharded_geometry(base, world), "model.sharded")
     d = tempfile.mkdtemp(prefix="glmgate-sharded-")
     _DIRS.append(d)
     ock.write_random(d, sharded_geometry(base, world), seed, nvfp4=nvfp4 or None)

@@ -412,3 +412,19 @@ def test_serving_refuses_a_vocab_smaller_than_its_drawn_token_ids():
     from invariants.model_checks import base_name
     with pytest.raises(ValueError, match="vocab_size >= 64"):
         svc.geometry(base_name(Geometry.from_dict(tiny_dict(vocab_size=32))))
+
+
+def test_a_geometry_too_large_for_this_machine_is_refused_with_its_numbers(monkeypatch):
+    """The released geometry cut to its first four layers holds 9.5 G parameters: building its float64
+    checkpoint would be killed for memory, which reports nothing. The whole-decoder, sharded and serving
+    checks refuse it first, naming the sizes."""
+    from invariants import model_checks as mc
+    from invariants import serving_checks as svc
+    monkeypatch.setattr(mc, "available_memory", lambda: 64 * 2 ** 30)
+    with pytest.raises(MemoryError, match=r"9\.54 G parameters, about 142 GiB .* 64 GiB available"):
+        mc.oracle_weights.__wrapped__("full", 4, 0)
+    with pytest.raises(MemoryError, match="serving.state_machine"):
+        svc._checkpoint.__wrapped__("full")
+    mc.require_memory(mc.geometry_of("tiny", 5), "tiny")        # 0.1 M parameters: no refusal
+    monkeypatch.setattr(mc, "available_memory", lambda: None)   # unknown (not Linux): nothing refused
+    mc.require_memory(mc.geometry_of("full", 4), "full")
