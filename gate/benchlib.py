@@ -6,7 +6,7 @@ compares against a peer timed in the same process (the repository rule: ratios, 
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -37,8 +37,10 @@ def copy_ceiling(bench=do_bench) -> float:
     return 2 * n * 4 / (ms * 1e-3)
 
 
-def kernel_times(fn: Callable, calls: int = 5, top: int = 12) -> dict:
-    """{kernel name: microseconds per call} from the profiler (where the time goes)."""
+def kernel_times(fn: Callable, calls: int = 5, top: Optional[int] = 12, width: Optional[int] = 60) -> dict:
+    """{kernel name: microseconds per call} from the profiler (where the time goes), after one warm call:
+    the `top` largest (None: all), names cut to `width` characters (None: whole)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
@@ -48,9 +50,11 @@ def kernel_times(fn: Callable, calls: int = 5, top: int = 12) -> dict:
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
+        if getattr(e, "device_type", DeviceType.CUDA) != DeviceType.CUDA:
+            continue        # a host-side op record would carry its kernels' time again
         t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if t:
-            out[e.key[:60]] = round(t / calls, 1)
+            out[e.key[:width]] = round(t / calls, 1)
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
 
 

@@ -84,10 +84,15 @@ def base_name(base: Geometry) -> str:
     return json.dumps(base.to_dict(), separators=(",", ":"))
 
 
+def named_geometry(base: str) -> Geometry:
+    """The inverse of base_name: the preset of that name, else the geometry of that config JSON."""
+    return Geometry.preset(base) if base in PRESETS else Geometry.from_dict(json.loads(base))
+
+
 @functools.lru_cache(maxsize=4)
 def geometry_of(base: str, layers: int) -> Geometry:
     """The case's geometry: `base` cut to its first `layers` layers (SPEC §1 schedules cut alike)."""
-    g = Geometry.preset(base) if base in PRESETS else Geometry.from_dict(json.loads(base))
+    g = named_geometry(base)
     return g.replace(num_hidden_layers=layers, layer_types=g.layer_types[:layers],
                      mlp_layer_types=g.mlp_layer_types[:layers], indexer_types=g.indexer_types[:layers])
 

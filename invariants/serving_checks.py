@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import tempfile
 from typing import NamedTuple, Optional
 
@@ -53,8 +52,8 @@ from invariants.check import Check
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.target import ORACLE, Target
-from invariants.model_checks import base_name, geometry_of, model_cut, require_memory
-from oracle.config import PRESETS, Geometry
+from invariants.model_checks import base_name, geometry_of, model_cut, named_geometry, require_memory
+from oracle.config import Geometry
 from oracle.types import KDAState
 
 MAX_PROMPT = 6      # tokens of a drawn prompt (and of a prefill chunk): the interpreter costs ~0.3 s a token
@@ -84,8 +83,7 @@ def geometry(base: str = "tiny") -> Geometry:
     the geometry at the least interpreter cost per token. The serving bugs are in the state's
     bookkeeping, which the geometry's dimensions shape (heads, conv width, pools, pad id): a config
     given to `glmgate run --config` is the one the drawn programs run on."""
-    whole = Geometry.preset(base) if base in PRESETS else Geometry.from_dict(json.loads(base))
-    g = geometry_of(base, model_cut(whole))
+    g = geometry_of(base, model_cut(named_geometry(base)))
     if g.vocab_size < TOKENS:
         raise ValueError(f"serving.state_machine draws token ids 0..{TOKENS - 1}; this geometry's vocab_size "
                          f"is {g.vocab_size}: give a config with vocab_size >= {TOKENS}")

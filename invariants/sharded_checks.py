@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
-import json
 import shutil
 import tempfile
 from typing import NamedTuple
@@ -38,13 +37,13 @@ from invariants.check import Check, NotRunnable
 from invariants.compare import Comparison, to_int, to_numpy
 from invariants.labels import label as event
 from invariants.model_checks import (EXACT, PATHS, ModelCase, Side, _next_decision, _RecordRouting,
-                                     _RecordSelections, require_memory, _same_decisions, compare, conditioned_on,
+                                     _RecordSelections, named_geometry, require_memory, _same_decisions, compare, conditioned_on,
                                      decision_comparisons, decode_steps,
                                      legal_splits, model_lengths, oracle_run, path_decisions, prompt, run_paths,
                                      state_arrays)
 from invariants.target import Target
 from oracle import checkpoint as ock
-from oracle.config import DENSE, LINEAR, PRESETS, SHARED, Geometry
+from oracle.config import DENSE, LINEAR, SHARED, Geometry
 from oracle.types import LayerDecisions
 from strategies.sequences import chunk_splits, left_pads
 from strategies.tensors import SEEDS
@@ -87,7 +86,7 @@ def sharded_geometry(base: str, world: int) -> Geometry:
     selected: real top-k from 2·kpool tokens); MLA and KDA heads rounded up to a multiple of `world`
     (the tiny preset's 2 heads become 4 at world 4). Other dimensions stay: impl.sharded.check_world
     says which one does not divide."""
-    g = Geometry.preset(base) if base in PRESETS else Geometry.from_dict(json.loads(base))
+    g = named_geometry(base)
     h = _round_up(g.num_attention_heads, world)
     return g.replace(num_hidden_layers=2, layer_types=(LINEAR, "indexed_attention"), mlp_layer_types=(DENSE, "sparse"),
                      indexer_types=("full", "full"), attention_bias=True, index_topk=g.index_kpool,

@@ -4,6 +4,8 @@
 # kda_gate_fused against ours) at seed 0: five processes side by side on one GPU (verdicts, not timings),
 # each with its own limit, so a slow one (kda.scale's full-size pins, > 50 s an example) cuts only itself.
 # kda.scale's pins are fixed cases, so it runs at seed 0 only; seed 1 draws the other checks afresh.
+# On an 80 GB card kda.scale's B = 2, T = 64K pin ran out of memory beside the other four (stop 37, H100):
+# there, re-run it alone (`glmgate run --device cuda --check kda.scale`).
 # With PARTS="bench verdicts" the bench runs first, alone on the GPU: ours against the strong-decay fix's
 # predecessor (PRE_FIX, the fix's cost), step 23, step 18's pair, fla and fla's bounded-gate path at
 # H = 64, T = 16K, 5 repeats, then each path's device time kernel by kernel (BREAKDOWN calls).

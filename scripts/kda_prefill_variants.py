@@ -72,29 +72,6 @@ def _pre_fix(path: str):
     return swapped
 
 
-def _breakdown(fn, calls: int) -> dict:
-    """{kernel name: device microseconds per call} over `calls` calls of fn, after one warm call."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    from torch.autograd import DeviceType
-    per = {}
-    for e in prof.key_averages():
-        if getattr(e, "device_type", DeviceType.CUDA) != DeviceType.CUDA:
-            continue        # host-side op records carry their kernels' time again
-        us = getattr(e, "device_time_total", None)
-        if us is None:
-            us = e.cuda_time_total
-        if us > 0:
-            per[e.key] = us / calls
-    return per
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="64:16384,8:16384")
@@ -112,7 +89,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--variants: unknown {unknown}; expected names among {', '.join(VARIANTS)}")
     from gate.bench_kda import _check_prefill, _prefill_inputs, bench_bound
-    from gate.benchlib import do_bench, header, write_json
+    from gate.benchlib import do_bench, header, kernel_times, write_json
     from impl import kda as ik
     from oracle import kda as ok
     try:
@@ -158,7 +135,7 @@ def main(argv=None) -> int:
             print(f"  H={H} T={T} {n:22s} {r['median_ms']:.3f} ms [{r['min_ms']:.3f}-{r['max_ms']:.3f}]{extra}")
         if args.breakdown:
             for n, f in fns.items():
-                res[n]["kernels_us"] = _breakdown(f, args.breakdown)
+                res[n]["kernels_us"] = kernel_times(f, calls=args.breakdown, top=None, width=None)
                 total = sum(res[n]["kernels_us"].values())
                 print(f"  H={H} T={T} {n} per call, device time by kernel (sum {total:.1f} us):")
                 for name, us in sorted(res[n]["kernels_us"].items(), key=lambda kv: -kv[1]):
