@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +23,11 @@ from impl.kernels.kda import (
     kda_combine_chunked_fwd_kernel,
     kda_decode_fused_fwd_kernel,
     kda_intra_chunked_fwd_kernel,
+    kda_intra_diag_fwd_kernel,
     kda_intra_kk_fwd_kernel,
+    kda_intra_offdiag_fwd_kernel,
     kda_intra_wu_fwd_kernel,
+    kda_intra_wu_split_fwd_kernel,
     kda_recurrent_fused_fwd_kernel,
     kda_state_chunked_fwd_kernel,
 )
@@ -118,6 +121,22 @@ def _work(a: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- core: chunked
 
 
+class SplitTiles(NamedTuple):
+    """The fixed launch tiles of the split intra pass (issue 14 step 26, intra="split"): fixed, never tuned
+    per call, so a row's bits do not depend on the batch (kda.batch) or on a timing.
+
+    diag_bk / diag_warps: the diagonal-block kernel's K tile and warps (one 16-row block a program);
+    off_bk / off_warps: the off-diagonal + merge kernel's K tile and warps; wu_warps: the W / U kernel's
+    (K and V tiles of 64); low_dots: W and U as bf16 tensor-core dots (float32 sums) on a bf16 run, else
+    float32 operands (tf32)."""
+    diag_bk: int = 32
+    diag_warps: int = 2
+    off_bk: int = 16
+    off_warps: int = 2
+    wu_warps: int = 4
+    low_dots: bool = True
+
+
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
     """Chunked (WY/UT) prefill; must match oracle.kda.chunked.
 
@@ -165,7 +184,7 @@ def _state_config(device, H, NT, K, V):
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
              anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False,
-             gate=None):
+             gate=None, split=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
@@ -175,19 +194,28 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     intra_stack (step 21, "columns" only): the kk and qk products of a column block as one [2 BT, BK] dot.
     g_cumsum (step 23, "columns" only): Γ, the chunk-local cumsum of g, by its own kernel before the
     intra kernel instead of inside it.
-    gate (step 24, with g_cumsum): (A_log, dt_bias, lower_bound): `g` is the gate's input f and that kernel
-    makes g = gate(f + dt_bias, A_log, lower_bound) before its sum (`gated_chunked`).
+    gate (step 24, with g_cumsum or intra="split"): (A_log, dt_bias, lower_bound): `g` is the gate's input f
+    and the Γ kernel makes g = gate(f + dt_bias, A_log, lower_bound) before its sum (`gated_chunked`).
+    intra="split" (step 26): Γ by its own kernel, then the diagonal 16-row blocks in small programs of their
+    own (kda_intra_diag_fwd_kernel, with the strong-decay pairs inside), the off-diagonal blocks and X's
+    merge (kda_intra_offdiag_fwd_kernel), then W, U, q e^Γ, k e^(Γ_last - Γ) (kda_intra_wu_split_fwd_kernel);
+    split: its SplitTiles (None: the defaults).
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
-    if intra not in ("columns", "blocked"):
-        raise ValueError(f"intra: expected 'columns' or 'blocked', got {intra!r}")
+    if intra not in ("columns", "blocked", "split"):
+        raise ValueError(f"intra: expected 'columns', 'blocked' or 'split', got {intra!r}")
+    if split is not None and intra != "split":
+        raise ValueError("split: the SplitTiles of intra='split' only")
+    if split is not None and not isinstance(split, SplitTiles):
+        raise ValueError(f"split: expected an impl.kda.SplitTiles or None, got {type(split).__name__}")
     if intra_stack and intra != "columns":
         raise ValueError("intra_stack: only the 'columns' intra kernel stacks its kk and qk products")
     if g_cumsum and intra != "columns":
         raise ValueError("g_cumsum: only the 'columns' intra kernel reads a precomputed Γ")
-    if gate is not None and not g_cumsum:
-        raise ValueError("gate: the gate is applied by the Γ kernel, which only g_cumsum=True runs")
+    if gate is not None and not (g_cumsum or intra == "split"):
+        raise ValueError("gate: the gate is applied by the Γ kernel, which only g_cumsum=True or intra='split' "
+                         "runs")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk != CHUNK:
         raise ValueError(f"chunk: expected {CHUNK} (the only supported chunk length), got {chunk!r}")
     B, T, H, K, V, N, lens = _check_core_inputs(q, k, v, g, beta, state, cu_seqlens)
@@ -249,6 +277,36 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, intra_bk)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
             OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
+        )
+    elif NC_total and intra == "split":
+        tiles = split or SplitTiles()
+        gc = torch.empty(g.shape, device=device, dtype=torch.float32)
+        kda_chunk_cumsum_fwd_kernel[intra_grid](
+            g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
+            chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
+            GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
+            num_warps=4,
+        )
+        # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
+        x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
+        NC = BT // SUB_CHUNK
+        kda_intra_diag_fwd_kernel[(intra_grid[0], H, intra_grid[2] * NC)](
+            q, k, gc, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
+            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.diag_warps,
+        )
+        kda_intra_offdiag_fwd_kernel[intra_grid](
+            q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
+            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
+        )
+        # bf16 operands only on a bf16 / fp16 run (the interpreter works in float32: its bf16 tl.dot is wrong)
+        kda_intra_wu_split_fwd_kernel[intra_grid](
+            q, k, v, gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            OFFSET64=offset64, LOW_DOTS=bool(tiles.low_dots) and k.dtype != torch.float32,
+            num_warps=tiles.wu_warps,
         )
     elif NC_total:
         if g_cumsum:

@@ -167,6 +167,10 @@ KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issu
                        "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
                        "kda_intra_blocked_x30_drops_a_term runs it")
+KDA_SPLIT_CANDIDATE = ("only impl.candidates.kda_intra_split launches it (issue 14 step 26, not yet gated on a GPU: "
+                       "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_split.py holds it on the CPU "
+                       "against ours and the float64 truth on each of these paths, and the mutants "
+                       "kda_intra_split_diag_pairs_skipped and kda_intra_split_x30_drops_a_term run it")
 GPU_PREFILL_TILES = ("the GPU's prefill tiles (impl.moe._tiles: 128-row blocks past 16 pairs an expert; W4A4 64); the "
                      "interpreter's tiles are 16 rows at every size. moe.forward's and nvfp4.gate's CUDA pins of 160 "
                      "tokens (40 pairs an expert) reach them: `glmgate run --device cuda`")
@@ -229,6 +233,19 @@ PATHS: tuple[Path, ...] = (
                          ("tf32 dots", lambda a: a["PRECISION"] == "tf32"))),
     Path("kda_intra_wu_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
          why=KDA_INTRA_CANDIDATE),
+    # the split intra pass (issue 14 step 26's candidate): Γ's kernel above, then these three
+    *(Path(kernel, name, pred, why=KDA_SPLIT_CANDIDATE)
+      for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")
+      for name, pred in (("dense rows", lambda a: not a["IS_VARLEN"]),
+                         ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
+                         ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
+                         ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2),
+                         ("tf32 dots", lambda a: a["PRECISION"] == "tf32"))),
+    Path("kda_intra_diag_fwd_kernel", "decays past the factorised products' range: the pairs in the same program",
+         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": True}), why=KDA_SPLIT_CANDIDATE),
+    Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
+         why=KDA_SPLIT_CANDIDATE),
+    Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     # ---------------------------------------------------------------- KDA chunked prefill: state pass
     Path("kda_state_chunked_fwd_kernel", "segment-local pass (two-level scan)", lambda a: a["IS_LOCAL"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),
@@ -539,6 +556,9 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_intra_kk_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
     "kda_chunk_cumsum_fwd_kernel": ("H", "BT", "OFFSET64"),
     "kda_intra_wu_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),
+    "kda_intra_diag_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
+    "kda_intra_offdiag_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
+    "kda_intra_wu_split_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),
     "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS"),
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),

@@ -34,7 +34,17 @@ VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_m
             "gc": dict(g_cumsum=True), "gc+inv_sub+cap168": dict(g_cumsum=True, inv_merge=False, intra_maxnreg=168),
             "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168),
             # step 18's sub-chunk pair (kk kernel, then W / U kernel), kept for its kernel split beside fla's
-            "pair": dict(intra="blocked", intra_bk=16, intra_warps=2)}
+            "pair": dict(intra="blocked", intra_bk=16, intra_warps=2),
+            # step 26: the split intra pass (Γ; diagonal blocks; off-diagonal blocks + merge; W / U) at
+            # impl.kda.SplitTiles' defaults, then one tile choice changed at a time (the dict: SplitTiles fields)
+            "split": dict(intra="split", split={}),
+            "split_tf32": dict(intra="split", split=dict(low_dots=False)),
+            "split_d128w4": dict(intra="split", split=dict(diag_bk=128, diag_warps=4)),
+            "split_d64w2": dict(intra="split", split=dict(diag_bk=64, diag_warps=2)),
+            "split_o32w2": dict(intra="split", split=dict(off_bk=32, off_warps=2)),
+            "split_o32w4": dict(intra="split", split=dict(off_bk=32, off_warps=4)),
+            "split_wu8": dict(intra="split", split=dict(wu_warps=8)),
+            "split_wu2": dict(intra="split", split=dict(wu_warps=2))}
 
 
 class _WithoutPairs:
@@ -96,7 +106,12 @@ def main(argv=None) -> int:
         from fla.ops.kda import chunk_kda
     except ImportError:
         chunk_kda = None
-    paths = {name: functools.partial(ik._chunked, **VARIANTS[name]) for name in chosen}
+    def options(name):
+        kw = dict(VARIANTS[name])
+        if isinstance(kw.get("split"), dict):
+            kw["split"] = ik.SplitTiles(**kw["split"])
+        return kw
+    paths = {name: functools.partial(ik._chunked, **options(name)) for name in chosen}
     if args.pre_fix:
         swapped = _pre_fix(args.pre_fix)
 

@@ -94,7 +94,9 @@ def _intra_pairs(b_k, b_q, b_gc, b_over, b_A, b_Aqk, BT: tl.constexpr):
         sel = o_t == j
         b_kj = tl.sum(tl.where(sel[:, None] & b_over, b_k, 0.), 0)
         b_gj = tl.sum(tl.where(sel[:, None], b_gc, 0.), 0)
-        b_e = tl.exp(tl.where((o_t >= j)[:, None], b_gc - b_gj[None, :], float("-inf"))) * b_kj[None, :]
+        # only the marked entries' decays are taken: another's may be no row's (a -inf Γ past the end)
+        b_e = tl.exp(tl.where((o_t >= j)[:, None] & (b_kj != 0.)[None, :], b_gc - b_gj[None, :],
+                              float("-inf"))) * b_kj[None, :]
         b_a, b_aq = tl.sum(b_k * b_e, 1), tl.sum(b_q * b_e, 1)
         # only a real term touches b_A: x + (-0.) and x + 0. can differ in a zero's sign, and whether a chunk
         # runs this pass depends on later rows (kda.causal compares bits)
@@ -122,12 +124,18 @@ def _chunk_gamma(b_g, o_t, mask_t, n_valid, BT: tl.constexpr, GC: tl.constexpr):
 def _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr,
                  OFFSET64: tl.constexpr):
     """(head, chunk within its sequence, chunk over all sequences, sequence begin, sequence end) of a program."""
+    return _intra_chunk_at(tl.program_id(0), tl.program_id(1), tl.program_id(2), cu_seqlens, chunk_indices,
+                           chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+
+
+@triton.jit
+def _intra_chunk_at(i_t, i_h, i_b, cu_seqlens, chunk_indices, chunk_offsets, T, BT: tl.constexpr,
+                    IS_VARLEN: tl.constexpr, OFFSET64: tl.constexpr):
+    """_intra_chunk of the (chunk, head, row) ids given (a grid that packs more into an axis splits it first)."""
     # 64-bit chunk bases: past B*T*H*K = 2^31 elements a 32-bit base wraps and reads another row's tokens
     # (flash-linear-attention #1080); OFFSET64 False plants exactly that (mutant kda_intra_offsets_int32)
     if OFFSET64:
-        i_t, i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
-    else:
-        i_t, i_h, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        i_t, i_h, i_b = i_t.to(tl.int64), i_h.to(tl.int64), i_b.to(tl.int64)
     if IS_VARLEN:
         i_n = tl.load(chunk_indices + i_t * 2).to(tl.int64)
         i_t = tl.load(chunk_indices + i_t * 2 + 1).to(tl.int64)
@@ -630,6 +638,253 @@ def kda_intra_wu_fwd_kernel(
         _store_rows(p_u, 1, u1, o_r, o_v, mask_v, n_valid, HV, BC)
         _store_rows(p_u, 2, u2, o_r, o_v, mask_v, n_valid, HV, BC)
         _store_rows(p_u, 3, u3, o_r, o_v, mask_v, n_valid, HV, BC)
+
+
+@triton.jit
+def _first_row(p, i_s: tl.constexpr, o_k, mask_k, n_valid, RS: tl.constexpr, BC: tl.constexpr):
+    """Row i_s BC of a chunk's tile (p at the chunk's first row, RS the row stride) in float32 (0 past the end)."""
+    return tl.load(p + (i_s * BC) * RS + o_k, mask=mask_k & (i_s * BC + o_k * 0 < n_valid), other=0.).to(tl.float32)
+
+
+@triton.jit
+def _row_factor(G, ref, i_s: tl.constexpr, o_r, n_valid, BC: tl.constexpr):
+    """e^(Γ - ref) on block i_s's rows, 0 on rows past the chunk's end (their Γ is not a decay)."""
+    return tl.exp(tl.where(((i_s * BC + o_r) < n_valid)[:, None], G - ref[None, :], float("-inf")))
+
+
+@triton.jit
+def kda_intra_diag_fwd_kernel(
+    q, k, gc, beta,
+    aqk, x, flags,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+):
+    """One 16-row diagonal block of a (chunk, head) (issue 14 step 26; grid (chunks, H, rows x NC)): its kk and
+    qk products, the qk block to `aqk` and X_ii = (I + β A_ii)^-1 to `x` (float32), from Γ (`gc`).
+
+    The reference is the block's FIRST row, unshifted: the row factor e^(Γ_i - ref) <= 1 and every row
+    depends on gates at rows <= it only (kda.causal). The column factor e^(ref - Γ_j) reaches e^(15 |g|):
+    inside float32 up to SPAN_MAX (the bounded gate's reach). Entries past it (the softplus gate's strong
+    decays) are left out of the dots and added whole by _intra_pairs, in this same small program: a
+    16-row block's pairs pass costs a launch nothing where no block falls that far."""
+    NC: tl.constexpr = BT // BC
+    i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0), tl.program_id(1), tl.program_id(2) // NC,
+                                              cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    i_s = tl.program_id(2) % NC
+    t0 = bos + i_t * BT + i_s * BC
+    n_valid = eos - t0
+    if n_valid > 0:
+        o_r = tl.arange(0, BC)
+        mask_r = o_r < n_valid
+        s_row = t0 * H + i_h
+        o_rk = o_r[:, None] * (H * K)
+        b_beta = tl.load(beta + s_row + o_r * H, mask=mask_r, other=0.).to(tl.float32)
+        n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
+        n_nan_g = n_nan_beta * 0
+        b_A = tl.zeros([BC, BC], dtype=tl.float32)
+        b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            mask_k = o_k < K
+            mask_rk = mask_r[:, None] & mask_k[None, :]
+            b_k = tl.load(k + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
+            b_q = tl.load(q + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
+            b_g = tl.load(gc + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
+            # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
+            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+            # rows past the end sit far below every real Γ (finite: -inf - -inf would be NaN in the pairs),
+            # so their factors e^(Γ - ref) are 0 and they never count as a strong decay (their fall is masked)
+            b_g = tl.where(mask_r[:, None], b_g, -3.0e38)
+            b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+            b_d = b_g - b_ref[None, :]
+            b_kc = b_k * tl.exp(tl.where(b_d >= -SPAN_MAX, -b_d, float("-inf")))
+            b_er = tl.exp(b_d)
+            b_A = tl.dot(b_k * b_er, tl.trans(b_kc), b_A, input_precision=PRECISION)
+            b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk, input_precision=PRECISION)
+            b_fall = tl.where(mask_rk, -b_d, 0.)
+            if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
+                b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
+        o_a = s_row * BT + o_r[:, None] * (H * BT) + (i_s * BC + o_r)[None, :]
+        tl.store(aqk + o_a, tl.where(o_r[:, None] >= o_r[None, :], b_Aqk, 0.).to(aqk.dtype.element_ty),
+                 mask=mask_r[:, None])
+        b_L = tl.where((o_r[:, None] > o_r[None, :]) & mask_r[:, None], b_A * b_beta[:, None], 0.)
+        tl.store(x + o_a, _sub_inverse(b_L, o_r, BC, PRECISION), mask=mask_r[:, None])
+        # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launches
+        tl.store(flags, 1, mask=n_nan_g > 0)
+        tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+
+
+@triton.jit
+def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.constexpr):
+    """Adds row block i against column block j < i of the kk and qk products over one K tile, through row
+    block i's FIRST row: e^(Γ_r - ref_i) <= 1 on its rows and e^(ref_i - Γ_c) <= 1 on the earlier ones, so
+    neither factor can overflow for any gate (a product lost to underflow is below e^-87 of |k|^2).
+    valid_i: block i has a row before the chunk's end (else ref_i is no row's Γ and the factors are 0)."""
+    kc_t = tl.trans(k_j * tl.exp(tl.where(valid_i, ref_i[None, :] - G_j, float("-inf"))))
+    a = tl.dot(k_i * er_i, kc_t, a, input_precision=PRECISION)
+    aq = tl.dot(q_i * er_i, kc_t, aq, input_precision=PRECISION)
+    return a, aq
+
+
+@triton.jit
+def kda_intra_offdiag_fwd_kernel(
+    q, k, gc, beta,
+    aqk, x,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+):
+    """The six off-diagonal 16 x 16 blocks of one (chunk, head)'s kk and qk products (issue 14 step 26), the qk
+    ones (and the zero blocks above the diagonal) to `aqk`, then X = (I + A)^-1's lower blocks from the
+    diagonal ones kda_intra_diag_fwd_kernel left in `x`, by block forward substitution
+    X_ij = -X_ii sum_(j <= m < i) A_im X_mj (float32; the blocks above the diagonal are never written)."""
+    tl.static_assert(BT == 4 * BC)
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    t0 = bos + i_t * BT
+    n_valid = eos - t0
+    s_row = t0 * H + i_h
+    o_r = tl.arange(0, BC)
+    HK: tl.constexpr = H * K
+    HT: tl.constexpr = H * BT
+    p_k, p_q, p_g = k + s_row * K, q + s_row * K, gc + s_row * K
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    a10, s10 = zero, zero
+    a20, s20, a21, s21 = zero, zero, zero, zero
+    a30, s30, a31, s31, a32, s32 = zero, zero, zero, zero, zero, zero
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        # each row block's tiles are loaded where first used: fewer tiles live at once
+        k0 = _rows(p_k, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+        G0 = _rows(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC)
+        k1 = _rows(p_k, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        G1 = _rows(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        q1 = _rows(p_q, 1, o_r, o_k, mask_k, n_valid, HK, BC)
+        r1 = _first_row(p_g, 1, o_k, mask_k, n_valid, HK, BC)
+        e1 = _row_factor(G1, r1, 1, o_r, n_valid, BC)
+        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, BC < n_valid, a10, s10, PRECISION)
+        k2 = _rows(p_k, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        G2 = _rows(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        q2 = _rows(p_q, 2, o_r, o_k, mask_k, n_valid, HK, BC)
+        r2 = _first_row(p_g, 2, o_k, mask_k, n_valid, HK, BC)
+        e2 = _row_factor(G2, r2, 2, o_r, n_valid, BC)
+        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, 2 * BC < n_valid, a20, s20, PRECISION)
+        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, 2 * BC < n_valid, a21, s21, PRECISION)
+        k3 = _rows(p_k, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        G3 = _rows(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        q3 = _rows(p_q, 3, o_r, o_k, mask_k, n_valid, HK, BC)
+        r3 = _first_row(p_g, 3, o_k, mask_k, n_valid, HK, BC)
+        e3 = _row_factor(G3, r3, 3, o_r, n_valid, BC)
+        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, 3 * BC < n_valid, a30, s30, PRECISION)
+        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, 3 * BC < n_valid, a31, s31, PRECISION)
+        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, 3 * BC < n_valid, a32, s32, PRECISION)
+    p_a, p_x = aqk + s_row * BT, x + s_row * BT
+    o_c = tl.arange(0, BC)
+    all_c = o_c < BC
+    _store_rows(p_a, 0, zero, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 0, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 0, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, s10, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 1, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, s20, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, s21, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 2, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, s30, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, s31, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_a, 3, s32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+
+    b1 = _beta_rows(beta + s_row, 1, o_r, n_valid, H, BC)
+    b2 = _beta_rows(beta + s_row, 2, o_r, n_valid, H, BC)
+    b3 = _beta_rows(beta + s_row, 3, o_r, n_valid, H, BC)
+    x00 = _rows(p_x, 0, o_r, o_c, all_c, n_valid, HT, BC)
+    x11 = _rows(p_x, 1, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    x22 = _rows(p_x, 2, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    x33 = _rows(p_x, 3, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    a10 = a10 * b1[:, None]
+    a20, a21 = a20 * b2[:, None], a21 * b2[:, None]
+    a30, a31, a32 = a30 * b3[:, None], a31 * b3[:, None], a32 * b3[:, None]
+    x10 = -tl.dot(x11, tl.dot(a10, x00, input_precision=PRECISION), input_precision=PRECISION)
+    x21 = -tl.dot(x22, tl.dot(a21, x11, input_precision=PRECISION), input_precision=PRECISION)
+    x20 = -tl.dot(x22, tl.dot(a21, x10, tl.dot(a20, x00, input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    x32 = -tl.dot(x33, tl.dot(a32, x22, input_precision=PRECISION), input_precision=PRECISION)
+    x31 = -tl.dot(x33, tl.dot(a32, x21, tl.dot(a31, x11, input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    x30 = -tl.dot(x33, tl.dot(a32, x20, tl.dot(a31, x10, tl.dot(a30, x00, input_precision=PRECISION),
+                                                 input_precision=PRECISION), input_precision=PRECISION),
+                  input_precision=PRECISION)
+    _store_rows(p_x, 1, x10, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 2, x20, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 2, x21, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x30, o_r, o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x31, o_r, BC + o_c, all_c, n_valid, HT, BC)
+    _store_rows(p_x, 3, x32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+
+
+@triton.jit
+def kda_intra_wu_split_fwd_kernel(
+    q, k, v, gc, beta, x,
+    qg, kg, w, u, gl,
+    cu_seqlens, chunk_indices, chunk_offsets,
+    T,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr, LOW_DOTS: tl.constexpr,
+):
+    """W = X (β k e^Γ), U = X (β v), q e^Γ, k e^(Γ_last - Γ) and e^Γ_last of one (chunk, head) (issue 14 step 26)
+    from Γ and the whole [BT, BT] X the diagonal and off-diagonal kernels left in `x` (its blocks above the
+    diagonal masked on load). LOW_DOTS: both products on operands rounded to the outputs' dtype (bf16
+    tensor-core dots, float32 sums); else float32 operands at PRECISION."""
+    i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
+    t0 = bos + i_t * BT
+    n_valid = eos - t0
+    o_t = tl.arange(0, BT)
+    mask_t = o_t < n_valid
+    s_row = t0 * H + i_h
+    o_tr = o_t[:, None] * (H * K)
+    b_beta = tl.load(beta + s_row + o_t * H, mask=mask_t, other=0.).to(tl.float32)
+    b_X = tl.load(x + s_row * BT + o_t[:, None] * (H * BT) + o_t[None, :], mask=mask_t[:, None], other=0.)
+    b_X = tl.where((o_t[:, None] // BC) >= (o_t[None, :] // BC), b_X, 0.)
+    if LOW_DOTS:
+        b_X = b_X.to(w.dtype.element_ty)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        mask_tv = mask_t[:, None] & (o_v < V)[None, :]
+        o_tv = o_t[:, None] * (H * V) + o_v[None, :]
+        b_vb = tl.load(v + s_row * V + o_tv, mask=mask_tv, other=0.).to(tl.float32) * b_beta[:, None]
+        if LOW_DOTS:
+            b_u = tl.dot(b_X, b_vb.to(b_X.dtype))
+        else:
+            b_u = tl.dot(b_X, b_vb, input_precision=PRECISION)
+        tl.store(u + s_row * V + o_tv, b_u.to(u.dtype.element_ty), mask=mask_tv)
+    last = tl.minimum(n_valid, BT) - 1
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        mask_k = o_k < K
+        mask_tk = mask_t[:, None] & mask_k[None, :]
+        o_tk = o_tr + o_k[None, :]
+        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_g = tl.load(gc + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+        b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+        b_eg = tl.exp(b_g)
+        tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
+        # rows past the end: Γ 0 there, and e^(Γ_last - 0) may overflow against their zero k
+        b_kl = b_k * tl.exp(tl.where(mask_t[:, None], b_gl[None, :] - b_g, float("-inf")))
+        tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
+        b_kb = b_k * (b_beta[:, None] * b_eg)
+        if LOW_DOTS:
+            b_w = tl.dot(b_X, b_kb.to(b_X.dtype))
+        else:
+            b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
+        tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
 
 
 @triton.jit

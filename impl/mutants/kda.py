@@ -298,6 +298,26 @@ class IntraBlockedX30DropsATerm(TritonKDA):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="blocked")
 
 
+
+@mutant("kda.chunked", "output", base="triton")
+class IntraSplitDiagPairsSkipped(TritonKDA):
+    """The split intra pass (issue 14 step 26's candidate) leaves a diagonal block's entries past the factorised products' range out of its dots and never adds them by the exact pairs: strong decays (the softplus gate, |g| > 5 a token) lose those products."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX",
+                           "tl.max(tl.max(b_fall, 1), 0) > 1e30"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+
+@mutant("kda.chunked", "output", base="triton")
+class IntraSplitX30DropsATerm(TritonKDA):
+    """The split intra pass's off-diagonal + merge kernel (issue 14 step 26's candidate) builds X = (I + A)^-1's block (3, 0) without A_31 X_10: rows 48-63 of a chunk see a wrong inverse (a block forward substitution missing one term of its sum)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", "tl.dot(a31, x10, tl.dot(a30, x00",
+                           "tl.dot(a31 * 0., x10, tl.dot(a30, x00"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
 def _gated_chunked_head0_bias(q, k, v, f, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True, *,
                               A_log, dt_bias=None, lower_bound=None):
     """impl.candidates.kda_gate_fused.gated_chunked with its Γ kernel adding head 0's dt_bias to every head."""
