@@ -239,7 +239,9 @@ def main(argv=None) -> int:
                       f"(rel-L2 to ours {row['fla_safe_vs_ours_rel_l2']:.2e})")
             if args.sweep and T == 16384:
                 row["sweep"] = []
-                variants = [dict(intra_bk=32), dict(intra_warps=8), dict(inv_merge=False)]
+                # ours before step 26 (the whole-chunk kernel) and its tile options
+                variants = [dict(intra="columns"), dict(intra="columns", intra_bk=32),
+                            dict(intra="columns", intra_warps=8), dict(intra="columns", inv_merge=False)]
                 if H >= 32:
                     variants += [dict(bv=32), dict(bv=64, num_warps=8)]
                 else:
@@ -251,12 +253,13 @@ def main(argv=None) -> int:
                              for bk, w in ((16, 2), (16, 1), (16, 4), (32, 2), (32, 4))]
                 # and ours' intra kernel capped at 168 / 128 registers: 3 / 4 programs an SM instead of 2
                 # (spilling 176 / 552 B at sm_90, Triton 3.6)
-                variants += [dict(intra_maxnreg=168), dict(intra_maxnreg=128)]
+                variants += [dict(intra="columns", intra_maxnreg=168), dict(intra="columns", intra_maxnreg=128)]
                 # steps 21 and 23: kk and qk as one stacked dot; Γ by its own kernel before the intra kernel;
                 # each alone and with step 18's winners (forward substitution, the 168 cap)
-                tuned = dict(inv_merge=False, intra_maxnreg=168)
-                variants += [dict(intra_stack=True), dict(intra_stack=True, **tuned), dict(g_cumsum=True),
-                             dict(g_cumsum=True, **tuned), dict(g_cumsum=True, intra_stack=True, **tuned)]
+                tuned = dict(intra="columns", inv_merge=False, intra_maxnreg=168)
+                variants += [dict(intra="columns", intra_stack=True), dict(intra_stack=True, **tuned),
+                             dict(intra="columns", g_cumsum=True), dict(g_cumsum=True, **tuned),
+                             dict(g_cumsum=True, intra_stack=True, **tuned)]
                 for var in variants:
                     try:
                         if any(key.startswith("intra") or key in ("g_cumsum", "inv_merge") for key in var):

@@ -121,6 +121,11 @@ def _work(a: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- core: chunked
 
 
+# ours' intra-chunk pass (`_chunked`'s intra): the split pass since issue 14 step 26 passed its GPU gate
+# (docs/optimization_log.md); "columns" was ours before it and stays an option (the bench's baseline)
+INTRA = "split"
+
+
 class SplitTiles(NamedTuple):
     """The fixed launch tiles of the split intra pass (issue 14 step 26, intra="split"): fixed, never tuned
     per call, so a row's bits do not depend on the batch (kda.batch) or on a timing.
@@ -183,13 +188,16 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=True, intra="columns", intra_maxnreg=None, intra_stack=False, g_cumsum=False,
+             anchor=0, offset64=True, intra=None, intra_maxnreg=None, intra_stack=False, g_cumsum=False,
              gate=None, split=None):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
-    intra (issue 14 step 18): "columns" (ours: kda_intra_chunked_fwd_kernel, the kk / qk products as
-    [BT, BT] tiles a column block) or "blocked" (kda_intra_kk_fwd_kernel then kda_intra_wu_fwd_kernel on
-    the 16-row sub-chunks; inv_merge and anchor do not apply to it). intra_maxnreg: a register cap for the
+    intra: which intra-chunk pass makes W, U, q e^Γ, k e^(Γ_last - Γ) and the qk matrix. None is INTRA, ours:
+    "split" since issue 14 step 26 (below). "columns" (ours until step 26: kda_intra_chunked_fwd_kernel, the
+    kk / qk products as [BT, BT] tiles a column block, one kernel) or "blocked" (step 18:
+    kda_intra_kk_fwd_kernel then kda_intra_wu_fwd_kernel on the 16-row sub-chunks; inv_merge and anchor do
+    not apply to it). inv_merge, anchor, intra_stack, g_cumsum and intra_maxnreg are options of "columns";
+    intra_bk and intra_warps of "columns" and "blocked"; the split pass takes its tiles from `split`. intra_maxnreg: a register cap for the
     intra-chunk kernel(s) (more programs an SM at the cost of spills; the interpreter ignores it).
     intra_stack (step 21, "columns" only): the kk and qk products of a column block as one [2 BT, BK] dot.
     g_cumsum (step 23, "columns" only): Γ, the chunk-local cumsum of g, by its own kernel before the
@@ -203,12 +211,21 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
+    intra = INTRA if intra is None else intra
     if intra not in ("columns", "blocked", "split"):
         raise ValueError(f"intra: expected 'columns', 'blocked' or 'split', got {intra!r}")
     if split is not None and intra != "split":
         raise ValueError("split: the SplitTiles of intra='split' only")
     if split is not None and not isinstance(split, SplitTiles):
         raise ValueError(f"split: expected an impl.kda.SplitTiles or None, got {type(split).__name__}")
+    if intra == "split":
+        given = [name for name, value, default in (
+            ("inv_merge", inv_merge, True), ("anchor", anchor, 0), ("intra_maxnreg", intra_maxnreg, None),
+            ("intra_stack", intra_stack, False), ("intra_bk", intra_bk, 32), ("intra_warps", intra_warps, None))
+            if value != default]
+        if given:
+            raise ValueError(f"{', '.join(given)}: options of intra='columns' (or 'blocked'); the split pass "
+                             f"(intra='split', ours) takes its tiles from split=impl.kda.SplitTiles(...)")
     if intra_stack and intra != "columns":
         raise ValueError("intra_stack: only the 'columns' intra kernel stacks its kk and qk products")
     if g_cumsum and intra != "columns":

@@ -155,22 +155,25 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
                    "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
                    "the float64 truth")
+KDA_COLUMNS = ("ours before issue 14 step 26 (intra='columns', kept as the bench's baseline and the base of steps "
+               "21, 23 and 24's candidates); tests/test_kda_intra_blocked.py, tests/test_kda_strong_decays.py and "
+               "tests/test_kda_causal.py hold it on the CPU against the float64 truth on dense rows, packed documents "
+               "with an empty one, partial chunks, two K and V tiles, masked head dims and strong decays (its PAIRS "
+               "launch), and the mutants kda_intra_k_tiles_not_accumulated, kda_intra_strong_decay_pairs_skipped "
+               "and kda_intra_anchor_middle run it")
 KDA_INTRA_STEPS = ("only issue 14's candidates launch it (step 21: impl.candidates.kda_intra_stacked, step 23: "
-                   "impl.candidates.kda_intra_gc; not yet gated on a GPU); tests/test_kda_intra_blocked.py holds it "
-                   "bitwise against ours on the CPU on dense rows, partial chunks, masked head dims and packed "
-                   "documents with an empty one")
-KDA_GATE_FUSED = ("only impl.candidates.kda_gate_fused launches it (issue 14 step 24, not yet gated on a GPU: ours "
-                  "computes the gate in torch); tests/test_kda_gate_fused.py holds it on the CPU against the torch gate "
-                  "then chunked, both gates, with and without dt_bias, dense and packed, and the mutant "
+                   "impl.candidates.kda_intra_gc; on ours before step 26, intra='columns'); "
+                   "tests/test_kda_intra_blocked.py holds it bitwise against that kernel on the CPU on dense rows, "
+                   "partial chunks, masked head dims and packed documents with an empty one")
+KDA_GATE_FUSED = ("only a candidate's gated_chunked launches it (issue 14 step 24: impl.candidates.kda_gate_fused; "
+                  "step 26: impl.candidates.kda_intra_split; ours computes the gate in torch); "
+                  "tests/test_kda_gate_fused.py and tests/test_kda_intra_split.py hold it on the CPU against the "
+                  "torch gate then chunked, both gates, with and without dt_bias, dense and packed, and the mutant "
                   "kda_gate_fused_dt_bias_dropped runs it through kda.sublayer")
-KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issue 14 step 18, not yet gated on a GPU: "
-                       "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_blocked.py holds it on the CPU "
+KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issue 14 step 18, not gated on a GPU; "
+                       "ours runs the split pass since step 26); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
                        "kda_intra_blocked_x30_drops_a_term runs it")
-KDA_SPLIT_CANDIDATE = ("only impl.candidates.kda_intra_split launches it (issue 14 step 26, not yet gated on a GPU: "
-                       "ours keeps kda_intra_chunked_fwd_kernel); tests/test_kda_intra_split.py holds it on the CPU "
-                       "against ours and the float64 truth on each of these paths, and the mutants "
-                       "kda_intra_split_diag_pairs_skipped and kda_intra_split_x30_drops_a_term run it")
 GPU_PREFILL_TILES = ("the GPU's prefill tiles (impl.moe._tiles: 128-row blocks past 16 pairs an expert; W4A4 64); the "
                      "interpreter's tiles are 16 rows at every size. moe.forward's and nvfp4.gate's CUDA pins of 160 "
                      "tokens (40 pairs an expert) reach them: `glmgate run --device cuda`")
@@ -186,39 +189,54 @@ MHC_DOT = ("the GPU's partial (impl.mhc._PARTIAL_DOT; the interpreter keeps the 
 
 PATHS: tuple[Path, ...] = (
     # ---------------------------------------------------------------- KDA chunked prefill: intra-chunk
+    # ours before issue 14 step 26: the whole-chunk kernel (intra="columns")
     Path("kda_intra_chunked_fwd_kernel", "dense rows", lambda a: not a["IS_VARLEN"],
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"],
-         by=("kda.chunked", "kda.causal", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "a row's second chunk", lambda a: max(_rows(a)) > a["BT"],
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a)),
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "a second K tile (kk and qk products summed over tiles)",
          lambda a: _cdiv(a["K"], a["BK"]) >= 2,
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "a head dim narrower than its tile (masked lanes)",
          lambda a: a["K"] % a["BK"] != 0,
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "decays past the factorised products' range, flagged",
-         lambda a: not a["PAIRS"] and _decays_past_factor_range(a), by=("kda.chunked", "kda.causal")),
+         lambda a: not a["PAIRS"] and _decays_past_factor_range(a), why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "the exact pairs pass (the launch after a flag)",
-         lambda a: a["PAIRS"] and _decays_past_factor_range(a), by=("kda.chunked", "kda.causal")),
+         lambda a: a["PAIRS"] and _decays_past_factor_range(a), why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by doubling", lambda a: a["INV_MERGE"],
-         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+         why=KDA_COLUMNS),
     Path("kda_intra_chunked_fwd_kernel", "(I + A)^-1 by forward substitution", lambda a: not a["INV_MERGE"],
-         why="a benchmark sweep option (gate/bench_kda.py, inv_merge=False); `chunked` always inverts by doubling"),
+         why="a benchmark sweep option (gate/bench_kda.py, inv_merge=False) of ours before step 26 "
+             "(intra='columns'), which inverts by doubling"),
     Path("kda_intra_chunked_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
     Path("kda_intra_chunked_fwd_kernel", "kk and qk as one stacked dot (step 21)", lambda a: a["STACK"],
          why=KDA_INTRA_STEPS),
     Path("kda_intra_chunked_fwd_kernel", "Γ read, not scanned (step 23)", lambda a: a["GC"], why=KDA_INTRA_STEPS),
-    *(Path("kda_chunk_cumsum_fwd_kernel", name, pred, why=KDA_INTRA_STEPS)
-      for name, pred in (("dense rows", lambda a: not a["IS_VARLEN"]),
-                         ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
-                         ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
-                         ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2))),
+    # ---------------------------------------------------------------- ours since issue 14 step 26: the split pass
+    # Γ first (also steps 23 and 24's), then the diagonal blocks, the off-diagonal blocks + merge, W / U
+    *(Path(kernel, name, pred, by=by)
+      for kernel in ("kda_chunk_cumsum_fwd_kernel", "kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel",
+                     "kda_intra_wu_split_fwd_kernel")
+      for name, pred, by in (("dense rows", lambda a: not a["IS_VARLEN"],
+                              ("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),
+                             ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"],
+                              ("kda.chunked", "kda.causal", "kda.packed")),
+                             ("a row's second chunk", lambda a: max(_rows(a)) > a["BT"], ("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+                             ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a)), ("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+                             ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2, ("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")))),
+    *(Path(kernel, "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16)
+      for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
+    Path("kda_intra_diag_fwd_kernel", "decays past the factorised products' range: the pairs in the same program",
+         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": True}), by=("kda.chunked", "kda.causal")),
+    Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+    Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     *(Path("kda_chunk_cumsum_fwd_kernel", name, pred, why=KDA_GATE_FUSED)
       for name, pred in (("the softplus gate from f (step 24)", lambda a: a["GATE"] == 1),
                          ("the lower-bound gate from f (step 24)", lambda a: a["GATE"] == 2),
@@ -233,19 +251,6 @@ PATHS: tuple[Path, ...] = (
                          ("tf32 dots", lambda a: a["PRECISION"] == "tf32"))),
     Path("kda_intra_wu_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
          why=KDA_INTRA_CANDIDATE),
-    # the split intra pass (issue 14 step 26's candidate): Γ's kernel above, then these three
-    *(Path(kernel, name, pred, why=KDA_SPLIT_CANDIDATE)
-      for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")
-      for name, pred in (("dense rows", lambda a: not a["IS_VARLEN"]),
-                         ("packed documents (cu_seqlens)", lambda a: a["IS_VARLEN"]),
-                         ("a partial last chunk", lambda a: any(n % a["BT"] for n in _rows(a))),
-                         ("a second K tile", lambda a: _cdiv(a["K"], a["BK"]) >= 2),
-                         ("tf32 dots", lambda a: a["PRECISION"] == "tf32"))),
-    Path("kda_intra_diag_fwd_kernel", "decays past the factorised products' range: the pairs in the same program",
-         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": True}), why=KDA_SPLIT_CANDIDATE),
-    Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2,
-         why=KDA_SPLIT_CANDIDATE),
-    Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     # ---------------------------------------------------------------- KDA chunked prefill: state pass
     Path("kda_state_chunked_fwd_kernel", "segment-local pass (two-level scan)", lambda a: a["IS_LOCAL"],
          by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths")),

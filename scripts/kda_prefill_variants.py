@@ -2,7 +2,9 @@
 (issue 14 step 18): every variant checked against the float64 oracle on 3 heads first (bench_kda's
 bounds), then each repeat the median of a do_bench loop; prints median [min-max] and the ratio to ours
 and to fla measured in the same run: fla's general path and its bounded-gate path (safe_gate=True,
-lower_bound=-5, the checkpoint's gate).
+lower_bound=-5, the checkpoint's gate). `ours` is impl.kda.chunked (the split intra pass since step 26);
+`columns` is ours before it (the whole-chunk intra kernel), which every variant named after an option of it
+(inv_sub, cap168, stack, gc) runs.
 
     PYTHONPATH=. python3 scripts/kda_prefill_variants.py [--shapes 64:16384,8:16384] [--repeats 5] [--json F]
         [--pre-fix FILE] [--breakdown N]
@@ -24,15 +26,21 @@ import importlib.util
 import statistics
 import sys
 
-VARIANTS = {"ours": {}, "inv_sub": dict(inv_merge=False), "cap168": dict(intra_maxnreg=168),
-            "inv_sub+cap168": dict(inv_merge=False, intra_maxnreg=168),
-            "inv_sub+cap168+bk64": dict(inv_merge=False, intra_maxnreg=168, intra_bk=64),
+VARIANTS = {"ours": {},
+            # ours before step 26 (the whole-chunk intra kernel) and its options
+            "columns": dict(intra="columns"),
+            "inv_sub": dict(intra="columns", inv_merge=False),
+            "cap168": dict(intra="columns", intra_maxnreg=168),
+            "inv_sub+cap168": dict(intra="columns", inv_merge=False, intra_maxnreg=168),
+            "inv_sub+cap168+bk64": dict(intra="columns", inv_merge=False, intra_maxnreg=168, intra_bk=64),
             # step 21: the kk and qk products of a column block as one stacked dot
-            "stack": dict(intra_stack=True), "stack+inv_sub+cap168": dict(intra_stack=True, inv_merge=False,
-                                                                          intra_maxnreg=168),
+            "stack": dict(intra="columns", intra_stack=True),
+            "stack+inv_sub+cap168": dict(intra="columns", intra_stack=True, inv_merge=False, intra_maxnreg=168),
             # step 23: Γ by its own kernel, the intra kernel without its scan along the tokens
-            "gc": dict(g_cumsum=True), "gc+inv_sub+cap168": dict(g_cumsum=True, inv_merge=False, intra_maxnreg=168),
-            "gc+stack+inv_sub+cap168": dict(g_cumsum=True, intra_stack=True, inv_merge=False, intra_maxnreg=168),
+            "gc": dict(intra="columns", g_cumsum=True),
+            "gc+inv_sub+cap168": dict(intra="columns", g_cumsum=True, inv_merge=False, intra_maxnreg=168),
+            "gc+stack+inv_sub+cap168": dict(intra="columns", g_cumsum=True, intra_stack=True, inv_merge=False,
+                                            intra_maxnreg=168),
             # step 18's sub-chunk pair (kk kernel, then W / U kernel), kept for its kernel split beside fla's
             "pair": dict(intra="blocked", intra_bk=16, intra_warps=2),
             # step 26: the split intra pass (Γ; diagonal blocks; off-diagonal blocks + merge; W / U) at
@@ -117,7 +125,7 @@ def main(argv=None) -> int:
 
         def pre_fix(*a, **kw):
             with swapped():
-                return ik._chunked(*a, **kw)
+                return ik._chunked(*a, intra="columns", **kw)
         paths["pre_fix"] = pre_fix
     bo, bm = bench_bound("kda", "chunked", "output", "bfloat16"), bench_bound("kda", "chunked", "final_state", "bfloat16")
     out = {}

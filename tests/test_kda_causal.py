@@ -18,12 +18,12 @@ def _changed_outputs(anchor: int) -> list[int]:
     x = {n: torch.tensor(a, dtype=torch.float32)
          for n, a in tz.core_tensors(np.random.default_rng(0), 2, 8, 1, 64, "normal").items()}
     other = torch.tensor(tz.core_tensors(np.random.default_rng(1), 2, 8, 1, 64, "normal")["g"], dtype=torch.float32)
-    base = ik._chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], None, anchor=anchor)[0]
+    base = ik._chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], None, intra="columns", anchor=anchor)[0]
     changed = []
     for cut in CUTS:
         g = x["g"].clone()
         g[:, cut:] = other[:, cut:]
-        o = ik._chunked(x["q"], x["k"], x["v"], g, x["beta"], None, anchor=anchor)[0]
+        o = ik._chunked(x["q"], x["k"], x["v"], g, x["beta"], None, intra="columns", anchor=anchor)[0]
         changed.append(int((o[:, :cut] != base[:, :cut]).sum()))
     return changed
 

@@ -145,7 +145,7 @@ def test_bad_gate_inputs_are_refused(gate, match):
 def test_a_gate_without_gamma_first_is_refused():
     _, work = _inputs(1, 10, 1, 16, 16)
     with pytest.raises(ValueError, match="gate: the gate is applied by the Γ kernel"):
-        ik._chunked(*work[:5], gate=(torch.zeros(1), None, None))
+        ik._chunked(*work[:5], intra="columns", gate=(torch.zeros(1), None, None))
 
 
 def _layer(lower_bound, H=2, seed=0):

@@ -115,7 +115,7 @@ def test_the_inverse_missing_a_term_is_caught():
 
 def test_a_bad_intra_name_is_refused():
     _, work = _inputs(1, 8, 1, 16, 16)
-    with pytest.raises(ValueError, match="intra: expected 'columns' or 'blocked'"):
+    with pytest.raises(ValueError, match="intra: expected 'columns', 'blocked' or 'split'"):
         ik._chunked(*work[:5], None, 64, None, False, intra="rows")
 
 
@@ -142,8 +142,8 @@ def test_the_stacked_kk_qk_dot_is_ours_bit_for_bit(B, T, H, K, V, lo, inv_merge)
     """The same products, rows and accumulation order as ours' two dots: the interpreter's float32 gives
     the same bits (the GPU's verdict is its gate and the bf16 test below)."""
     _, work = _inputs(B, T, H, K, V, lo=lo, state=True)
-    ours = ik._chunked(*work[:5], work[5], 64, None, True, inv_merge=inv_merge)
-    got = ik._chunked(*work[:5], work[5], 64, None, True, inv_merge=inv_merge, intra_stack=True)
+    ours = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns", inv_merge=inv_merge)
+    got = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns", inv_merge=inv_merge, intra_stack=True)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
         assert torch.equal(o, c), name
 
@@ -167,8 +167,8 @@ def test_gamma_by_its_own_kernel_is_ours_bit_for_bit(B, T, H, K, V, lo):
     """The same scan on the same [BT, BK] tiles, stored in float32 and read back: the same bits on the
     interpreter; Γ's last row stands for the sum of the chunk's g (a partial chunk's last VALID row)."""
     _, work = _inputs(B, T, H, K, V, lo=lo, state=True)
-    ours = ik._chunked(*work[:5], work[5], 64, None, True)
-    got = ik._chunked(*work[:5], work[5], 64, None, True, g_cumsum=True)
+    ours = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns")
+    got = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns", g_cumsum=True)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
         assert torch.equal(o, c), name
 
@@ -177,7 +177,7 @@ def test_gamma_by_its_own_kernel_on_packed_documents_with_an_empty_one():
     from impl.candidates import kda_intra_gc as gc
     exact, work = _inputs(1, 150, 2, 32, 32, lo=-0.05)
     cu = torch.tensor([0, 40, 40, 150], dtype=torch.int32)
-    ours = ik._chunked(*work[:5], None, 64, cu, True, inv_merge=False)
+    ours = ik._chunked(*work[:5], None, 64, cu, True, intra="columns", inv_merge=False)
     got = gc.chunked(*work[:5], None, 64, cu, True)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
         assert torch.equal(o, c), name
@@ -188,7 +188,7 @@ def test_a_nan_gate_is_still_refused_when_gamma_comes_first():
     g = work[3].clone()
     g[0, 66, 0, 3] = float("nan")
     with pytest.raises(ValueError, match="g: contains NaN"):
-        ik._chunked(work[0], work[1], work[2], g, work[4], None, 64, None, False, g_cumsum=True)
+        ik._chunked(work[0], work[1], work[2], g, work[4], None, 64, None, False, intra="columns", g_cumsum=True)
 
 
 def test_gamma_first_keeps_outputs_before_a_position_independent_of_what_follows():
@@ -196,8 +196,8 @@ def test_gamma_first_keeps_outputs_before_a_position_independent_of_what_follows
     later = [a.clone() for a in work[:5]]
     for a in later:
         a[:, 70:] = a[:, 70:].flip(1)
-    o1, _, _ = ik._chunked(*work[:5], None, 64, None, False, g_cumsum=True)
-    o2, _, _ = ik._chunked(*later, None, 64, None, False, g_cumsum=True)
+    o1, _, _ = ik._chunked(*work[:5], None, 64, None, False, intra="columns", g_cumsum=True)
+    o2, _, _ = ik._chunked(*later, None, 64, None, False, intra="columns", g_cumsum=True)
     assert torch.equal(o1[:, :70], o2[:, :70])
 
 
@@ -214,8 +214,8 @@ def test_gamma_first_past_a_partial_chunks_last_token_stays_finite():
     exact, work = _inputs(1, 40, 1, 16, 16, lo=-5.0)
     g = -5.0 * (0.9 + 0.1 * torch.rand(work[3].shape, generator=torch.Generator().manual_seed(1)))
     args = (work[0], work[1], work[2], g, work[4])
-    ours = ik._chunked(*args, None, 64, None, True)
-    got = ik._chunked(*args, None, 64, None, True, g_cumsum=True)
+    ours = ik._chunked(*args, None, 64, None, True, intra="columns")
+    got = ik._chunked(*args, None, 64, None, True, intra="columns", g_cumsum=True)
     assert torch.isfinite(ours[0]).all()
     for name, o, c in zip(("output", "final state"), ours, got):
         assert torch.equal(o, c), name

@@ -141,7 +141,8 @@ def test_the_merge_missing_a_term_is_caught():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(intra="split", split=(2, 16)), "split: expected an impl.kda.SplitTiles or None, got tuple"),
-    (dict(split=ik.SplitTiles()), "split: the SplitTiles of intra='split' only"),
+    (dict(intra="columns", split=ik.SplitTiles()), "split: the SplitTiles of intra='split' only"),
+    (dict(inv_merge=False, intra_bk=16), "inv_merge, intra_bk: options of intra='columns'"),
     (dict(intra="rows"), "intra: expected 'columns', 'blocked' or 'split'"),
 ])
 def test_bad_split_options_are_refused(kwargs, match):

@@ -31,8 +31,10 @@ def _errors(exact, got, cu=None):
     return [_rel(c.detach().double().cpu().numpy(), w) for c, w in zip(got, want)]
 
 
-@pytest.mark.parametrize("lo,variant", [(-10.0, {}), (-200.0, {}), (-30.0, dict(inv_merge=False)),
-                                        (-30.0, dict(intra_stack=True)), (-30.0, dict(g_cumsum=True))])
+@pytest.mark.parametrize("lo,variant", [(-10.0, {}), (-200.0, {}), (-10.0, dict(intra="columns")),
+                                        (-200.0, dict(intra="columns")), (-30.0, dict(intra="columns", inv_merge=False)),
+                                        (-30.0, dict(intra="columns", intra_stack=True)),
+                                        (-30.0, dict(intra="columns", g_cumsum=True))])
 def test_strong_decays_match_the_oracle(lo, variant):
     """Partial last chunk, two K tiles and two V tiles (the interpreter's tiles of 16): outputs, final and
     boundary states within float32's error of the float64 recurrence (they were NaN)."""
@@ -52,18 +54,21 @@ def test_strong_decays_in_packed_documents_with_an_empty_one():
         assert e < 2e-5, f"{name}: rel-L2 {e:.3g}"
 
 
-def _mild_then_strong(T, H, K, cut, seed, **target):
+def _mild_then_strong(T, H, K, cut, seed, intra=None, **target):
     """Outputs of the same call with mild gates, and with the gates from `cut` on made 40x stronger."""
     _, mild = _inputs(1, T, H, K, K, -1.0, seed=seed, **target)
     strong = [a.clone() for a in mild]
     strong[3][:, cut:] = strong[3][:, cut:] * 40.0
-    return ik.chunked(*mild[:5], None, 64, None, False)[0], ik.chunked(*strong[:5], None, 64, None, False)[0]
+    return (ik._chunked(*mild[:5], None, 64, None, False, intra=intra)[0],
+            ik._chunked(*strong[:5], None, 64, None, False, intra=intra)[0])
 
 
-def test_which_path_a_product_takes_does_not_see_later_gates():
+@pytest.mark.parametrize("intra", [None, "columns"])
+def test_which_path_a_product_takes_does_not_see_later_gates(intra):
     """Rows 0-36 with mild decays, then the gates after row 37 turned strong (the block holding row 37 and
-    the ones after it cross into the pairs path): outputs before 37 bitwise unchanged."""
-    a, b = _mild_then_strong(100, 2, 16, 37, seed=3)
+    the ones after it cross into the pairs path): outputs before 37 bitwise unchanged, ours (the split pass)
+    and the whole-chunk kernel's second launch."""
+    a, b = _mild_then_strong(100, 2, 16, 37, seed=3, intra=intra)
     assert torch.equal(a[:, :37], b[:, :37])
     assert not torch.equal(a[:, 37:], b[:, 37:])
 
@@ -73,14 +78,15 @@ def _launch_args(g, T):
 
 
 def test_the_bounded_gate_never_takes_the_pairs_path():
-    """At the bound's extreme (g = -4.999 on every token: a block falls 74.985) the fast path holds every
-    product, so the planted skip of the pairs pass changes nothing; one step stronger it does."""
+    """At the bound's extreme (g = -4.999 on every token: a block falls 74.985) the whole-chunk kernel's fast
+    path holds every product, so the planted skip of its pairs pass changes nothing; one step stronger it does
+    (the split pass's own: tests/test_kda_intra_split.py)."""
     m = get_mutant("kda_intra_strong_decay_pairs_skipped").factory()
     for lo, taken in ((-4.999, False), (-5.1, True)):
         _, work = _inputs(1, 130, 2, 16, 16, 1.0, seed=4)
         work[3] = torch.full_like(work[3], lo)
         assert _decays_past_factor_range(_launch_args(work[3], 130)) is taken
-        ours = ik.chunked(*work[:5], None, 64, None, True)
+        ours = ik._chunked(*work[:5], None, 64, None, True, intra="columns")
         planted = m.chunked(*work[:5], None, 64, None, True)
         assert all(torch.equal(a, b) for a, b in zip(ours, planted)) is not taken, lo
 
@@ -105,6 +111,6 @@ def test_on_the_gpu_the_second_compile_leaves_chunks_without_strong_decays_bit_f
     """Mild gates, then strong ones from token 300 on (the call takes the PAIRS launch): outputs before 300 are
     bitwise those of the mild-only call, whose launch never flagged (two compiles, the same bits where the
     pairs pass adds nothing)."""
-    a, b = _mild_then_strong(600, 4, 128, 300, seed=5, device="cuda", dtype=torch.bfloat16)
+    a, b = _mild_then_strong(600, 4, 128, 300, seed=5, intra="columns", device="cuda", dtype=torch.bfloat16)
     assert torch.equal(a[:, :300], b[:, :300])
     assert not torch.equal(a[:, 300:], b[:, 300:])

@@ -16,7 +16,7 @@ import types
 from impl import kda as _kda
 from impl.candidates.kda_intra_tuned import BATCH_INVARIANT, MAXNREG
 
-OPTIONS = dict(inv_merge=False, intra_maxnreg=MAXNREG, g_cumsum=True)
+OPTIONS = dict(intra="columns", inv_merge=False, intra_maxnreg=MAXNREG, g_cumsum=True)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

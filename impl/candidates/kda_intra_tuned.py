@@ -20,7 +20,7 @@ MAXNREG = 168
 def candidate(**extra):
     """A Candidate whose kda.chunked is impl.kda._chunked with step 18's winners (forward substitution, the
     168-register cap) and `extra` options (steps 21 and 23's candidates add theirs)."""
-    options = dict(inv_merge=False, intra_maxnreg=MAXNREG, **extra)
+    options = dict(intra="columns", inv_merge=False, intra_maxnreg=MAXNREG, **extra)
 
     def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         return _kda._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, **options)

@@ -194,15 +194,25 @@ class TritonKDA:
 # caught in 34 bf16 examples on the CPU)
 @mutant("kda.causal", "causal", base="triton", dtype="float32")
 class IntraAnchorMiddle(TritonKDA):
-    """The intra-chunk kernel anchors each sub-chunk's decay products on its row 7, so rows 0-6 depend on later gates."""
+    """The whole-chunk intra kernel (intra="columns", ours before issue 14 step 26) anchors each sub-chunk's decay products on its row 7, so rows 0-6 depend on later gates."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, anchor=7)
+        return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="columns", anchor=7)
+
+
+@mutant("kda.causal", "causal", base="triton", dtype="float32")
+class IntraSplitAnchorMiddle(TritonKDA):
+    """The split intra pass's diagonal-block kernel takes each 16-row block's row 7 as its decay reference instead of its first row, so rows 0-6 depend on later gates (fla-org/flash-linear-attention #1240 shipped that leak)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k,",
+                           "b_ref = tl.load(gc + (s_row + 7 * H) * K + o_k, mask=mask_k & (o_k * 0 + 7 < n_valid),"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
 @mutant("kda.scale", "per_sample", base="triton", device="cuda")
 class IntraOffsetsInt32(TritonKDA):
-    """The intra-chunk kernel computes its chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
+    """The intra-chunk kernels compute their chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, offset64=False)
@@ -271,21 +281,31 @@ class GraphPaddingKeepsSlots(TorchKDA):
 # reachable on the CPU since the interpreter's K tile is 16 (impl/kda.py INTERPRETER_TILE): head dim 32 spans two
 @mutant("kda.chunked", "output", base="triton")
 class IntraKTilesNotAccumulated(TritonKDA):
-    """The intra-chunk kernel restarts the kk and qk products at every K tile, so only the head dim's last tile counts (the head dim cut to one tile: triton-lang/triton #621)."""
+    """The whole-chunk intra kernel (intra="columns") restarts the kk and qk products at every K tile, so only the head dim's last tile counts (the head dim cut to one tile: triton-lang/triton #621)."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "b_gc, b_A, b_Aqk, 0, BT",
                            "b_gc, b_A * 0., b_Aqk * 0., 0, BT"):
-            return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="columns")
+
+
+@mutant("kda.chunked", "output", base="triton")
+class IntraSplitKTilesNotAccumulated(TritonKDA):
+    """The split intra pass's diagonal-block kernel restarts its kk and qk products at every K tile, so only the head dim's last tile counts in the diagonal blocks (triton-lang/triton #621's class)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.trans(b_kc), b_A, input_precision",
+                           "tl.trans(b_kc), b_A * 0., input_precision"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
 @mutant("kda.chunked", "output", base="triton")
 class IntraStrongDecayPairsSkipped(TritonKDA):
-    """The intra-chunk kernel leaves the entries past its factorised products' range out and never adds them by the exact pairs pass: strong decays (the softplus gate, |g| > 5 a token) lose those products."""
+    """The whole-chunk intra kernel (intra="columns") leaves the entries past its factorised products' range out and never adds them by the exact pairs pass: strong decays (the softplus gate, |g| > 5 a token) lose those products."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         with kernel_edited(ik, "kda_intra_chunked_fwd_kernel", "PAIRS and fall > SPAN_MAX", "PAIRS and fall > 1e30"):
-            return ik.chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="columns")
 
 
 @mutant("kda.chunked", "output", base="triton")
