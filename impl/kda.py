@@ -133,13 +133,15 @@ class SplitTiles(NamedTuple):
     diag_bk / diag_warps: the diagonal-block kernel's K tile and warps (one 16-row block a program);
     off_bk / off_warps: the off-diagonal + merge kernel's K tile and warps; wu_warps: the W / U kernel's
     (K and V tiles of 64); low_dots: W and U as bf16 tensor-core dots (float32 sums) on a bf16 run, else
-    float32 operands (tf32)."""
+    float32 operands (tf32); diag_qk (issue 14 step 27): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the
+    diagonal kernel (which holds q, k and Γ already), so W / U reads β k e^Γ instead of q, k and Γ."""
     diag_bk: int = 32
     diag_warps: int = 2
     off_bk: int = 16
     off_warps: int = 2
     wu_warps: int = 4
     low_dots: bool = True
+    diag_qk: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -307,23 +309,26 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
         x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
         NC = BT // SUB_CHUNK
+        # bf16 operands only on a bf16 / fp16 run (the interpreter works in float32: its bf16 tl.dot is wrong)
+        low_dots = bool(tiles.low_dots) and k.dtype != torch.float32
+        # β k e^Γ in W's operand dtype: the same bits the W / U kernel would round it to itself
+        kb = torch.empty_like(k, dtype=k.dtype if low_dots else torch.float32) if tiles.diag_qk else None
         kda_intra_diag_fwd_kernel[(intra_grid[0], H, intra_grid[2] * NC)](
             q, k, gc, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
-            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.diag_warps,
+            PRECISION=precision, OFFSET64=offset64, qg=qg if kb is not None else None,
+            kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
         )
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
             PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
         )
-        # bf16 operands only on a bf16 / fp16 run (the interpreter works in float32: its bf16 tl.dot is wrong)
         kda_intra_wu_split_fwd_kernel[intra_grid](
             q, k, v, gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, LOW_DOTS=bool(tiles.low_dots) and k.dtype != torch.float32,
-            num_warps=tiles.wu_warps,
+            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, num_warps=tiles.wu_warps,
         )
     elif NC_total:
         if g_cumsum:

@@ -52,7 +52,11 @@ VARIANTS = {"ours": {},
             "split_o32w2": dict(intra="split", split=dict(off_bk=32, off_warps=2)),
             "split_o32w4": dict(intra="split", split=dict(off_bk=32, off_warps=4)),
             "split_wu8": dict(intra="split", split=dict(wu_warps=8)),
-            "split_wu2": dict(intra="split", split=dict(wu_warps=2))}
+            "split_wu2": dict(intra="split", split=dict(wu_warps=2)),
+            # step 27: q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the diagonal kernel (W / U reads β k e^Γ)
+            "split_qk": dict(intra="split", split=dict(diag_qk=True)),
+            "split_qk_o32": dict(intra="split", split=dict(diag_qk=True, off_bk=32)),
+            "split_qk_d64": dict(intra="split", split=dict(diag_qk=True, diag_bk=64, diag_warps=4))}
 
 
 class _WithoutPairs:

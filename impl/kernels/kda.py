@@ -661,6 +661,7 @@ def kda_intra_diag_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+    qg=None, kg=None, kb=None, MAKE_QK: tl.constexpr = False,
 ):
     """One 16-row diagonal block of a (chunk, head) (issue 14 step 26; grid (chunks, H, rows x NC)): its kk and
     qk products, the qk block to `aqk` and X_ii = (I + β A_ii)^-1 to `x` (float32), from Γ (`gc`).
@@ -669,7 +670,11 @@ def kda_intra_diag_fwd_kernel(
     depends on gates at rows <= it only (kda.causal). The column factor e^(ref - Γ_j) reaches e^(15 |g|):
     inside float32 up to SPAN_MAX (the bounded gate's reach). Entries past it (the softplus gate's strong
     decays) are left out of the dots and added whole by _intra_pairs, in this same small program: a
-    16-row block's pairs pass costs a launch nothing where no block falls that far."""
+    16-row block's pairs pass costs a launch nothing where no block falls that far.
+
+    MAKE_QK (issue 14 step 27): also q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (to `kb` in W's operand dtype) of
+    the block's rows, which it holds over the whole K already, as kda_intra_wu_split_fwd_kernel would make
+    them (the same expressions: the same bits); that kernel then reads `kb` instead of q, k and Γ."""
     NC: tl.constexpr = BT // BC
     i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0), tl.program_id(1), tl.program_id(2) // NC,
                                               cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
@@ -707,6 +712,16 @@ def kda_intra_diag_fwd_kernel(
             b_fall = tl.where(mask_rk, -b_d, 0.)
             if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
                 b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
+            if MAKE_QK:
+                # Γ_last: the chunk's last row before its end
+                s_last = (tl.minimum(bos + i_t * BT + BT, eos) - 1) * H + i_h
+                b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+                b_eg = tl.exp(b_g)
+                o_st = s_row * K + o_rk + o_k[None, :]
+                tl.store(qg + o_st, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_rk)
+                b_kl = b_k * tl.exp(tl.where(mask_r[:, None], b_gl[None, :] - b_g, float("-inf")))
+                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
+                tl.store(kb + o_st, (b_k * (b_beta[:, None] * b_eg)).to(kb.dtype.element_ty), mask=mask_rk)
         o_a = s_row * BT + o_r[:, None] * (H * BT) + (i_s * BC + o_r)[None, :]
         tl.store(aqk + o_a, tl.where(o_r[:, None] >= o_r[None, :], b_Aqk, 0.).to(aqk.dtype.element_ty),
                  mask=mask_r[:, None])
@@ -836,11 +851,13 @@ def kda_intra_wu_split_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr, LOW_DOTS: tl.constexpr,
+    kb=None, FROM_KB: tl.constexpr = False,
 ):
     """W = X (β k e^Γ), U = X (β v), q e^Γ, k e^(Γ_last - Γ) and e^Γ_last of one (chunk, head) (issue 14 step 26)
     from Γ and the whole [BT, BT] X the diagonal and off-diagonal kernels left in `x` (its blocks above the
     diagonal masked on load). LOW_DOTS: both products on operands rounded to the outputs' dtype (bf16
-    tensor-core dots, float32 sums); else float32 operands at PRECISION."""
+    tensor-core dots, float32 sums); else float32 operands at PRECISION. FROM_KB (issue 14 step 27): W from
+    the β k e^Γ the diagonal kernel stored in `kb` (q e^Γ and k e^(Γ_last - Γ) are its too)."""
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
     n_valid = eos - t0
@@ -849,8 +866,9 @@ def kda_intra_wu_split_fwd_kernel(
     s_row = t0 * H + i_h
     o_tr = o_t[:, None] * (H * K)
     b_beta = tl.load(beta + s_row + o_t * H, mask=mask_t, other=0.).to(tl.float32)
-    b_X = tl.load(x + s_row * BT + o_t[:, None] * (H * BT) + o_t[None, :], mask=mask_t[:, None], other=0.)
-    b_X = tl.where((o_t[:, None] // BC) >= (o_t[None, :] // BC), b_X, 0.)
+    # the blocks above the diagonal were never written: masked in the load, so they cost no bytes
+    b_X = tl.load(x + s_row * BT + o_t[:, None] * (H * BT) + o_t[None, :],
+                  mask=mask_t[:, None] & ((o_t[:, None] // BC) >= (o_t[None, :] // BC)), other=0.)
     if LOW_DOTS:
         b_X = b_X.to(w.dtype.element_ty)
     for i_v in range(tl.cdiv(V, BV)):
@@ -869,22 +887,32 @@ def kda_intra_wu_split_fwd_kernel(
         mask_k = o_k < K
         mask_tk = mask_t[:, None] & mask_k[None, :]
         o_tk = o_tr + o_k[None, :]
-        b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_g = tl.load(gc + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-        b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-        b_eg = tl.exp(b_g)
-        tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
-        # rows past the end: Γ 0 there, and e^(Γ_last - 0) may overflow against their zero k
-        b_kl = b_k * tl.exp(tl.where(mask_t[:, None], b_gl[None, :] - b_g, float("-inf")))
-        tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
-        b_kb = b_k * (b_beta[:, None] * b_eg)
-        if LOW_DOTS:
-            b_w = tl.dot(b_X, b_kb.to(b_X.dtype))
+        if FROM_KB:
+            b_kb = tl.load(kb + s_row * K + o_tk, mask=mask_tk, other=0.)
+            if LOW_DOTS:
+                b_w = tl.dot(b_X, b_kb)
+            else:
+                b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
+            tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+            b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+            tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
         else:
-            b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
-        tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
-        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+            b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_g = tl.load(gc + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
+            b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+            b_eg = tl.exp(b_g)
+            tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
+            # rows past the end: Γ 0 there, and e^(Γ_last - 0) may overflow against their zero k
+            b_kl = b_k * tl.exp(tl.where(mask_t[:, None], b_gl[None, :] - b_g, float("-inf")))
+            tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
+            b_kb = b_k * (b_beta[:, None] * b_eg)
+            if LOW_DOTS:
+                b_w = tl.dot(b_X, b_kb.to(b_X.dtype))
+            else:
+                b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
+            tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+            tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
 
 
 @triton.jit
