@@ -59,7 +59,8 @@ RECORDS = (
                  dict(q=BF, k=BF, v=BF, g=F32, beta=BF, x=F32, qg=BF, kg=BF, w=BF, u=BF, gl=F32), dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=16, BV=64, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
                       cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=2)),
-    # issue 14 step 26's candidate: the split intra pass at the tiles impl.kda.SplitTiles() launches
+    # ours' split intra pass (issue 14 steps 26-27) at impl.kda.SplitTiles' tiles; the diagonal and W / U kernels
+    # first as step 26 had them (W / U making q e^Γ, k e^(Γ_last - Γ)), then as ours runs them (step 27)
     KernelRecord("kda", "kda_intra_diag_fwd_kernel",
                  dict(q=BF, k=BF, gc=F32, beta=BF, aqk=BF, x=F32, flags="*i32"), dict(T="i32"),
                  dict(H=64, K=128, BT=64, BC=16, BK=32, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
@@ -67,14 +68,13 @@ RECORDS = (
                       MAKE_QK=False), dict(num_warps=2)),
     KernelRecord("kda", "kda_intra_offdiag_fwd_kernel",
                  dict(q=BF, k=BF, gc=F32, beta=BF, aqk=BF, x=F32), dict(T="i32"),
-                 dict(H=64, K=128, BT=64, BC=16, BK=16, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
+                 dict(H=64, K=128, BT=64, BC=16, BK=32, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
                       cu_seqlens=None, chunk_indices=None, chunk_offsets=None), dict(num_warps=2)),
     KernelRecord("kda", "kda_intra_wu_split_fwd_kernel",
                  dict(q=BF, k=BF, v=BF, gc=F32, beta=BF, x=F32, qg=BF, kg=BF, w=BF, u=BF, gl=F32), dict(T="i32"),
                  dict(**KDA, BT=64, BC=16, BK=64, BV=64, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,
                       LOW_DOTS=True, cu_seqlens=None, chunk_indices=None, chunk_offsets=None, kb=None, FROM_KB=False),
                  dict(num_warps=4)),
-    # step 27: the diagonal kernel also making q e^Γ, k e^(Γ_last - Γ), β k e^Γ; W / U reading the latter
     KernelRecord("kda", "kda_intra_diag_fwd_kernel",
                  dict(q=BF, k=BF, gc=F32, beta=BF, aqk=BF, x=F32, flags="*i32", qg=BF, kg=BF, kb=BF), dict(T="i32"),
                  dict(H=64, K=128, BT=64, BC=16, BK=32, IS_VARLEN=False, PRECISION="tf32", OFFSET64=True,

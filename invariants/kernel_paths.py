@@ -174,10 +174,10 @@ KDA_INTRA_CANDIDATE = ("only impl.candidates.kda_intra_blocked launches it (issu
                        "ours runs the split pass since step 26); tests/test_kda_intra_blocked.py holds it on the CPU "
                        "against ours and the float64 truth on each of these paths, and the mutant "
                        "kda_intra_blocked_x30_drops_a_term runs it")
-KDA_SPLIT_QK = ("only impl.candidates.kda_split_qk launches it (issue 14 step 27: impl.kda.SplitTiles(diag_qk=True); "
-                "ours keeps W / U making them); tests/test_kda_intra_split.py holds it bit for bit against ours on the "
-                "CPU on dense rows, packed documents, partial chunks, a 7-token chunk and strong decays, and on the "
-                "GPU in bf16")
+KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (impl.kda.SplitTiles(diag_qk=False): the "
+                "bench's `split` and impl.candidates.kda_intra_split; ours makes them in the diagonal kernel since "
+                "step 27); tests/test_kda_intra_split.py holds it bit for bit against ours on the CPU on dense rows, "
+                "packed documents, partial chunks, a 7-token chunk and strong decays, and on the GPU in bf16")
 GPU_PREFILL_TILES = ("the GPU's prefill tiles (impl.moe._tiles: 128-row blocks past 16 pairs an expert; W4A4 64); the "
                      "interpreter's tiles are 16 rows at every size. moe.forward's and nvfp4.gate's CUDA pins of 160 "
                      "tokens (40 pairs an expert) reach them: `glmgate run --device cuda`")
@@ -242,9 +242,11 @@ PATHS: tuple[Path, ...] = (
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     Path("kda_intra_diag_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 27)",
-         lambda a: a["MAKE_QK"], why=KDA_SPLIT_QK),
+         lambda a: a["MAKE_QK"], by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W from the stored β k e^Γ (step 27)", lambda a: a["FROM_KB"],
-         why=KDA_SPLIT_QK),
+         by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
+    Path("kda_intra_wu_split_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 26)",
+         lambda a: not a["FROM_KB"], why=KDA_SPLIT_QK),
     *(Path("kda_chunk_cumsum_fwd_kernel", name, pred, why=KDA_GATE_FUSED)
       for name, pred in (("the softplus gate from f (step 24)", lambda a: a["GATE"] == 1),
                          ("the lower-bound gate from f (step 24)", lambda a: a["GATE"] == 2),

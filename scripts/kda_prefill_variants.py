@@ -43,9 +43,9 @@ VARIANTS = {"ours": {},
                                             intra_maxnreg=168),
             # step 18's sub-chunk pair (kk kernel, then W / U kernel), kept for its kernel split beside fla's
             "pair": dict(intra="blocked", intra_bk=16, intra_warps=2),
-            # step 26: the split intra pass (Γ; diagonal blocks; off-diagonal blocks + merge; W / U) at
-            # impl.kda.SplitTiles' defaults, then one tile choice changed at a time (the dict: SplitTiles fields)
-            "split": dict(intra="split", split={}),
+            # step 26: the split intra pass (Γ; diagonal blocks; off-diagonal blocks + merge; W / U) at its
+            # tiles ("split"), then one tile choice changed at a time from ours' (the dict: SplitTiles fields)
+            "split": dict(intra="split", split=dict(diag_qk=False, off_bk=16)),
             "split_tf32": dict(intra="split", split=dict(low_dots=False)),
             "split_d128w4": dict(intra="split", split=dict(diag_bk=128, diag_warps=4)),
             "split_d64w2": dict(intra="split", split=dict(diag_bk=64, diag_warps=2)),
@@ -53,10 +53,11 @@ VARIANTS = {"ours": {},
             "split_o32w4": dict(intra="split", split=dict(off_bk=32, off_warps=4)),
             "split_wu8": dict(intra="split", split=dict(wu_warps=8)),
             "split_wu2": dict(intra="split", split=dict(wu_warps=2)),
-            # step 27: q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the diagonal kernel (W / U reads β k e^Γ)
-            "split_qk": dict(intra="split", split=dict(diag_qk=True)),
-            "split_qk_o32": dict(intra="split", split=dict(diag_qk=True, off_bk=32)),
-            "split_qk_d64": dict(intra="split", split=dict(diag_qk=True, diag_bk=64, diag_warps=4))}
+            # step 27 (ours since): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the diagonal kernel, and the
+            # off-diagonal K tile of 32; each undone alone
+            "split_qk": dict(intra="split", split=dict(diag_qk=True, off_bk=16)),
+            "split_o32": dict(intra="split", split=dict(diag_qk=False, off_bk=32)),
+            "split_qk_d64": dict(intra="split", split=dict(diag_bk=64, diag_warps=4))}
 
 
 class _WithoutPairs:

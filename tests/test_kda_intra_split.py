@@ -183,34 +183,37 @@ def test_strong_decays_in_bf16_on_the_gpu(lo):
 
 
 # ---------------------------------------------------------------- step 27: the diagonal kernel makes q e^Γ, k e^(Γ_last - Γ), β k e^Γ
+def _w_u_makes_them(*args):
+    """Ours with the W / U kernel making q e^Γ, k e^(Γ_last - Γ) and β k e^Γ itself (step 26's place for them)."""
+    return ik._chunked(*args, intra="split", split=ik.SplitTiles(diag_qk=False))
+
+
 @pytest.mark.parametrize("B,T,H,K,V,lo,cu", [
     (2, 150, 2, 32, 32, -0.05, None),                 # partial last chunk, two K and V tiles
     (1, 7, 2, 16, 16, -0.05, None),                   # a chunk of seven tokens
     (1, 170, 2, 32, 16, -0.1, [0, 49, 49, 120, 170]),  # packed, with an empty document
     (1, 100, 2, 32, 16, -20.0, None),                 # strong decays: the pairs in the same program
 ])
-def test_the_diagonal_kernel_making_qg_kg_and_kb_is_ours_bit_for_bit(B, T, H, K, V, lo, cu):
-    """The same expressions on the same values, moved from the W / U kernel to the diagonal one: the same bits
-    (ours' verdicts carry over)."""
-    from impl.candidates import kda_split_qk
+def test_the_diagonal_kernel_making_qg_kg_and_kb_is_bit_for_bit_the_w_u_kernel_making_them(B, T, H, K, V, lo, cu):
+    """The same expressions on the same values, moved from the W / U kernel to the diagonal one (ours since
+    step 27): the same bits, so the verdicts of step 26's gate carry over."""
     _, work = _inputs(B, T, H, K, V, lo=lo, state=B == 2)
     cu_t = None if cu is None else torch.tensor(cu)
     ours = ik.chunked(*work[:5], work[5], 64, cu_t, True)
-    got = kda_split_qk.chunked(*work[:5], work[5], 64, cu_t, True)
-    for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
+    moved = _w_u_makes_them(*work[:5], work[5], 64, cu_t, True)
+    for name, o, c in zip(("output", "final state", "boundary states"), ours, moved):
         assert torch.equal(o, c), name
 
 
 @pytest.mark.gpu
-def test_on_the_gpu_the_diagonal_kernel_making_qg_kg_and_kb_is_ours_bit_for_bit():
-    """bf16, full head dims: β k e^Γ stored in bf16 is the rounding ours' W / U kernel makes in registers."""
-    from impl.candidates import kda_split_qk
+def test_on_the_gpu_the_diagonal_kernel_making_qg_kg_and_kb_is_bit_for_bit_the_w_u_kernel_making_them():
+    """bf16, full head dims: β k e^Γ stored in bf16 is the rounding the W / U kernel makes in registers."""
     for B, T, H, lo, cu in ((1, 1000, 4, -0.1, None), (1, 300, 3, -200.0, None),
                             (1, 700, 2, -1.0, [0, 130, 130, 700])):
         _, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
         cu_t = None if cu is None else torch.tensor(cu, device="cuda")
         state = work[5] if cu is None else None
         ours = ik.chunked(*work[:5], state, 64, cu_t, True)
-        got = kda_split_qk.chunked(*work[:5], state, 64, cu_t, True)
-        for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
+        moved = _w_u_makes_them(*work[:5], state, 64, cu_t, True)
+        for name, o, c in zip(("output", "final state", "boundary states"), ours, moved):
             assert torch.equal(o, c), (name, B, T, H, lo)
