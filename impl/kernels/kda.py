@@ -374,8 +374,11 @@ def _sub_inverse(a, o_r, BC: tl.constexpr, PRECISION: tl.constexpr):
     take two cross-row reductions per row."""
     b_X = tl.where(o_r[:, None] == o_r[None, :], 1., 0.)
     for i_l in tl.static_range(BC.bit_length() - 1):
-        mask_l = ((o_r[:, None] >> (i_l + 1)) == (o_r[None, :] >> (i_l + 1))) & \
-            (((o_r[:, None] >> i_l) & 1) == 1) & (((o_r[None, :] >> i_l) & 1) == 0)
+        # L_S: row r and column c in one 2S-block, r in its lower half and c in its upper half, i.e.
+        # r >> i_l == (c >> i_l) + 1 with c >> i_l even (fewer operations than comparing the three bits apart:
+        # the interpreter's time is its operation count)
+        v = o_r >> i_l
+        mask_l = (v[:, None] == v[None, :] + 1) & ((v & 1) == 0)[None, :]
         b_X = b_X - tl.dot(b_X, tl.dot(tl.where(mask_l, a, 0.), b_X, input_precision=PRECISION),
                            input_precision=PRECISION)
     return b_X
@@ -641,18 +644,6 @@ def kda_intra_wu_fwd_kernel(
 
 
 @triton.jit
-def _first_row(p, i_s: tl.constexpr, o_k, mask_k, n_valid, RS: tl.constexpr, BC: tl.constexpr):
-    """Row i_s BC of a chunk's tile (p at the chunk's first row, RS the row stride) in float32 (0 past the end)."""
-    return tl.load(p + (i_s * BC) * RS + o_k, mask=mask_k & (i_s * BC + o_k * 0 < n_valid), other=0.).to(tl.float32)
-
-
-@triton.jit
-def _row_factor(G, ref, i_s: tl.constexpr, o_r, n_valid, BC: tl.constexpr):
-    """e^(Γ - ref) on block i_s's rows, 0 on rows past the chunk's end (their Γ is not a decay)."""
-    return tl.exp(tl.where(((i_s * BC + o_r) < n_valid)[:, None], G - ref[None, :], float("-inf")))
-
-
-@triton.jit
 def kda_intra_diag_fwd_kernel(
     q, k, gc, beta,
     aqk, x, flags,
@@ -685,7 +676,7 @@ def kda_intra_diag_fwd_kernel(
         o_r = tl.arange(0, BC)
         mask_r = o_r < n_valid
         s_row = t0 * H + i_h
-        o_rk = o_r[:, None] * (H * K)
+        o_rk = s_row * K + o_r[:, None] * (H * K)
         b_beta = tl.load(beta + s_row + o_r * H, mask=mask_r, other=0.).to(tl.float32)
         n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
         n_nan_g = n_nan_beta * 0
@@ -695,9 +686,10 @@ def kda_intra_diag_fwd_kernel(
             o_k = i_k * BK + tl.arange(0, BK)
             mask_k = o_k < K
             mask_rk = mask_r[:, None] & mask_k[None, :]
-            b_k = tl.load(k + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
-            b_q = tl.load(q + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
-            b_g = tl.load(gc + s_row * K + o_rk + o_k[None, :], mask=mask_rk, other=0.).to(tl.float32)
+            o_st = o_rk + o_k[None, :]
+            b_k = tl.load(k + o_st, mask=mask_rk, other=0.).to(tl.float32)
+            b_q = tl.load(q + o_st, mask=mask_rk, other=0.).to(tl.float32)
+            b_g = tl.load(gc + o_st, mask=mask_rk, other=0.).to(tl.float32)
             # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
             n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
             # rows past the end sit far below every real Γ (finite: -inf - -inf would be NaN in the pairs),
@@ -717,7 +709,6 @@ def kda_intra_diag_fwd_kernel(
                 s_last = (tl.minimum(bos + i_t * BT + BT, eos) - 1) * H + i_h
                 b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
                 b_eg = tl.exp(b_g)
-                o_st = s_row * K + o_rk + o_k[None, :]
                 tl.store(qg + o_st, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_rk)
                 b_kl = b_k * tl.exp(tl.where(mask_r[:, None], b_gl[None, :] - b_g, float("-inf")))
                 tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
@@ -745,6 +736,21 @@ def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.co
 
 
 @triton.jit
+def _row_block(i_s: tl.constexpr, o_r, n_valid, RS: tl.constexpr, BC: tl.constexpr):
+    """Block i_s's row offsets [BC, 1] (stride RS) and row mask [BC, 1] (rows before the chunk's end): made once
+    a program, so each load of the block's tiles costs the interpreter (whose time is its operation count)
+    two adds and an and, not the whole index arithmetic again; a GPU compile hoists them either way."""
+    rows = i_s * BC + o_r
+    return (rows * RS)[:, None], (rows < n_valid)[:, None]
+
+
+@triton.jit
+def _tile_at(p, rows, rmask, cols, cmask):
+    """A [BC, BK] tile at p + rows + cols (both broadcast), masked by rmask & cmask, in float32."""
+    return tl.load(p + rows + cols, mask=rmask & cmask, other=0.).to(tl.float32)
+
+
+@triton.jit
 def kda_intra_offdiag_fwd_kernel(
     q, k, gc, beta,
     aqk, x,
@@ -767,6 +773,14 @@ def kda_intra_offdiag_fwd_kernel(
     HK: tl.constexpr = H * K
     HT: tl.constexpr = H * BT
     p_k, p_q, p_g = k + s_row * K, q + s_row * K, gc + s_row * K
+    rk0, m0 = _row_block(0, o_r, n_valid, HK, BC)
+    rk1, m1 = _row_block(1, o_r, n_valid, HK, BC)
+    rk2, m2 = _row_block(2, o_r, n_valid, HK, BC)
+    rk3, m3 = _row_block(3, o_r, n_valid, HK, BC)
+    # a row block with no row before the end: its reference is no row's Γ, and every factor it enters is 0
+    v1, v2, v3 = BC < n_valid, 2 * BC < n_valid, 3 * BC < n_valid
+    z_k = tl.arange(0, BK) * 0
+    f1, f2, f3 = z_k + BC < n_valid, z_k + 2 * BC < n_valid, z_k + 3 * BC < n_valid
     zero = tl.zeros([BC, BC], dtype=tl.float32)
     a10, s10 = zero, zero
     a20, s20, a21, s21 = zero, zero, zero, zero
@@ -774,53 +788,58 @@ def kda_intra_offdiag_fwd_kernel(
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         mask_k = o_k < K
+        cols, cmask = o_k[None, :], mask_k[None, :]
         # each row block's tiles are loaded where first used: fewer tiles live at once
-        k0 = _rows(p_k, 0, o_r, o_k, mask_k, n_valid, HK, BC)
-        G0 = _rows(p_g, 0, o_r, o_k, mask_k, n_valid, HK, BC)
-        k1 = _rows(p_k, 1, o_r, o_k, mask_k, n_valid, HK, BC)
-        G1 = _rows(p_g, 1, o_r, o_k, mask_k, n_valid, HK, BC)
-        q1 = _rows(p_q, 1, o_r, o_k, mask_k, n_valid, HK, BC)
-        r1 = _first_row(p_g, 1, o_k, mask_k, n_valid, HK, BC)
-        e1 = _row_factor(G1, r1, 1, o_r, n_valid, BC)
-        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, BC < n_valid, a10, s10, PRECISION)
-        k2 = _rows(p_k, 2, o_r, o_k, mask_k, n_valid, HK, BC)
-        G2 = _rows(p_g, 2, o_r, o_k, mask_k, n_valid, HK, BC)
-        q2 = _rows(p_q, 2, o_r, o_k, mask_k, n_valid, HK, BC)
-        r2 = _first_row(p_g, 2, o_k, mask_k, n_valid, HK, BC)
-        e2 = _row_factor(G2, r2, 2, o_r, n_valid, BC)
-        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, 2 * BC < n_valid, a20, s20, PRECISION)
-        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, 2 * BC < n_valid, a21, s21, PRECISION)
-        k3 = _rows(p_k, 3, o_r, o_k, mask_k, n_valid, HK, BC)
-        G3 = _rows(p_g, 3, o_r, o_k, mask_k, n_valid, HK, BC)
-        q3 = _rows(p_q, 3, o_r, o_k, mask_k, n_valid, HK, BC)
-        r3 = _first_row(p_g, 3, o_k, mask_k, n_valid, HK, BC)
-        e3 = _row_factor(G3, r3, 3, o_r, n_valid, BC)
-        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, 3 * BC < n_valid, a30, s30, PRECISION)
-        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, 3 * BC < n_valid, a31, s31, PRECISION)
-        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, 3 * BC < n_valid, a32, s32, PRECISION)
+        k0 = _tile_at(p_k, rk0, m0, cols, cmask)
+        G0 = _tile_at(p_g, rk0, m0, cols, cmask)
+        k1 = _tile_at(p_k, rk1, m1, cols, cmask)
+        G1 = _tile_at(p_g, rk1, m1, cols, cmask)
+        q1 = _tile_at(p_q, rk1, m1, cols, cmask)
+        r1 = tl.load(p_g + BC * HK + o_k, mask=mask_k & f1, other=0.).to(tl.float32)
+        e1 = tl.exp(tl.where(m1, G1 - r1[None, :], float("-inf")))
+        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, v1, a10, s10, PRECISION)
+        k2 = _tile_at(p_k, rk2, m2, cols, cmask)
+        G2 = _tile_at(p_g, rk2, m2, cols, cmask)
+        q2 = _tile_at(p_q, rk2, m2, cols, cmask)
+        r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
+        e2 = tl.exp(tl.where(m2, G2 - r2[None, :], float("-inf")))
+        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, v2, a20, s20, PRECISION)
+        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, v2, a21, s21, PRECISION)
+        k3 = _tile_at(p_k, rk3, m3, cols, cmask)
+        G3 = _tile_at(p_g, rk3, m3, cols, cmask)
+        q3 = _tile_at(p_q, rk3, m3, cols, cmask)
+        r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
+        e3 = tl.exp(tl.where(m3, G3 - r3[None, :], float("-inf")))
+        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, v3, a30, s30, PRECISION)
+        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, v3, a31, s31, PRECISION)
+        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, v3, a32, s32, PRECISION)
     p_a, p_x = aqk + s_row * BT, x + s_row * BT
-    o_c = tl.arange(0, BC)
-    all_c = o_c < BC
-    _store_rows(p_a, 0, zero, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 0, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 0, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 1, s10, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 1, zero, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 1, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 2, s20, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 2, s21, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 2, zero, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 3, s30, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 3, s31, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_a, 3, s32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    o_c = tl.arange(0, BC)[None, :]
+    o_t = tl.arange(0, BT)[None, :]
+    rt0, _ = _row_block(0, o_r, n_valid, HT, BC)
+    rt1, _ = _row_block(1, o_r, n_valid, HT, BC)
+    rt2, _ = _row_block(2, o_r, n_valid, HT, BC)
+    rt3, _ = _row_block(3, o_r, n_valid, HT, BC)
+    # the qk blocks below the diagonal, and zeros right of it (the state pass reads whole [BT, BT] rows)
+    tl.store(p_a + rt0 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty), mask=m0 & (o_t >= BC))
+    tl.store(p_a + rt1 + o_c, s10.to(aqk.dtype.element_ty), mask=m1)
+    tl.store(p_a + rt1 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
+             mask=m1 & (o_t >= 2 * BC))
+    tl.store(p_a + rt2 + o_c, s20.to(aqk.dtype.element_ty), mask=m2)
+    tl.store(p_a + rt2 + BC + o_c, s21.to(aqk.dtype.element_ty), mask=m2)
+    tl.store(p_a + rt2 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
+             mask=m2 & (o_t >= 3 * BC))
+    tl.store(p_a + rt3 + o_c, s30.to(aqk.dtype.element_ty), mask=m3)
+    tl.store(p_a + rt3 + BC + o_c, s31.to(aqk.dtype.element_ty), mask=m3)
+    tl.store(p_a + rt3 + 2 * BC + o_c, s32.to(aqk.dtype.element_ty), mask=m3)
 
     b1 = _beta_rows(beta + s_row, 1, o_r, n_valid, H, BC)
     b2 = _beta_rows(beta + s_row, 2, o_r, n_valid, H, BC)
     b3 = _beta_rows(beta + s_row, 3, o_r, n_valid, H, BC)
-    x00 = _rows(p_x, 0, o_r, o_c, all_c, n_valid, HT, BC)
-    x11 = _rows(p_x, 1, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    x22 = _rows(p_x, 2, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
-    x33 = _rows(p_x, 3, o_r, 3 * BC + o_c, all_c, n_valid, HT, BC)
+    x00 = tl.load(p_x + rt0 + o_c, mask=m0, other=0.)
+    x11 = tl.load(p_x + rt1 + BC + o_c, mask=m1, other=0.)
+    x22 = tl.load(p_x + rt2 + 2 * BC + o_c, mask=m2, other=0.)
+    x33 = tl.load(p_x + rt3 + 3 * BC + o_c, mask=m3, other=0.)
     a10 = a10 * b1[:, None]
     a20, a21 = a20 * b2[:, None], a21 * b2[:, None]
     a30, a31, a32 = a30 * b3[:, None], a31 * b3[:, None], a32 * b3[:, None]
@@ -834,12 +853,12 @@ def kda_intra_offdiag_fwd_kernel(
     x30 = -tl.dot(x33, tl.dot(a32, x20, tl.dot(a31, x10, tl.dot(a30, x00, input_precision=PRECISION),
                                                  input_precision=PRECISION), input_precision=PRECISION),
                   input_precision=PRECISION)
-    _store_rows(p_x, 1, x10, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_x, 2, x20, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_x, 2, x21, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_x, 3, x30, o_r, o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_x, 3, x31, o_r, BC + o_c, all_c, n_valid, HT, BC)
-    _store_rows(p_x, 3, x32, o_r, 2 * BC + o_c, all_c, n_valid, HT, BC)
+    tl.store(p_x + rt1 + o_c, x10, mask=m1)
+    tl.store(p_x + rt2 + o_c, x20, mask=m2)
+    tl.store(p_x + rt2 + BC + o_c, x21, mask=m2)
+    tl.store(p_x + rt3 + o_c, x30, mask=m3)
+    tl.store(p_x + rt3 + BC + o_c, x31, mask=m3)
+    tl.store(p_x + rt3 + 2 * BC + o_c, x32, mask=m3)
 
 
 @triton.jit
