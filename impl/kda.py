@@ -283,6 +283,17 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             PAIRS=pairs, num_warps=intra_warps or 4, **cap,
         )
 
+    def gamma():
+        """Γ, the chunk-local cumsum of g (of gate(f + dt_bias) with a gate), float32, by its own kernel."""
+        gc = torch.empty(g.shape, device=device, dtype=torch.float32)
+        kda_chunk_cumsum_fwd_kernel[intra_grid](
+            g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
+            chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
+            GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
+            num_warps=4,
+        )
+        return gc
+
     if NC_total and intra == "blocked":
         # X = (I + A)^-1's lower blocks in float32, rows as aqk's (the upper blocks are never read)
         x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
@@ -299,13 +310,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         )
     elif NC_total and intra == "split":
         tiles = split or SplitTiles()
-        gc = torch.empty(g.shape, device=device, dtype=torch.float32)
-        kda_chunk_cumsum_fwd_kernel[intra_grid](
-            g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
-            chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
-            GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
-            num_warps=4,
-        )
+        gc = gamma()
         # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
         x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
         NC = BT // SUB_CHUNK
@@ -332,14 +337,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         )
     elif NC_total:
         if g_cumsum:
-            gc = torch.empty(g.shape, device=device, dtype=torch.float32)
-            kda_chunk_cumsum_fwd_kernel[intra_grid](
-                g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
-                chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
-                GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
-                num_warps=4,
-            )
-            g = gc
+            g = gamma()
         run_intra(False)
 
     o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
