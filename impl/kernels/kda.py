@@ -3,13 +3,18 @@
 Letters: B batch, T tokens, N sequences, H heads, K key dim, V value dim, C conv channels, W conv width,
 BT chunk (64), BC sub-chunk (16), NC = BT // BC, BK/BV tiles, NSEG segments of a sequence's chunks.
 
-Chunked prefill is three launches (four with segments):
-  intra   per (chunk, head): Γ, the kk and qk matrices, (I + A)^-1, W, U, q⊙e^Γ, k⊙e^(Γ_last-Γ), e^Γ_last
-  state   per (head, V-block, sequence segment): the chunk recurrence, emitting outputs and boundary states
-  combine per (head, V-block, sequence): M_s = P_s M_(s-1) + B_s across segments (two-level scan)
-Strong decays (the softplus gate: a 16-row block falling past SPAN_MAX) flag the intra launch; the wrapper
-then runs intra again compiled with PAIRS, which adds the products the factorisation left out, and the
-state pass after it.
+Chunked prefill (ours since issue 14 step 26: impl.kda.INTRA = "split") is five launches (six with segments):
+  Γ        per (chunk, head): the chunk-local cumsum of g (kda_chunk_cumsum_fwd_kernel)
+  diagonal per (chunk, 16-row block, head): the block's kk and qk products through its first row, the
+           strong-decay pairs (_intra_pairs) in the same program, (I + β A_ii)^-1, q⊙e^Γ, k⊙e^(Γ_last-Γ), β k⊙e^Γ
+  off-diag per (chunk, head): the blocks below the diagonal through their row block's first row, X's merge
+  W / U    per (chunk, head): W = X (β k⊙e^Γ), U = X (β v), e^Γ_last
+  state    per (head, V-block, sequence segment): the chunk recurrence, emitting outputs and boundary states
+  combine  per (head, V-block, sequence): M_s = P_s M_(s-1) + B_s across segments (two-level scan)
+The whole-chunk intra kernel (kda_intra_chunked_fwd_kernel, intra="columns", ours before step 26) does the
+first four in one program per (chunk, head). Strong decays (the softplus gate: a 16-row block falling past
+SPAN_MAX) flag its launch; the wrapper then runs it again compiled with PAIRS, which adds the products the
+factorisation left out, and the state pass after it.
 """
 import triton
 import triton.language as tl
