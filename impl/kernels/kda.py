@@ -649,6 +649,26 @@ def kda_intra_wu_fwd_kernel(
 
 
 @triton.jit
+def _gated_qk(b_q, b_k, b_g, b_gl, b_beta, rows):
+    """(q e^Γ, k e^(Γ_last - Γ), β k e^Γ) of a tile's rows, float32; `rows` [R, 1] masks the rows past the
+    chunk's end out of e^(Γ_last - Γ) (their Γ is not a decay, and the factor could overflow against their zero
+    k). The diagonal kernel (MAKE_QK) and the W / U kernel both make them here: the same bits either way."""
+    b_eg = tl.exp(b_g)
+    b_kl = b_k * tl.exp(tl.where(rows, b_gl[None, :] - b_g, float("-inf")))
+    return b_q * b_eg, b_kl, b_k * (b_beta[:, None] * b_eg)
+
+
+@triton.jit
+def _x_dot(b_X, b, LOW_DOTS: tl.constexpr, PRECISION: tl.constexpr):
+    """X b for W / U: on b rounded to X's dtype (bf16 tensor-core dots, float32 sums) with LOW_DOTS, else on
+    float32 operands at PRECISION."""
+    if LOW_DOTS:
+        return tl.dot(b_X, b.to(b_X.dtype))
+    else:
+        return tl.dot(b_X, b, input_precision=PRECISION)
+
+
+@triton.jit
 def kda_intra_diag_fwd_kernel(
     q, k, gc, beta,
     aqk, x, flags,
@@ -682,6 +702,8 @@ def kda_intra_diag_fwd_kernel(
         mask_r = o_r < n_valid
         s_row = t0 * H + i_h
         o_rk = s_row * K + o_r[:, None] * (H * K)
+        # Γ_last: the chunk's last row before its end (MAKE_QK)
+        s_last = (tl.minimum(bos + i_t * BT + BT, eos) - 1) * H + i_h
         b_beta = tl.load(beta + s_row + o_r * H, mask=mask_r, other=0.).to(tl.float32)
         n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
         n_nan_g = n_nan_beta * 0
@@ -710,14 +732,11 @@ def kda_intra_diag_fwd_kernel(
             if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
                 b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
             if MAKE_QK:
-                # Γ_last: the chunk's last row before its end
-                s_last = (tl.minimum(bos + i_t * BT + BT, eos) - 1) * H + i_h
                 b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-                b_eg = tl.exp(b_g)
-                tl.store(qg + o_st, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_rk)
-                b_kl = b_k * tl.exp(tl.where(mask_r[:, None], b_gl[None, :] - b_g, float("-inf")))
+                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])
+                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
                 tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
-                tl.store(kb + o_st, (b_k * (b_beta[:, None] * b_eg)).to(kb.dtype.element_ty), mask=mask_rk)
+                tl.store(kb + o_st, b_kb.to(kb.dtype.element_ty), mask=mask_rk)
         o_a = s_row * BT + o_r[:, None] * (H * BT) + (i_s * BC + o_r)[None, :]
         tl.store(aqk + o_a, tl.where(o_r[:, None] >= o_r[None, :], b_Aqk, 0.).to(aqk.dtype.element_ty),
                  mask=mask_r[:, None])
@@ -733,7 +752,7 @@ def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.co
     """Adds row block i against column block j < i of the kk and qk products over one K tile, through row
     block i's FIRST row: e^(Γ_r - ref_i) <= 1 on its rows and e^(ref_i - Γ_c) <= 1 on the earlier ones, so
     neither factor can overflow for any gate (a product lost to underflow is below e^-87 of |k|^2).
-    valid_i: block i has a row before the chunk's end (else ref_i is no row's Γ and the factors are 0)."""
+    valid_i [1, BK]: block i has a row before the chunk's end (else ref_i is no row's Γ and the factors are 0)."""
     kc_t = tl.trans(k_j * tl.exp(tl.where(valid_i, ref_i[None, :] - G_j, float("-inf"))))
     a = tl.dot(k_i * er_i, kc_t, a, input_precision=PRECISION)
     aq = tl.dot(q_i * er_i, kc_t, aq, input_precision=PRECISION)
@@ -783,7 +802,6 @@ def kda_intra_offdiag_fwd_kernel(
     rk2, m2 = _row_block(2, o_r, n_valid, HK, BC)
     rk3, m3 = _row_block(3, o_r, n_valid, HK, BC)
     # a row block with no row before the end: its reference is no row's Γ, and every factor it enters is 0
-    v1, v2, v3 = BC < n_valid, 2 * BC < n_valid, 3 * BC < n_valid
     z_k = tl.arange(0, BK) * 0
     f1, f2, f3 = z_k + BC < n_valid, z_k + 2 * BC < n_valid, z_k + 3 * BC < n_valid
     zero = tl.zeros([BC, BC], dtype=tl.float32)
@@ -802,22 +820,22 @@ def kda_intra_offdiag_fwd_kernel(
         q1 = _tile_at(p_q, rk1, m1, cols, cmask)
         r1 = tl.load(p_g + BC * HK + o_k, mask=mask_k & f1, other=0.).to(tl.float32)
         e1 = tl.exp(tl.where(m1, G1 - r1[None, :], float("-inf")))
-        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, v1, a10, s10, PRECISION)
+        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, f1[None, :], a10, s10, PRECISION)
         k2 = _tile_at(p_k, rk2, m2, cols, cmask)
         G2 = _tile_at(p_g, rk2, m2, cols, cmask)
         q2 = _tile_at(p_q, rk2, m2, cols, cmask)
         r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
         e2 = tl.exp(tl.where(m2, G2 - r2[None, :], float("-inf")))
-        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, v2, a20, s20, PRECISION)
-        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, v2, a21, s21, PRECISION)
+        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, f2[None, :], a20, s20, PRECISION)
+        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, f2[None, :], a21, s21, PRECISION)
         k3 = _tile_at(p_k, rk3, m3, cols, cmask)
         G3 = _tile_at(p_g, rk3, m3, cols, cmask)
         q3 = _tile_at(p_q, rk3, m3, cols, cmask)
         r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
         e3 = tl.exp(tl.where(m3, G3 - r3[None, :], float("-inf")))
-        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, v3, a30, s30, PRECISION)
-        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, v3, a31, s31, PRECISION)
-        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, v3, a32, s32, PRECISION)
+        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, f3[None, :], a30, s30, PRECISION)
+        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, f3[None, :], a31, s31, PRECISION)
+        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, f3[None, :], a32, s32, PRECISION)
     p_a, p_x = aqk + s_row * BT, x + s_row * BT
     o_c = tl.arange(0, BC)[None, :]
     o_t = tl.arange(0, BT)[None, :]
@@ -900,10 +918,7 @@ def kda_intra_wu_split_fwd_kernel(
         mask_tv = mask_t[:, None] & (o_v < V)[None, :]
         o_tv = o_t[:, None] * (H * V) + o_v[None, :]
         b_vb = tl.load(v + s_row * V + o_tv, mask=mask_tv, other=0.).to(tl.float32) * b_beta[:, None]
-        if LOW_DOTS:
-            b_u = tl.dot(b_X, b_vb.to(b_X.dtype))
-        else:
-            b_u = tl.dot(b_X, b_vb, input_precision=PRECISION)
+        b_u = _x_dot(b_X, b_vb, LOW_DOTS, PRECISION)
         tl.store(u + s_row * V + o_tv, b_u.to(u.dtype.element_ty), mask=mask_tv)
     last = tl.minimum(n_valid, BT) - 1
     for i_k in range(tl.cdiv(K, BK)):
@@ -911,32 +926,19 @@ def kda_intra_wu_split_fwd_kernel(
         mask_k = o_k < K
         mask_tk = mask_t[:, None] & mask_k[None, :]
         o_tk = o_tr + o_k[None, :]
+        b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
         if FROM_KB:
             b_kb = tl.load(kb + s_row * K + o_tk, mask=mask_tk, other=0.)
-            if LOW_DOTS:
-                b_w = tl.dot(b_X, b_kb)
-            else:
-                b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
-            tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
-            b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-            tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
         else:
             b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
             b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
             b_g = tl.load(gc + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-            b_eg = tl.exp(b_g)
-            tl.store(qg + s_row * K + o_tk, (b_q * b_eg).to(qg.dtype.element_ty), mask=mask_tk)
-            # rows past the end: Γ 0 there, and e^(Γ_last - 0) may overflow against their zero k
-            b_kl = b_k * tl.exp(tl.where(mask_t[:, None], b_gl[None, :] - b_g, float("-inf")))
+            b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_t[:, None])
+            tl.store(qg + s_row * K + o_tk, b_qe.to(qg.dtype.element_ty), mask=mask_tk)
             tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
-            b_kb = b_k * (b_beta[:, None] * b_eg)
-            if LOW_DOTS:
-                b_w = tl.dot(b_X, b_kb.to(b_X.dtype))
-            else:
-                b_w = tl.dot(b_X, b_kb, input_precision=PRECISION)
-            tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
-            tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+        b_w = _x_dot(b_X, b_kb, LOW_DOTS, PRECISION)
+        tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
+        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
 
 
 @triton.jit
