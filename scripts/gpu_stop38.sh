@@ -13,14 +13,14 @@
 #   OUT=/tmp/out PARTS="tests bench" bash scripts/gpu_stop38.sh;  OUT=/tmp/out PARTS=gate SEEDS="0 1" bash ...
 #  matrix  ours' checks that reach `chunked` beyond the gate's list (ours runs the split pass since step 26):
 #          kda.checkpoint, model.causal and serving.state_machine, $EX_MATRIX examples at seed 0, side by side
-#   step 27: OUT=/tmp/out PARTS="tests bench matrix" VARIANTS=columns,split_qk,split_qk_o32 bash scripts/gpu_stop38.sh
+#   step 27: OUT=/tmp/out PARTS="tests bench matrix" VARIANTS=columns,split,split_qk bash scripts/gpu_stop38.sh
 set -u
 NAME=${NAME:-stop38}
 PARTS=${PARTS:-tests bench}
 source "$(dirname "$0")/gpu_steps.sh"
 has tests && step tests "${T_TESTS:-150}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_intra_split.py
 has bench && step bench "${T_BENCH:-400}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
-    --repeats 5 --variants "${VARIANTS:-split,split_tf32,split_d128w4,split_o32w2,split_wu8}" \
+    --repeats 5 --variants "${VARIANTS:-split,split_tf32,split_d128w4,split_o32,split_wu8}" \
     --breakdown "${BREAKDOWN:-10}" --json "$L/bench.json"
 if has matrix; then
   for c in kda.checkpoint model.causal serving.state_machine; do

@@ -49,15 +49,15 @@ VARIANTS = {"ours": {},
             "split_tf32": dict(intra="split", split=dict(low_dots=False)),
             "split_d128w4": dict(intra="split", split=dict(diag_bk=128, diag_warps=4)),
             "split_d64w2": dict(intra="split", split=dict(diag_bk=64, diag_warps=2)),
-            "split_o32w2": dict(intra="split", split=dict(off_bk=32, off_warps=2)),
             "split_o32w4": dict(intra="split", split=dict(off_bk=32, off_warps=4)),
             "split_wu8": dict(intra="split", split=dict(wu_warps=8)),
             "split_wu2": dict(intra="split", split=dict(wu_warps=2)),
+            "split_d64w4": dict(intra="split", split=dict(diag_bk=64, diag_warps=4)),
             # step 27 (ours since): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the diagonal kernel, and the
-            # off-diagonal K tile of 32; each undone alone
+            # off-diagonal K tile of 32; each undone alone (in stop 38's logs split_o32 was named split_o32w2,
+            # and ours' tiles split_qk_o32)
             "split_qk": dict(intra="split", split=dict(diag_qk=True, off_bk=16)),
-            "split_o32": dict(intra="split", split=dict(diag_qk=False, off_bk=32)),
-            "split_qk_d64": dict(intra="split", split=dict(diag_bk=64, diag_warps=4))}
+            "split_o32": dict(intra="split", split=dict(diag_qk=False, off_bk=32))}
 
 
 class _WithoutPairs:
