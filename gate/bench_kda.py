@@ -6,7 +6,8 @@ time and exits non-zero.
 
   (a) prefill: impl.kda.chunked (boundary_states=False) vs fla chunk_kda, bf16, B = 1; fla timed twice:
       its general path and its bounded-gate path (safe_gate=True, lower_bound=-5: the checkpoint's gate,
-      whose intra-chunk products run on tensor cores)
+      whose intra-chunk products run on tensor cores); ours also as chunked_ex, the same launches without
+      chunked's host read of its NaN flags (fla reads nothing back)
   (a') --from-gate: the same prefill from the gate's input f (bf16, as its projection gives it): ours'
       sublayer path (f + dt_bias and the gate in torch, then chunked), issue 14 step 24's candidate
       (impl.candidates.kda_gate_fused: the gate made inside the Γ kernel) and fla with the gate in its
@@ -208,11 +209,14 @@ def main(argv=None) -> int:
                 return 1
             check_s = time.time() - t0
             ms = do_bench(lambda: impl_kda.chunked(q, k, v, g, beta, None, 64, None, boundary_states=False))
+            # the same launches without the host read of the NaN flags (issue 14 step 28): the same bits
+            # (kda.device_report), so the oracle check above stands for it
+            ex_ms = do_bench(lambda: impl_kda.chunked_ex(q, k, v, g, beta, None, 64, None, False))
             # bytes the design must move: q, k, v, g, beta in; o out; its own intermediates counted apart
             io_bytes = (q.numel() * 2) * 3 + g.numel() * 4 + beta.numel() * 4 + v.numel() * 2 + H * K * V * 4
             row = {"H": H, "T": T, "ours_ms": ms, "tokens_per_s": T / (ms * 1e-3), "err_output": err_o,
                    "err_state": err_m, "io_bytes": io_bytes, "io_bytes_per_s": io_bytes / (ms * 1e-3),
-                   "check_heads": heads, "check_s": check_s}
+                   "check_heads": heads, "check_s": check_s, "ours_ex_ms": ex_ms}
             fla_ms = None
             if fla is not None:
                 chunk_kda = fla[0]
@@ -237,6 +241,10 @@ def main(argv=None) -> int:
                 row["speedup_vs_fla_safe"] = row["fla_safe_ms"] / ms
                 print(f"  fla safe-gate path {row['fla_safe_ms']:.3f} ms: ours {row['speedup_vs_fla_safe']:.2f}x it "
                       f"(rel-L2 to ours {row['fla_safe_vs_ours_rel_l2']:.2e})")
+                row["ex_speedup"], row["ex_speedup_vs_fla_safe"] = fla_ms / ex_ms, row["fla_safe_ms"] / ex_ms
+            print(f"  ours chunked_ex (no host read) {ex_ms:.3f} ms, chunked {ms:.3f} ms"
+                  + (f": {row['ex_speedup']:.2f}x fla, {row['ex_speedup_vs_fla_safe']:.2f}x its safe-gate path"
+                     if fla_ms else ""))
             if args.sweep and T == 16384:
                 row["sweep"] = []
                 # ours before step 26 (the whole-chunk kernel) and its tile options

@@ -52,6 +52,7 @@ COST_CUDA = {
     "serving.state_machine": 400, "kda.batch": 20, "dsa.batch": 2, "mla.batch": 3, "moe.batch": 16,
     "mhc.batch": 6, "nvfp4.batch": 17, "dsa.rerun": 1, "mla.rerun": 1, "moe.rerun": 10, "mhc.rerun": 1,
     "nvfp4.rerun": 2, "kda.graph_replay": 20, "mla.graph_replay": 20, "model.reference": 30,
+    "kda.device_report": 5,
 }
 # Process CPU seconds of one check in the interpreter under the `ci` profile (tests/test_matrix.py's draws)
 COST_CPU = {
@@ -61,7 +62,7 @@ COST_CPU = {
     "mla.absorbed_paged": 2.1, "mhc.coefficients": 5.5, "mhc.write_back": 6.5, "moe.route": 8.7,
     "moe.forward": 8.0, "nvfp4.quantize": 2, "nvfp4.dequantize": 2, "nvfp4.gate": 36.1, "model.paths": 57.6,
     "model.causal": 30.9, "serving.state_machine": 57.1, "kda.graph_replay": 5, "mla.graph_replay": 8,
-    "model.reference": 20,
+    "model.reference": 20, "kda.device_report": 10,
 }
 DEFAULT_COST = 10.0
 

@@ -135,7 +135,7 @@ class SplitTiles(NamedTuple):
     (K and V tiles of 64); low_dots: W and U as bf16 tensor-core dots (float32 sums) on a bf16 run, else
     float32 operands (tf32); diag_qk (issue 14 step 27): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the
     diagonal kernel (which holds q, k and Γ already), so W / U reads β k e^Γ instead of q, k and Γ."""
-    diag_bk: int = 32
+    diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
     off_warps: int = 2
@@ -157,6 +157,46 @@ def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_st
         or None when boundary_states is False.
     """
     return _chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+def chunked_ex(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+    """`chunked` without its host read (issue 14 step 28): the same launches and bits, and the NaN refusal
+    left on the device as `info` (torch.linalg.cholesky_ex's convention).
+
+    `chunked` reads its NaN flags back after the launches to raise (a sync: the next call's host work then
+    runs on an idle GPU, and a CUDA-graph capture cannot hold it). `chunked_ex` returns them instead: the
+    caller reads them where it syncs anyway, or passes them to `raise_on_nan`, which raises chunked's
+    ValueError. On dense rows (cu_seqlens None) it reads nothing back to the host; cu_seqlens are read once
+    to validate and index them, as in `chunked`. The outputs of a call with a NaN in g or beta are
+    undefined (NaN where it reached).
+
+    Returns:
+        o, state, boundary_states: as `chunked`;  info: int32 [2] on q's device, info[0] = 1 when g held a
+        NaN, info[1] = 1 when beta did, else 0.
+    """
+    return _chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, sync=False)
+
+
+def raise_on_nan(info, gated: bool = False) -> None:
+    """Reads `chunked_ex`'s info (a host sync) and raises the ValueError `chunked` would have raised: naming g
+    (f with `gated`: the log decays made from the gate's input) or beta; returns None when both are 0."""
+    if not isinstance(info, torch.Tensor) or tuple(info.shape) != (2,) or info.dtype != torch.int32:
+        raise ValueError(f"info: expected chunked_ex's int32 tensor of shape (2,), got "
+                         f"{tuple(info.shape) if isinstance(info, torch.Tensor) else type(info).__name__}"
+                         f"{' ' + str(info.dtype) if isinstance(info, torch.Tensor) else ''}")
+    nan_g, nan_beta = info.tolist()
+    _refuse_nan(nan_g, nan_beta, gated)
+
+
+def _refuse_nan(nan_g, nan_beta, gated: bool) -> None:
+    """The NaN policy's ValueError (NOTES.md): a NaN in g (f when the Γ kernel made g from the gate) or beta."""
+    if nan_g and gated:
+        raise ValueError("f: the log decays gate(f + dt_bias) contain NaN (expected finite gate inputs, "
+                         "A_log and dt_bias)")
+    if nan_g:
+        raise ValueError("g: contains NaN (expected finite log-decay values)")
+    if nan_beta:
+        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
 
 
 # The state pass cuts a long row into segments (a two-level scan) when few programs would run. On a GPU
@@ -191,7 +231,7 @@ def _state_config(device, H, NT, K, V):
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
              anchor=0, offset64=True, intra=None, intra_maxnreg=None, intra_stack=False, g_cumsum=False,
-             gate=None, split=None):
+             gate=None, split=None, sync=True):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
     intra: which intra-chunk pass makes W, U, q e^Γ, k e^(Γ_last - Γ) and the qk matrix. None is INTRA, ours:
@@ -210,12 +250,18 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     own (kda_intra_diag_fwd_kernel, with the strong-decay pairs inside), the off-diagonal blocks and X's
     merge (kda_intra_offdiag_fwd_kernel), then W, U, q e^Γ, k e^(Γ_last - Γ) (kda_intra_wu_split_fwd_kernel);
     split: its SplitTiles (None: the defaults).
+    sync (issue 14 step 28): True reads the NaN flags back and raises (`chunked`); False returns them as a
+    fourth result, info = flags[:2], without a host read (`chunked_ex`): the split pass only, the whole-chunk
+    and blocked passes read a strong-decay flag back to re-run their pairs.
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
     intra = INTRA if intra is None else intra
     if intra not in ("columns", "blocked", "split"):
         raise ValueError(f"intra: expected 'columns', 'blocked' or 'split', got {intra!r}")
+    if not sync and intra != "split":
+        raise ValueError(f"sync=False: only the split intra pass (ours) runs without a host read; intra={intra!r} "
+                         f"reads its strong-decay flag back to re-run its exact pairs")
     if split is not None and intra != "split":
         raise ValueError("split: the SplitTiles of intra='split' only")
     if split is not None and not isinstance(split, SplitTiles):
@@ -376,7 +422,10 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         )
 
     run_state()
-    # a host read of three ints: it syncs, but a pass over g would read all of g again
+    if not sync:
+        return o.to(out_dtype), final, (hb if boundary_states else None), flags[:2]
+    # a host read of three ints: it syncs (chunked_ex leaves them on the device), but a pass over g would
+    # read all of g again
     nan_g, nan_beta, strong = flags.tolist()
     if strong and not (nan_g or nan_beta):
         # some 16-row block's decays fell past the factorised products' range (the softplus gate's strong
@@ -384,13 +433,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         # on its results. Chunks without such entries come out bit for bit as the first time
         run_intra(True)
         run_state()
-    if nan_g and gate is not None:
-        raise ValueError("f: the log decays gate(f + dt_bias) contain NaN (expected finite gate inputs, "
-                         "A_log and dt_bias)")
-    if nan_g:
-        raise ValueError("g: contains NaN (expected finite log-decay values)")
-    if nan_beta:
-        raise ValueError("beta: contains NaN (expected finite values in [0, 1])")
+    _refuse_nan(nan_g, nan_beta, gate is not None)
     return o.to(out_dtype), final, (hb if boundary_states else None)
 
 

@@ -36,6 +36,9 @@ OPTIONAL_FUNCTIONS = {"dsa": ("index_paged",), "mla": ("absorbed_paged",)}
 # it, `index_pooled` selects over it; our MLA sublayer appends with ours and selects with the candidate's
 # `index` where it lacks them
 OPTIONAL_FUNCTIONS["dsa"] += ("pooled_rows", "index_pooled")
+# the prefill without a host read (issue 14 step 28, docs/candidates.md section 3): `chunked_ex` returns
+# chunked's NaN flags on the device instead of raising; judged by kda.device_report only
+OPTIONAL_FUNCTIONS["kda"] = OPTIONAL_FUNCTIONS.get("kda", ()) + ("chunked_ex",)
 # CUDA-graph decode steps (docs/candidates.md section 15, impl/graph.py): a step object captured once over
 # persistent buffers and replayed with each step's metadata copied in; optional like the paged functions
 GRAPH_STEPS = {"kda": ("decode_graph",), "mla": ("absorbed_graph",)}

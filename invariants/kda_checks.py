@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from impl.host_sync import format_syncs, record_host_syncs
 from invariants.check import BadCall, Check
 from invariants.compare import Comparison
 from invariants.labels import label
@@ -99,6 +100,15 @@ class PackedCase(NamedTuple):
     seed: int
 
 
+class DeviceReportCase(NamedTuple):
+    """The KDA core through `chunked_ex` (no host read) and `chunked`; `nan` ("g", "beta" or None) puts a
+    NaN into that input at flat position floor(at / 1000 * its size)."""
+
+    core: CoreCase
+    nan: Optional[str]
+    at: int
+
+
 class DecodeCase(NamedTuple):
     """`steps` consecutive one-token decode calls per sequence from a non-zero state."""
 
@@ -120,6 +130,12 @@ def core_cases(draw, base, *, max_len: int = 160, packed: Optional[bool] = None)
         docs, batch, length = None, draw(st.integers(1, 2)), draw(sequence_lengths(max_len=max_len))
     return CoreCase(g.heads, g.head_dim, batch, length, docs, draw(st.booleans()),
                     draw(families()), draw(SEEDS), g.lower_bound)
+
+
+@st.composite
+def device_report_cases(draw, base, *, max_len: int = 160) -> DeviceReportCase:
+    core = draw(core_cases(base, max_len=max_len))
+    return DeviceReportCase(core, draw(st.sampled_from((None, "g", "beta"))), draw(st.integers(0, 999)))
 
 
 @st.composite
@@ -495,6 +511,49 @@ def run_packed(case: PackedCase, cand: Target, base: Target):
             Comparison("packed", "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv)]
 
 
+def _refused(t: Target, x, state, cu):
+    """[g refused, beta refused] by t's `chunked` (its ValueError naming the input), as int32."""
+    try:
+        _core_call(t, "chunked", x, state, cu, chunk=64)
+    except ValueError as e:
+        return np.array([str(e).startswith("g:"), str(e).startswith("beta:")], dtype=np.int32)
+    return np.zeros(2, dtype=np.int32)
+
+
+def run_device_report(case: DeviceReportCase, cand: Target, base: Target):
+    """`chunked_ex` is `chunked` without its host read: the same bits on finite inputs; its info flags a NaN
+    in g or beta wherever it sits, as `chunked` refuses it; on dense rows it reads nothing back."""
+    c = case.core
+    _label(c.length, c.docs)
+    x, state, cu = core_inputs(c)
+    want = np.zeros(2, dtype=np.int32)
+    if case.nan is not None and x[case.nan].size:
+        label(f"NaN in {case.nan}")
+        a = x[case.nan].copy()
+        a.flat[case.at * a.size // 1000] = np.nan
+        x = {**x, case.nan: a}
+        want[("g", "beta").index(case.nan)] = 1
+    args = [cand.tensor(x[n]) for n in ("q", "k", "v")] + [cand.tensor(x["g"], f32=True), cand.tensor(x["beta"])]
+    st0 = cand.tensor(state, f32=True) if state is not None else None
+    cu_t = cand.index(cu) if cu is not None else None
+    with cand.poisoned(), record_host_syncs() as syncs:
+        oe, se, be, info = cand.impl.kda.chunked_ex(*args, st0, 64, cu_t, True)
+    res = [Comparison("chunked_ex", "nan_report", info, want, kind="exact", axes=("input",)),
+           Comparison("chunked", "nan_report", _refused(cand, x, state, cu), want, kind="exact", axes=("input",))]
+    if c.docs is None:
+        # cu_seqlens are read back to validate and index them (as chunked does): judged on dense rows only
+        res.append(Comparison("chunked_ex", "host_syncs", np.array([len(syncs)]), np.zeros(1, dtype=np.int64),
+                              kind="exact", where=format_syncs(syncs).replace("\n", "; "), axes=("count",)))
+    if not want.any():
+        oc, sc, bc = _core_call(cand, "chunked", x, state, cu, chunk=64)
+        rows = ("document",) if c.docs is not None else ("batch",)
+        res += [Comparison("chunked_ex", "output", oe, oc, kind="exact", axes=OUT_AXES),
+                Comparison("chunked_ex", "final_state", se, sc, kind="exact", axes=rows + STATE_AXES),
+                Comparison("chunked_ex", "boundary_states", be, bc, kind="exact",
+                           axes=("boundary",) + STATE_AXES if c.docs is not None else ("batch", "chunk") + STATE_AXES)]
+    return res
+
+
 # ----------------------------------------------------------------------------- the records
 
 G0 = KDAGeometry.from_geometry(TINY)
@@ -545,6 +604,15 @@ CHECKS = (
           examples=(PackedCase(G0, (65, 1, 0, 7), 0, "normal", 0),), cpu_examples=10),
     Check("kda.rerun", "kda", SublayerCase, lambda g: sublayer_cases(g, padded=False), run_rerun,
           "run-twice determinism of prefill and decode", cpu_examples=3),
+    Check("kda.device_report", "kda", DeviceReportCase, device_report_cases, run_device_report,
+          "chunked_ex (the prefill without a host read) is chunked bit for bit; its on-device NaN report "
+          "names a NaN in g or beta wherever it sits, as chunked refuses it; on dense rows it reads nothing "
+          "back to the host",
+          examples=(DeviceReportCase(CoreCase(2, 8, 2, 129, None, True, "normal", 0), None, 0),
+                    # the NaN in the last row of a partial chunk, and in a packed row's later document
+                    DeviceReportCase(CoreCase(2, 8, 1, 70, None, False, "normal", 1), "g", 999),
+                    DeviceReportCase(CoreCase(2, 8, 1, 140, (60, 0, 80), True, "gate_low", 2), "beta", 700)),
+          cpu_examples=6, optional=("kda.chunked_ex",)),
 )
 
 

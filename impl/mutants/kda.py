@@ -183,6 +183,7 @@ class TritonKDA:
 
     recurrent = staticmethod(ik.recurrent)
     chunked = staticmethod(ik.chunked)
+    chunked_ex = staticmethod(ik.chunked_ex)
     decode = staticmethod(ik.decode)
     sublayer = staticmethod(ik.sublayer)
     BATCH_INVARIANT = ik.BATCH_INVARIANT
@@ -337,6 +338,36 @@ class IntraSplitX30DropsATerm(TritonKDA):
         with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", "tl.dot(a31, x10, tl.dot(a30, x00",
                            "tl.dot(a31 * 0., x10, tl.dot(a30, x00"):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+# ---------------------------------------------------------------- the prefill without a host read (issue 14 step 28)
+@mutant("kda.device_report", "host_syncs", base="triton")
+class ChunkedExReadsInfoBack(TritonKDA):
+    """chunked_ex looks at its own NaN report before returning (`if info.any(): ...`): a host read each call, so the GPU idles while the next call's host work runs and a CUDA-graph capture breaks."""
+
+    def chunked_ex(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        o, final, hb, info = ik.chunked_ex(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+        if info.any():
+            o = o.clone()
+        return o, final, hb, info
+
+
+@mutant("kda.device_report", "nan_report", base="triton")
+class ChunkedExNanBetaUnreported(TritonKDA):
+    """The split intra pass's diagonal kernel never raises its beta flag in chunked_ex's launches: a NaN in beta runs through with a clean report."""
+
+    def chunked_ex(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.store(flags + 1, 1, mask=n_nan_beta > 0)",
+                           "tl.store(flags + 1, 1, mask=n_nan_beta < 0)"):
+            return ik.chunked_ex(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+@mutant("kda.device_report", "final_state", base="triton")
+class ChunkedExDropsState(TritonKDA):
+    """chunked_ex forwards everything to the kernels but the initial state: a prefill continuing a request starts from zero (its outputs and final state differ from chunked's)."""
+
+    def chunked_ex(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        return ik._chunked(q, k, v, g, beta, None, chunk, cu_seqlens, boundary_states, sync=False)
+
 
 def _gated_chunked_head0_bias(q, k, v, f, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True, *,
                               A_log, dt_bias=None, lower_bound=None):
