@@ -14,6 +14,7 @@
 #            the tiny config with KDA head dim 128 (the change is invisible below 64), in four processes
 #  landed29  ours with step 29 landed: GPU tests, scripts/kda_tile_bits.py, ours' KDA checks on head dim 128 with the
 #            bounded and the softplus gate, then kda.scale
+#  lean29    landed29 cut down: the split pass's GPU tests, the bits probe, the softplus gate at head dim 128
 #   OUT=/tmp/out PARTS="verdicts bench" bash scripts/gpu_stop39.sh
 #   OUT=/tmp/out NAME=stop39b PARTS="gate29 bench" VARIANTS=ours_ex,split_d64w2,split_d64_ex bash scripts/gpu_stop39.sh
 #   OUT=/tmp/out NAME=stop39c PARTS="landed29 bench" VARIANTS=ours_ex,split_d32,split_d128w2 bash scripts/gpu_stop39.sh
@@ -50,6 +51,18 @@ json.dump(c, open(p, 'w'))" && rm -f /tmp/k128/model.safetensors || exit 1
   done
   wait
 fi
+if has lean29; then
+  # landed29 cut to what a short device budget holds: the split pass's GPU tests, the tile-bits probe, and the
+  # softplus gate at head dim 128 (the one case step 29's gate did not judge) on kda.chunked and kda.causal
+  python3 -m gate.cli checkpoint make-tiny /tmp/sp128 > /dev/null && python3 -c "
+import json; p = '/tmp/sp128/config.json'; c = json.load(open(p)); t = c.get('text_config', c)
+t['linear_head_dim'] = 128; t['linear_lower_bound'] = None; json.dump(c, open(p, 'w'))" && rm -f /tmp/sp128/model.safetensors || exit 1
+  step tests29 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_intra_split.py tests/test_kda_device_report.py &
+  step bits29 100 python3 scripts/kda_tile_bits.py &
+  step m29_sp128 120 python3 -m gate.cli run --device cuda --examples "${EX:-12}" --no-failures --seed 3 --config /tmp/sp128 \
+      --check kda.chunked --check kda.causal &
+  wait
+fi
 if has landed29; then
   # ours with step 29 landed (the diagonal kernel on K tiles of 64): its GPU tests, the tile-bits probe, and ours'
   # KDA checks on the tiny config with head dim 128: bounded gate (seed 2) and softplus gate (seed 3, strong
@@ -76,14 +89,14 @@ json.dump(c, open(p, 'w'))" && rm -f /tmp/$kind/model.safetensors || exit 1
   step m29_scale 200 python3 -m gate.cli run --device cuda --check kda.scale --examples "${EX:-20}" --seed 0 --no-failures
 fi
 has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
-    --repeats 5 --variants "${VARIANTS:-ours_ex}" --breakdown "${BREAKDOWN:-0}" --json "$L/bench.json"
+    --repeats "${REPEATS:-5}" --variants "${VARIANTS:-ours_ex}" --breakdown "${BREAKDOWN:-0}" --json "$L/bench.json"
 has bench && step glmgate_bench "${T_BENCH:-300}" python3 -m gate.cli bench --mechanism kda -- --skip-decode \
     --shapes "${SHAPES:-64:16384,8:16384}" --json "$L/glmgate_bench.json"
 echo "=== summary"; cat "$L/summary.txt"
 has verdicts && { echo "=== tests"; tail -6 "$L/tests.log" | cut -c1-250;
   for f in "$L"/report_*.log "$L"/matrix_*.log; do echo "-- $f"; grep -E "checks:|│ kda|broke|FAIL" "$f" | cut -c1-200; done; }
 has gate29 && { echo "=== gate29"; for f in "$L"/gate29_*.log; do echo "-- $f"; grep -vE "example [0-9]+/" "$f" | tail -12 | cut -c1-200; done; }
-has landed29 && { echo "=== landed29"; tail -4 "$L/tests29.log" | cut -c1-250; cat "$L/bits29.log" | tail -6;
+{ has landed29 || has lean29; } && { echo "=== landed29"; tail -4 "$L/tests29.log" | cut -c1-250; cat "$L/bits29.log" | tail -6;
   for f in "$L"/m29_*.log; do echo "-- $f"; grep -E "checks:|│ (kda|model)|broke" "$f" | cut -c1-200; done; }
 has bench && { echo "=== bench"; grep -E "REFUSED|ms \[" "$L/bench.log" | cut -c1-170;
   grep -E "REFUSED|chunked_ex|safe-gate|^ *[0-9]+ +[0-9]+ " "$L/glmgate_bench.log" | cut -c1-170; }

@@ -135,17 +135,32 @@ def test_the_candidates_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours(n
 
 
 # ---------------------------------------------------------------- step 21: ours' kernel with the stacked kk / qk dot
+def _matmul_rows_invariant() -> bool:
+    """Whether this machine's NumPy matmul (the interpreter's tl.dot) gives a row the same bits whatever rows
+    sit beside it. It does not on every CPU: OpenBLAS picks its float32 kernel by CPU, and on an AMD EPYC
+    without AVX-512 a [128, 16] x [16, 64] product differs in the last bits from its two [64, 16] halves."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((128, 16), dtype=np.float32), rng.standard_normal((16, 64), dtype=np.float32)
+    return np.array_equal(a @ b, np.concatenate([a[:64] @ b, a[64:] @ b]))
+
+
 @pytest.mark.parametrize("B,T,H,K,V,lo", [(2, 150, 2, 32, 32, -0.05), (1, 130, 1, 40, 24, -0.5),
                                           (1, 7, 2, 16, 16, -0.05)])
 @pytest.mark.parametrize("inv_merge", [True, False])
 def test_the_stacked_kk_qk_dot_is_ours_bit_for_bit(B, T, H, K, V, lo, inv_merge):
     """The same products, rows and accumulation order as ours' two dots: the interpreter's float32 gives
-    the same bits (the GPU's verdict is its gate and the bf16 test below)."""
+    the same bits where its matmul is row-invariant (the GPU's verdict is its gate and the bf16 test below).
+    Elsewhere the stacked [2 BT, BK] product rounds its 16-term sums in another order than the two [BT, BK]
+    ones: then within float32's rounding of those sums (1e-6 relative), far below any wrong row's error."""
     _, work = _inputs(B, T, H, K, V, lo=lo, state=True)
     ours = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns", inv_merge=inv_merge)
     got = ik._chunked(*work[:5], work[5], 64, None, True, intra="columns", inv_merge=inv_merge, intra_stack=True)
+    bitwise = _matmul_rows_invariant()
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
-        assert torch.equal(o, c), name
+        if bitwise:
+            assert torch.equal(o, c), name
+        else:
+            assert _rel(_np(c), _np(o)) <= 1e-6, (name, _rel(_np(c), _np(o)))
 
 
 def test_the_stacked_candidate_matches_the_oracle_on_packed_documents():
