@@ -12,6 +12,9 @@ not ours: the contract is kda.chunked's and every path's (docs/optimization_log.
         --check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch \\
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
+Ours since step 29 landed (impl.kda.SplitTiles.diag_bk = 64): this candidate is ours now, kept so that the
+gate of record (scripts/gpu_stop39.sh PARTS=gate29) can be replayed against an older ours.
+
 On the CPU interpreter every tile is 16 (impl.kda.INTERPRETER_TILE), so this candidate is ours there: its
 verdict is the GPU's. Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
