@@ -200,13 +200,23 @@ def core_inputs(case: CoreCase):
     return x, state, cu
 
 
+def _core_args(t: Target, x, state, cu):
+    """q, k, v, g, beta, state, cu_seqlens on target t from float64 inputs (g and the state in float32)."""
+    args = [t.tensor(x[n]) for n in ("q", "k", "v")] + [t.tensor(x["g"], f32=True), t.tensor(x["beta"])]
+    return (*args, t.tensor(state, f32=True) if state is not None else None, t.index(cu) if cu is not None else None)
+
+
 def _core_call(t: Target, fn: str, x, state, cu, **kw):
     """The KDA core function `fn` on target t with float64 inputs (g and the state in float32)."""
-    args = [t.tensor(x[n]) for n in ("q", "k", "v")] + [t.tensor(x["g"], f32=True), t.tensor(x["beta"])]
-    st = t.tensor(state, f32=True) if state is not None else None
-    cu_t = t.index(cu) if cu is not None else None
+    *args, cu_t = _core_args(t, x, state, cu)
     with t.poisoned():
-        return getattr(t.impl.kda, fn)(*args, st, cu_seqlens=cu_t, **kw)
+        return getattr(t.impl.kda, fn)(*args, cu_seqlens=cu_t, **kw)
+
+
+def _boundary_axes(docs):
+    """The axes of `chunked`'s boundary states: per document-major boundary with packed documents, else
+    per (batch row, chunk)."""
+    return ("boundary",) + STATE_AXES if docs is not None else ("batch", "chunk") + STATE_AXES
 
 
 def run_recurrent(case: CoreCase, cand: Target, base: Target):
@@ -231,8 +241,7 @@ def run_chunked(case: CoreCase, cand: Target, base: Target):
     rows = ("document",) if case.docs is not None else ("batch",)
     return [Comparison("chunked", "output", oc, o, ob, held_reference=oh, axes=OUT_AXES),
             Comparison("chunked", "final_state", scand, s, sb, held_reference=shh, axes=rows + STATE_AXES),
-            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh,
-                       axes=("boundary",) + STATE_AXES if case.docs is not None else ("batch", "chunk") + STATE_AXES)]
+            Comparison("chunked", "boundary_states", bc, bnd, bb, held_reference=bh, axes=_boundary_axes(case.docs))]
 
 
 CAUSAL_INPUTS = ("g", "k", "v", "beta", "q", "all")
@@ -534,11 +543,10 @@ def run_device_report(case: DeviceReportCase, cand: Target, base: Target):
         a.flat[case.at * a.size // 1000] = np.nan
         x = {**x, case.nan: a}
         want[("g", "beta").index(case.nan)] = 1
-    args = [cand.tensor(x[n]) for n in ("q", "k", "v")] + [cand.tensor(x["g"], f32=True), cand.tensor(x["beta"])]
-    st0 = cand.tensor(state, f32=True) if state is not None else None
-    cu_t = cand.index(cu) if cu is not None else None
+    # the inputs made first: their host -> device copies are not chunked_ex's
+    args = _core_args(cand, x, state, cu)
     with cand.poisoned(), record_host_syncs() as syncs:
-        oe, se, be, info = cand.impl.kda.chunked_ex(*args, st0, 64, cu_t, True)
+        oe, se, be, info = cand.impl.kda.chunked_ex(*args[:6], 64, args[6], True)
     refused, checked = _refused(cand, x, state, cu)
     res = [Comparison("chunked_ex", "nan_report", info, want, kind="exact", axes=("input",)),
            Comparison("chunked", "nan_report", refused, want, kind="exact", axes=("input",))]
@@ -552,8 +560,7 @@ def run_device_report(case: DeviceReportCase, cand: Target, base: Target):
         rows = ("document",) if c.docs is not None else ("batch",)
         res += [Comparison("chunked_ex", "output", oe, oc, kind="exact", axes=OUT_AXES),
                 Comparison("chunked_ex", "final_state", se, sc, kind="exact", axes=rows + STATE_AXES),
-                Comparison("chunked_ex", "boundary_states", be, bc, kind="exact",
-                           axes=("boundary",) + STATE_AXES if c.docs is not None else ("batch", "chunk") + STATE_AXES)]
+                Comparison("chunked_ex", "boundary_states", be, bc, kind="exact", axes=_boundary_axes(c.docs))]
     return res
 
 
