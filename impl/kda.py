@@ -134,7 +134,10 @@ class SplitTiles(NamedTuple):
     off_bk / off_warps: the off-diagonal + merge kernel's K tile and warps; wu_warps: the W / U kernel's
     (K and V tiles of 64); low_dots: W and U as bf16 tensor-core dots (float32 sums) on a bf16 run, else
     float32 operands (tf32); diag_qk (issue 14 step 27): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the
-    diagonal kernel (which holds q, k and Γ already), so W / U reads β k e^Γ instead of q, k and Γ."""
+    diagonal kernel (which holds q, k and Γ already), so W / U reads β k e^Γ instead of q, k and Γ;
+    diag_sub_first (issue 14 step 30): the diagonal kernel's grid with a chunk's four blocks neighbours in the
+    launch order; diag_gamma (step 30, needs diag_qk and diag_sub_first): no Γ launch, Γ never in memory: the
+    diagonal and off-diagonal kernels make it from g where they read it, the diagonal one e^Γ_last too."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -142,6 +145,8 @@ class SplitTiles(NamedTuple):
     wu_warps: int = 4
     low_dots: bool = True
     diag_qk: bool = True      # step 27 (False: the W / U kernel makes them, as in step 26; the same bits)
+    diag_sub_first: bool = False
+    diag_gamma: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -266,6 +271,10 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         raise ValueError("split: the SplitTiles of intra='split' only")
     if split is not None and not isinstance(split, SplitTiles):
         raise ValueError(f"split: expected an impl.kda.SplitTiles or None, got {type(split).__name__}")
+    if split is not None and split.diag_gamma and not (split.diag_qk and split.diag_sub_first):
+        raise ValueError("split: SplitTiles(diag_gamma=True) needs diag_qk=True and diag_sub_first=True: without "
+                         "diag_qk the W / U kernel reads Γ, which diag_gamma never stores; without "
+                         "diag_sub_first a chunk's four diagonal programs each read its g from DRAM")
     if intra == "split":
         given = [name for name, value, default in (
             ("inv_merge", inv_merge, True), ("anchor", anchor, 0), ("intra_maxnreg", intra_maxnreg, None),
@@ -356,7 +365,12 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         )
     elif NC_total and intra == "split":
         tiles = split or SplitTiles()
-        gc = gamma()
+        from_g = bool(tiles.diag_gamma)
+        # step 30: the intra kernels make Γ from g (f with a gate) themselves
+        gc = g if from_g else gamma()
+        gate_kw = dict(A_log=A_log, dt_bias=dt_bias, lower_bound=0. if lower_bound is None else float(lower_bound),
+                       FROM_G=True, GATE=0 if gate is None else 1 if lower_bound is None else 2,
+                       HAS_BIAS=dt_bias is not None) if from_g else {}
         # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
         x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
         NC = BT // SUB_CHUNK
@@ -364,22 +378,26 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         low_dots = bool(tiles.low_dots) and k.dtype != torch.float32
         # β k e^Γ in W's operand dtype: the same bits the W / U kernel would round it to itself
         kb = torch.empty_like(k, dtype=k.dtype if low_dots else torch.float32) if tiles.diag_qk else None
-        kda_intra_diag_fwd_kernel[(intra_grid[0], H, intra_grid[2] * NC)](
+        sub_first = bool(tiles.diag_sub_first)
+        diag_grid = (intra_grid[0] * NC, H, intra_grid[2]) if sub_first else (intra_grid[0], H, intra_grid[2] * NC)
+        kda_intra_diag_fwd_kernel[diag_grid](
             q, k, gc, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
             PRECISION=precision, OFFSET64=offset64, qg=qg if kb is not None else None,
             kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
+            SUB_FIRST=sub_first, **(dict(gl=gl, **gate_kw) if from_g else {}),
         )
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
-            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
+            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps, **gate_kw,
         )
         kda_intra_wu_split_fwd_kernel[intra_grid](
-            q, k, v, gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
+            q, k, v, None if from_g else gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, num_warps=tiles.wu_warps,
+            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g,
+            num_warps=tiles.wu_warps,
         )
     elif NC_total:
         if g_cumsum:

@@ -64,7 +64,12 @@ VARIANTS = {"ours": {},
             # host read), and `ours` / `ours_ex` there had the K tile of 32
             "split_d32": dict(intra="split", split=dict(diag_bk=32)),
             "split_d64w1": dict(intra="split", split=dict(diag_bk=64, diag_warps=1)),
-            "split_d128w2": dict(intra="split", split=dict(diag_bk=128, diag_warps=2))}
+            "split_d128w2": dict(intra="split", split=dict(diag_bk=128, diag_warps=2)),
+            # step 30: no Γ launch, Γ made by the diagonal and off-diagonal kernels from g (gamma), and the
+            # diagonal kernel's grid with a chunk's blocks neighbours alone (sub); both without the host read
+            "gamma_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True), sync=False),
+            "gamma": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True)),
+            "sub_ex": dict(intra="split", split=dict(diag_sub_first=True), sync=False)}
 
 
 class _WithoutPairs:

@@ -669,6 +669,31 @@ def _x_dot(b_X, b, LOW_DOTS: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _gated_g(p, o, mask, o_k, mask_k, i_h, a, dt_bias, lower_bound, K: tl.constexpr, GATE: tl.constexpr,
+             HAS_BIAS: tl.constexpr):
+    """g at p + o (float32, 0 where masked): as loaded, or gate(f + dt_bias) with a fused gate (GATE 1 / 2).
+    The gate's value at 0 is not 0: masked rows are zeroed after it, so they add nothing to Γ's sums."""
+    b = tl.load(p + o, mask=mask, other=0.).to(tl.float32)
+    if GATE:
+        if HAS_BIAS:
+            b += tl.load(dt_bias + i_h * K + o_k, mask=mask_k, other=0.).to(tl.float32)[None, :]
+        b = tl.where(mask, _gate(b, a, lower_bound, GATE), 0.)
+    return b
+
+
+@triton.jit
+def _row_last(b, R: tl.constexpr):
+    """Row R - 1 of a [R, BK] tile, exactly."""
+    return tl.sum(tl.where((tl.arange(0, R) == R - 1)[:, None], b, 0.), 0)
+
+
+@triton.jit
+def _row0(b, R: tl.constexpr):
+    """Row 0 of a [R, BK] tile, exactly (its other rows enter the sum as zeros)."""
+    return tl.sum(tl.where((tl.arange(0, R) == 0)[:, None], b, 0.), 0)
+
+
+@triton.jit
 def kda_intra_diag_fwd_kernel(
     q, k, gc, beta,
     aqk, x, flags,
@@ -678,6 +703,8 @@ def kda_intra_diag_fwd_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
     qg=None, kg=None, kb=None, MAKE_QK: tl.constexpr = False,
+    gl=None, A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
+    HAS_BIAS: tl.constexpr = False, SUB_FIRST: tl.constexpr = False,
 ):
     """One 16-row diagonal block of a (chunk, head) (issue 14 step 26; grid (chunks, H, rows x NC)): its kk and
     qk products, the qk block to `aqk` and X_ii = (I + β A_ii)^-1 to `x` (float32), from Γ (`gc`).
@@ -690,11 +717,24 @@ def kda_intra_diag_fwd_kernel(
 
     MAKE_QK (issue 14 step 27): also q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (to `kb` in W's operand dtype) of
     the block's rows, which it holds over the whole K already, as kda_intra_wu_split_fwd_kernel would make
-    them (the same expressions: the same bits); that kernel then reads `kb` instead of q, k and Γ."""
+    them (the same expressions: the same bits); that kernel then reads `kb` instead of q, k and Γ.
+
+    SUB_FIRST (issue 14 step 30): the grid is (chunks x NC, H, rows), a chunk's four blocks neighbours in the
+    launch order, so a tile all four read comes from DRAM once. FROM_G (step 30, needs MAKE_QK and SUB_FIRST):
+    `gc` holds g (or the gate's input f, GATE 1 / 2 as kda_chunk_cumsum_fwd_kernel) and Γ is made here from the
+    chunk's whole [BT, BK] tile: Γ_last its sum, the block's prefix the sum of its rows before the block, the
+    block's rows that prefix plus their cumsum. Block 0's program stores e^Γ_last to `gl` (the state pass's)."""
     NC: tl.constexpr = BT // BC
-    i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0), tl.program_id(1), tl.program_id(2) // NC,
-                                              cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
-    i_s = tl.program_id(2) % NC
+    if SUB_FIRST:
+        i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0) // NC, tl.program_id(1), tl.program_id(2),
+                                                  cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN,
+                                                  OFFSET64)
+        i_s = tl.program_id(0) % NC
+    else:
+        i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0), tl.program_id(1), tl.program_id(2) // NC,
+                                                  cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN,
+                                                  OFFSET64)
+        i_s = tl.program_id(2) % NC
     t0 = bos + i_t * BT + i_s * BC
     n_valid = eos - t0
     if n_valid > 0:
@@ -709,6 +749,16 @@ def kda_intra_diag_fwd_kernel(
         n_nan_g = n_nan_beta * 0
         b_A = tl.zeros([BC, BC], dtype=tl.float32)
         b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
+        if FROM_G:
+            # the chunk's rows block by block: o_t one block's rows, o_tk at the chunk's first
+            o_t = tl.arange(0, BC)
+            n_chunk = eos - (bos + i_t * BT)
+            mask_t = o_t < n_chunk
+            o_tk = ((bos + i_t * BT) * H + i_h) * K + o_t[:, None] * (H * K)
+            if GATE:
+                a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+            else:
+                a = 0.
         for i_k in range(tl.cdiv(K, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             mask_k = o_k < K
@@ -716,13 +766,32 @@ def kda_intra_diag_fwd_kernel(
             o_st = o_rk + o_k[None, :]
             b_k = tl.load(k + o_st, mask=mask_rk, other=0.).to(tl.float32)
             b_q = tl.load(q + o_st, mask=mask_rk, other=0.).to(tl.float32)
-            b_g = tl.load(gc + o_st, mask=mask_rk, other=0.).to(tl.float32)
+            if FROM_G:
+                # Γ as the off-diagonal kernel makes it (_gamma_block's chain: each block's cumsum on the
+                # previous block's last row), through all four blocks: Γ_last - Γ then cancels as one chain's
+                # differences do (a separate sum for Γ_last measured 3-8x the state error on the interpreter)
+                b_g = tl.zeros([BC, BK], dtype=tl.float32)
+                G_b = tl.cumsum(_gated_g(gc, o_tk + o_k[None, :], mask_t[:, None] & mask_k[None, :], o_k, mask_k,
+                                         i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS), axis=0)
+                b_g = tl.where(i_s == 0, G_b, b_g)
+                for i_b in tl.static_range(1, NC):
+                    G_b = _gamma_block(gc, o_tk + i_b * BC * H * K + o_k[None, :],
+                                       (o_t < n_chunk - i_b * BC)[:, None] & mask_k[None, :], G_b, o_k, mask_k,
+                                       i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS, BC)
+                    b_g = tl.where(i_s == i_b, G_b, b_g)
+                b_gl = _row_last(G_b, BC)
+                # the reference row's Γ with the bits of the block's own row 0 (its factor is then exactly 1)
+                b_ref = _row0(b_g, BC)
+                if i_s == 0:
+                    tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+            else:
+                b_g = tl.load(gc + o_st, mask=mask_rk, other=0.).to(tl.float32)
+                b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
             # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
             n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
             # rows past the end sit far below every real Γ (finite: -inf - -inf would be NaN in the pairs),
             # so their factors e^(Γ - ref) are 0 and they never count as a strong decay (their fall is masked)
             b_g = tl.where(mask_r[:, None], b_g, -3.0e38)
-            b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
             b_d = b_g - b_ref[None, :]
             b_kc = b_k * tl.exp(tl.where(b_d >= -SPAN_MAX, -b_d, float("-inf")))
             b_er = tl.exp(b_d)
@@ -732,7 +801,8 @@ def kda_intra_diag_fwd_kernel(
             if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
                 b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
             if MAKE_QK:
-                b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+                if not FROM_G:
+                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
                 b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])
                 tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
                 tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
@@ -760,6 +830,16 @@ def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.co
 
 
 @triton.jit
+def _gamma_block(p, o, mask, G_prev, o_k, mask_k, i_h, a, dt_bias, lower_bound, K: tl.constexpr,
+                 GATE: tl.constexpr, HAS_BIAS: tl.constexpr, BC: tl.constexpr):
+    """Γ of a 16-row block from its g and the block before it (G_prev): the scan carried on from the earlier
+    block's last row (added to the block's first g, so a sequential scan gives one 64-row scan's bits). Rows
+    past the chunk's end carry Γ on (their g is 0)."""
+    b = _gated_g(p, o, mask, o_k, mask_k, i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS)
+    return tl.cumsum(tl.where((tl.arange(0, BC) == 0)[:, None], b + _row_last(G_prev, BC)[None, :], b), axis=0)
+
+
+@triton.jit
 def _row_block(i_s: tl.constexpr, o_r, n_valid, RS: tl.constexpr, BC: tl.constexpr):
     """Block i_s's row offsets [BC, 1] (stride RS) and row mask [BC, 1] (rows before the chunk's end): made once
     a program, so each load of the block's tiles costs the interpreter (whose time is its operation count)
@@ -783,11 +863,15 @@ def kda_intra_offdiag_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
+    A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
+    HAS_BIAS: tl.constexpr = False,
 ):
     """The six off-diagonal 16 x 16 blocks of one (chunk, head)'s kk and qk products (issue 14 step 26), the qk
     ones (and the zero blocks above the diagonal) to `aqk`, then X = (I + A)^-1's lower blocks from the
     diagonal ones kda_intra_diag_fwd_kernel left in `x`, by block forward substitution
-    X_ij = -X_ii sum_(j <= m < i) A_im X_mj (float32; the blocks above the diagonal are never written)."""
+    X_ij = -X_ii sum_(j <= m < i) A_im X_mj (float32; the blocks above the diagonal are never written).
+    FROM_G (issue 14 step 30): `gc` holds g (or the gate's input f, GATE 1 / 2) and Γ is made here, block by
+    block: each block's cumsum on the sum of the blocks before it."""
     tl.static_assert(BT == 4 * BC)
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
@@ -805,6 +889,10 @@ def kda_intra_offdiag_fwd_kernel(
     z_k = tl.arange(0, BK) * 0
     f1, f2, f3 = z_k + BC < n_valid, z_k + 2 * BC < n_valid, z_k + 3 * BC < n_valid
     zero = tl.zeros([BC, BC], dtype=tl.float32)
+    if GATE:
+        a = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+    else:
+        a = 0.
     a10, s10 = zero, zero
     a20, s20, a21, s21 = zero, zero, zero, zero
     a30, s30, a31, s31, a32, s32 = zero, zero, zero, zero, zero, zero
@@ -814,24 +902,41 @@ def kda_intra_offdiag_fwd_kernel(
         cols, cmask = o_k[None, :], mask_k[None, :]
         # each row block's tiles are loaded where first used: fewer tiles live at once
         k0 = _tile_at(p_k, rk0, m0, cols, cmask)
-        G0 = _tile_at(p_g, rk0, m0, cols, cmask)
         k1 = _tile_at(p_k, rk1, m1, cols, cmask)
-        G1 = _tile_at(p_g, rk1, m1, cols, cmask)
         q1 = _tile_at(p_q, rk1, m1, cols, cmask)
-        r1 = tl.load(p_g + BC * HK + o_k, mask=mask_k & f1, other=0.).to(tl.float32)
+        if FROM_G:
+            G0 = tl.cumsum(_gated_g(p_g, rk0 + cols, m0 & cmask, o_k, mask_k, i_h, a, dt_bias, lower_bound, K, GATE,
+                                    HAS_BIAS), axis=0)
+            G1 = _gamma_block(p_g, rk1 + cols, m1 & cmask, G0, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
+                              GATE, HAS_BIAS, BC)
+            r1 = _row0(G1, BC)
+        else:
+            G0 = _tile_at(p_g, rk0, m0, cols, cmask)
+            G1 = _tile_at(p_g, rk1, m1, cols, cmask)
+            r1 = tl.load(p_g + BC * HK + o_k, mask=mask_k & f1, other=0.).to(tl.float32)
         e1 = tl.exp(tl.where(m1, G1 - r1[None, :], float("-inf")))
         a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, f1[None, :], a10, s10, PRECISION)
         k2 = _tile_at(p_k, rk2, m2, cols, cmask)
-        G2 = _tile_at(p_g, rk2, m2, cols, cmask)
         q2 = _tile_at(p_q, rk2, m2, cols, cmask)
-        r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
+        if FROM_G:
+            G2 = _gamma_block(p_g, rk2 + cols, m2 & cmask, G1, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
+                              GATE, HAS_BIAS, BC)
+            r2 = _row0(G2, BC)
+        else:
+            G2 = _tile_at(p_g, rk2, m2, cols, cmask)
+            r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
         e2 = tl.exp(tl.where(m2, G2 - r2[None, :], float("-inf")))
         a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, f2[None, :], a20, s20, PRECISION)
         a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, f2[None, :], a21, s21, PRECISION)
         k3 = _tile_at(p_k, rk3, m3, cols, cmask)
-        G3 = _tile_at(p_g, rk3, m3, cols, cmask)
         q3 = _tile_at(p_q, rk3, m3, cols, cmask)
-        r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
+        if FROM_G:
+            G3 = _gamma_block(p_g, rk3 + cols, m3 & cmask, G2, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
+                              GATE, HAS_BIAS, BC)
+            r3 = _row0(G3, BC)
+        else:
+            G3 = _tile_at(p_g, rk3, m3, cols, cmask)
+            r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
         e3 = tl.exp(tl.where(m3, G3 - r3[None, :], float("-inf")))
         a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, f3[None, :], a30, s30, PRECISION)
         a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, f3[None, :], a31, s31, PRECISION)
@@ -893,13 +998,14 @@ def kda_intra_wu_split_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr, LOW_DOTS: tl.constexpr,
-    kb=None, FROM_KB: tl.constexpr = False,
+    kb=None, FROM_KB: tl.constexpr = False, GL_DONE: tl.constexpr = False,
 ):
     """W = X (β k e^Γ), U = X (β v), q e^Γ, k e^(Γ_last - Γ) and e^Γ_last of one (chunk, head) (issue 14 step 26)
     from Γ and the whole [BT, BT] X the diagonal and off-diagonal kernels left in `x` (its blocks above the
     diagonal masked on load). LOW_DOTS: both products on operands rounded to the outputs' dtype (bf16
     tensor-core dots, float32 sums); else float32 operands at PRECISION. FROM_KB (issue 14 step 27): W from
-    the β k e^Γ the diagonal kernel stored in `kb` (q e^Γ and k e^(Γ_last - Γ) are its too)."""
+    the β k e^Γ the diagonal kernel stored in `kb` (q e^Γ and k e^(Γ_last - Γ) are its too). GL_DONE (step 30,
+    with FROM_KB): the diagonal kernel made e^Γ_last too, and this kernel reads no Γ (`gc` is unused)."""
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
     n_valid = eos - t0
@@ -926,7 +1032,8 @@ def kda_intra_wu_split_fwd_kernel(
         mask_k = o_k < K
         mask_tk = mask_t[:, None] & mask_k[None, :]
         o_tk = o_tr + o_k[None, :]
-        b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+        if not GL_DONE:
+            b_gl = tl.load(gc + (s_row + last * H) * K + o_k, mask=mask_k, other=0.).to(tl.float32)
         if FROM_KB:
             b_kb = tl.load(kb + s_row * K + o_tk, mask=mask_tk, other=0.)
         else:
@@ -938,7 +1045,8 @@ def kda_intra_wu_split_fwd_kernel(
             tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
         b_w = _x_dot(b_X, b_kb, LOW_DOTS, PRECISION)
         tl.store(w + s_row * K + o_tk, b_w.to(w.dtype.element_ty), mask=mask_tk)
-        tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
+        if not GL_DONE:
+            tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
 
 
 @triton.jit
