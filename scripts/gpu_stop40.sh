@@ -21,6 +21,10 @@ if '$kind' == 'sp128':
     t['linear_lower_bound'] = None
 json.dump(c, open(p, 'w'))" && rm -f /tmp/$kind/model.safetensors || exit 1
   done
+  # nine processes on 16 cores: two threads each for the float64 oracles
+  export OMP_NUM_THREADS=2
+  # owed from step 29 (stop 39's device refusals): are ours' bits at the K tile of 64 step 27's under a bounded gate?
+  step bits29 120 python3 scripts/kda_tile_bits.py &
   step tests30 "${T_TESTS:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_gamma_diag.py \
       tests/test_kda_intra_split.py tests/test_kda_device_report.py &
   CAND="--device cuda --candidate impl.candidates.kda_gamma_diag:Candidate --baseline triton --examples ${EX:-20}"
@@ -34,12 +38,13 @@ json.dump(c, open(p, 'w'))" && rm -f /tmp/$kind/model.safetensors || exit 1
   step gate30_tiny_core_s4 "${T_GATE:-420}" python3 -m gate.cli gate $CAND $CORE --seed 4 &
   step gate30_tiny_layer_s4 "${T_GATE:-420}" python3 -m gate.cli gate $CAND $LAYER --seed 4 &
   wait
+  export OMP_NUM_THREADS=4
 fi
 has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
     --repeats "${REPEATS:-5}" --variants "${VARIANTS:-ours_ex,gamma_ex,sub_ex}" --breakdown "${BREAKDOWN:-5}" \
     --json "$L/bench.json"
 echo "=== summary"; cat "$L/summary.txt"
-has gate30 && { echo "=== tests30"; tail -6 "$L/tests30.log" | cut -c1-250;
+has gate30 && { echo "=== tests30"; tail -6 "$L/tests30.log" | cut -c1-250; tail -6 "$L/bits29.log";
   for f in "$L"/gate30_*.log; do echo "-- $f"; grep -vE "example [0-9]+/" "$f" | tail -14 | cut -c1-200; done; }
 has bench && { echo "=== bench"; grep -E "REFUSED|ms \[|^ *(kda|_|fla|ours|chunk)" "$L/bench.log" | cut -c1-170; }
 true
