@@ -1,10 +1,10 @@
-"""KDA chunked prefill with no Γ launch (issue 14 step 30's candidate, impl.candidates.kda_gamma_diag): the
+"""KDA chunked prefill with no Γ launch (issue 14 step 30, ours since; impl.candidates.kda_gamma_diag): the
 diagonal and off-diagonal kernels make Γ from g where they read it. Each 16-row block's scan starts from the
-previous block's last Γ added to its first g, so on the interpreter (a sequential scan) the candidate is ours
-bit for bit on every path of its kernels: dense rows with a partial last chunk and a given state, a chunk of
+previous block's last Γ added to its first g, so on the interpreter (a sequential scan) it is the Γ launch's
+path (ours at step 29, `STEP29`) bit for bit on every path of its kernels: dense rows with a partial last chunk and a given state, a chunk of
 seven tokens, packed documents with an empty one, strong decays, both fused gates (rows past a chunk's end
 add nothing, whatever gate(0) is). NaN refused at every block; the tiles that need one another refused. On the
-GPU (bf16, full head dims) within 2x ours' error against the float64 oracle.
+GPU (bf16, full head dims) within 2x step 29's error against the float64 oracle.
 """
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ from impl import kda as ik
 from impl.candidates import kda_gamma_diag as cand
 from oracle import kda as ok
 from tests.test_kda_intra_blocked import _compare, _inputs, _np, _rel
+
+# ours at step 29: Γ by its own launch, the diagonal kernel's blocks NC x chunks programs apart
+STEP29 = ik.SplitTiles(diag_sub_first=False, diag_gamma=False)
+
+
+def _step29(*args, **kw):
+    return ik._chunked(*args, split=STEP29, **kw)
 
 
 def _gate_inputs(B, T, H, K, seed, device="cpu", dtype=torch.float32):
@@ -36,10 +43,10 @@ def _gate_inputs(B, T, H, K, seed, device="cpu", dtype=torch.float32):
     (1, 170, 2, 32, 16, -0.1, [0, 49, 49, 120, 170]),  # packed, with an empty document
     (1, 100, 2, 32, 16, -20.0, None),                 # strong decays: the diagonal pairs read this Γ too
 ])
-def test_on_the_interpreter_gamma_made_where_it_is_read_is_ours_bit_for_bit(B, T, H, K, V, lo, cu):
+def test_on_the_interpreter_gamma_made_where_it_is_read_is_the_gamma_launchs_bit_for_bit(B, T, H, K, V, lo, cu):
     _, work = _inputs(B, T, H, K, V, lo=lo, state=B == 2)
     cu_t = None if cu is None else torch.tensor(cu)
-    ours = ik.chunked(*work[:5], work[5], 64, cu_t, True)
+    ours = _step29(*work[:5], work[5], 64, cu_t, True)
     got = cand.chunked(*work[:5], work[5], 64, cu_t, True)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
         assert torch.equal(o, c), name
@@ -53,7 +60,7 @@ def test_on_the_interpreter_the_gate_in_the_scans_is_the_gamma_kernels_gate_bit_
     (q, k, v, f, beta), A_log, dt_bias = _gate_inputs(1, T, 2, 32, seed=11)
     cu_t = None if cu is None else torch.tensor(cu)
     kw = dict(gate=(A_log, dt_bias, lower_bound))
-    ours = ik._chunked(q, k, v, f, beta, None, 64, cu_t, True, **kw)
+    ours = _step29(q, k, v, f, beta, None, 64, cu_t, True, **kw)
     got = cand.gated_chunked(q, k, v, f, beta, None, 64, cu_t, True, A_log=A_log, dt_bias=dt_bias,
                              lower_bound=lower_bound)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
@@ -83,11 +90,11 @@ def test_gamma_in_the_diagonal_kernel_without_the_tiles_it_needs_is_refused(tile
         ik._chunked(*work[:5], None, 64, None, False, split=tiles)
 
 
-def test_the_sub_first_grid_alone_is_ours_bit_for_bit():
+def test_the_sub_first_grid_alone_is_step_29_bit_for_bit():
     """diag_sub_first reorders the diagonal kernel's programs; each one's arithmetic is unchanged."""
     _, work = _inputs(2, 150, 2, 32, 32, lo=-0.5, state=True)
-    tiles = ik.SplitTiles(diag_sub_first=True)
-    ours = ik.chunked(*work[:5], work[5], 64, None, True)
+    tiles = STEP29._replace(diag_sub_first=True)
+    ours = _step29(*work[:5], work[5], 64, None, True)
     got = ik._chunked(*work[:5], work[5], 64, None, True, split=tiles)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, got):
         assert torch.equal(o, c), name
@@ -95,15 +102,15 @@ def test_the_sub_first_grid_alone_is_ours_bit_for_bit():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("lo,cu", [(-0.1, None), (-5.0, None), (-1.0, [0, 130, 130, 700]), (-200.0, None)])
-def test_in_bf16_on_the_gpu_gamma_made_where_it_is_read_matches_the_oracle_as_closely_as_ours(lo, cu):
-    """Full head dims (K = V = 128), bf16 q, k, v: within 2x ours' error against the oracle fed the same
+def test_in_bf16_on_the_gpu_gamma_made_where_it_is_read_matches_the_oracle_as_closely_as_step_29(lo, cu):
+    """Full head dims (K = V = 128), bf16 q, k, v: within 2x step 29's error against the oracle fed the same
     bf16-rounded inputs (the scans' association on the GPU is their layout's: the bits may differ)."""
     for B, T, H in (((1, 700, 2),) if cu else ((1, 300, 4), (2, 64, 2), (1, 1000, 3))):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
         exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
                       else a for i, a in enumerate(exact))
         _compare(exact, work, None if cu is None else torch.tensor(cu, device="cuda"), factor=2.0,
-                 fn=cand.chunked)
+                 fn=cand.chunked, ours=_step29)
 
 
 @pytest.mark.gpu
@@ -112,7 +119,7 @@ def test_in_bf16_on_the_gpu_the_gate_in_the_scans_matches_the_oracle_as_closely_
     (q, k, v, f, beta), A_log, dt_bias = _gate_inputs(1, 700, 3, 128, seed=12, device="cuda", dtype=torch.bfloat16)
     want = ok.chunked(*(_np(a) for a in (q, k, v)),
                       ok.gate(_np(f + dt_bias.view(3, 128)), _np(A_log), lower_bound), _np(beta), None, 64)
-    ours = ik._chunked(q, k, v, f, beta, None, 64, None, True, gate=(A_log, dt_bias, lower_bound))
+    ours = _step29(q, k, v, f, beta, None, 64, None, True, gate=(A_log, dt_bias, lower_bound))
     got = cand.gated_chunked(q, k, v, f, beta, None, 64, None, True, A_log=A_log, dt_bias=dt_bias,
                              lower_bound=lower_bound)
     for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):

@@ -43,12 +43,13 @@ def _np(t):
     return t.detach().double().cpu().numpy()
 
 
-def _compare(exact, work, cu=None, factor=2.0, fn=None):
+def _compare(exact, work, cu=None, factor=2.0, fn=None, ours=None):
     """The candidate's (`fn`: a chunked, step 18's pair by default) o, final and boundary states against the
-    oracle within `factor` x ours' own error (plus float32's last bits where ours happens to be exact)."""
+    oracle within `factor` x ours' own error (`ours`: the reference chunked, impl.kda.chunked by default; plus
+    float32's last bits where it happens to be exact)."""
     want = ok.chunked(*(None if a is None else a.numpy() for a in exact[:5]),
-                      None if exact[5] is None else exact[5].numpy(), 64, None if cu is None else cu.numpy())
-    ours = ik.chunked(*work[:5], work[5], 64, cu, True)
+                      None if exact[5] is None else exact[5].numpy(), 64, None if cu is None else cu.cpu().numpy())
+    ours = (ours or ik.chunked)(*work[:5], work[5], 64, cu, True)
     got = (fn or cand.chunked)(*work[:5], work[5], 64, cu, True)
     for name, w, o, c in zip(("output", "final state", "boundary states"), want, ours, got):
         if w is None or np.asarray(w).size == 0:

@@ -185,7 +185,12 @@ def test_strong_decays_in_bf16_on_the_gpu(lo):
 # ---------------------------------------------------------------- step 27: the diagonal kernel makes q e^Γ, k e^(Γ_last - Γ), β k e^Γ
 def _w_u_makes_them(*args):
     """Ours with the W / U kernel making q e^Γ, k e^(Γ_last - Γ) and β k e^Γ itself (step 26's place for them)."""
-    return ik._chunked(*args, intra="split", split=ik.SplitTiles(diag_qk=False))
+    return ik._chunked(*args, intra="split", split=ik.SplitTiles(diag_qk=False, diag_sub_first=False, diag_gamma=False))
+
+
+def _made_by_the_diagonal_kernel(*args):
+    """Ours at step 27-29: the same with the diagonal kernel making them, Γ read from the Γ launch."""
+    return ik._chunked(*args, intra="split", split=ik.SplitTiles(diag_sub_first=False, diag_gamma=False))
 
 
 @pytest.mark.parametrize("B,T,H,K,V,lo,cu", [
@@ -199,7 +204,7 @@ def test_the_diagonal_kernel_making_qg_kg_and_kb_is_bit_for_bit_the_w_u_kernel_m
     step 27): the same bits, so the verdicts of step 26's gate carry over."""
     _, work = _inputs(B, T, H, K, V, lo=lo, state=B == 2)
     cu_t = None if cu is None else torch.tensor(cu)
-    ours = ik.chunked(*work[:5], work[5], 64, cu_t, True)
+    ours = _made_by_the_diagonal_kernel(*work[:5], work[5], 64, cu_t, True)
     moved = _w_u_makes_them(*work[:5], work[5], 64, cu_t, True)
     for name, o, c in zip(("output", "final state", "boundary states"), ours, moved):
         assert torch.equal(o, c), name
@@ -213,7 +218,7 @@ def test_on_the_gpu_the_diagonal_kernel_making_qg_kg_and_kb_is_bit_for_bit_the_w
         _, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
         cu_t = None if cu is None else torch.tensor(cu, device="cuda")
         state = work[5] if cu is None else None
-        ours = ik.chunked(*work[:5], state, 64, cu_t, True)
+        ours = _made_by_the_diagonal_kernel(*work[:5], state, 64, cu_t, True)
         moved = _w_u_makes_them(*work[:5], state, 64, cu_t, True)
         for name, o, c in zip(("output", "final state", "boundary states"), ours, moved):
             assert torch.equal(o, c), (name, B, T, H, lo)
