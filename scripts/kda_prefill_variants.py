@@ -47,7 +47,7 @@ VARIANTS = {"ours": {},
             "pair": dict(intra="blocked", intra_bk=16, intra_warps=2),
             # step 26: the split intra pass (Γ; diagonal blocks; off-diagonal blocks + merge; W / U) at its
             # tiles ("split"), then one tile choice changed at a time from ours' (the dict: SplitTiles fields)
-            "split": dict(intra="split", split=dict(diag_qk=False, off_bk=16, diag_bk=32)),
+            "split": dict(intra="split", split=dict(diag_qk=False, off_bk=16, diag_bk=32, diag_sub_first=False, diag_gamma=False)),
             "split_tf32": dict(intra="split", split=dict(low_dots=False)),
             "split_d128w4": dict(intra="split", split=dict(diag_bk=128, diag_warps=4)),
             "split_o32w4": dict(intra="split", split=dict(off_bk=32, off_warps=4)),
@@ -57,19 +57,25 @@ VARIANTS = {"ours": {},
             # step 27 (ours since): q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made by the diagonal kernel, and the
             # off-diagonal K tile of 32; each undone alone (in stop 38's logs split_o32 was named split_o32w2,
             # and ours' tiles split_qk_o32)
-            "split_qk": dict(intra="split", split=dict(diag_qk=True, off_bk=16, diag_bk=32)),
-            "split_o32": dict(intra="split", split=dict(diag_qk=False, off_bk=32, diag_bk=32)),
+            "split_qk": dict(intra="split", split=dict(diag_qk=True, off_bk=16, diag_bk=32, diag_sub_first=False, diag_gamma=False)),
+            "split_o32": dict(intra="split", split=dict(diag_qk=False, off_bk=32, diag_bk=32, diag_sub_first=False, diag_gamma=False)),
             # step 29 (ours since): the diagonal kernel's K tile of 64; split_d32 undoes it (ours after step 27),
             # and its warps either side. In stop 39's logs ours' tiles are split_d64w2 (split_d64_ex without the
             # host read), and `ours` / `ours_ex` there had the K tile of 32
             "split_d32": dict(intra="split", split=dict(diag_bk=32)),
             "split_d64w1": dict(intra="split", split=dict(diag_bk=64, diag_warps=1)),
             "split_d128w2": dict(intra="split", split=dict(diag_bk=128, diag_warps=2)),
-            # step 30: no Γ launch, Γ made by the diagonal and off-diagonal kernels from g (gamma), and the
-            # diagonal kernel's grid with a chunk's blocks neighbours alone (sub); both without the host read
+            # step 30 (ours since): no Γ launch, Γ made by the diagonal and off-diagonal kernels from g (gamma),
+            # and the diagonal kernel's grid with a chunk's blocks neighbours alone (sub); both without the host
+            # read. step29 / step29_ex: ours before step 30 (split_d32 and the others above change one tile from
+            # ours, so since step 30 they run without the Γ launch)
             "gamma_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True), sync=False),
             "gamma": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True)),
-            "sub_ex": dict(intra="split", split=dict(diag_sub_first=True), sync=False)}
+            "gamma_dw4_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True, diag_warps=4),
+                                 sync=False),
+            "sub_ex": dict(intra="split", split=dict(diag_gamma=False), sync=False),
+            "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False)),
+            "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False), sync=False)}
 
 
 class _WithoutPairs:
