@@ -73,6 +73,8 @@ VARIANTS = {"ours": {},
             "gamma": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True)),
             "gamma_dw4_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True, diag_warps=4),
                                  sync=False),
+            "gamma_d32_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True, diag_bk=32),
+                                 sync=False),
             "sub_ex": dict(intra="split", split=dict(diag_gamma=False), sync=False),
             "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False)),
             "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False), sync=False)}

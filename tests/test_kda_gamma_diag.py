@@ -81,7 +81,7 @@ def test_a_nan_gate_at_any_block_is_refused_and_reported(row):
 
 
 @pytest.mark.parametrize("tiles,match", [
-    (ik.SplitTiles(diag_gamma=True), "needs diag_qk=True and diag_sub_first=True"),
+    (ik.SplitTiles(diag_gamma=True, diag_sub_first=False), "needs diag_qk=True and diag_sub_first=True"),
     (ik.SplitTiles(diag_gamma=True, diag_sub_first=True, diag_qk=False), "needs diag_qk=True"),
 ])
 def test_gamma_in_the_diagonal_kernel_without_the_tiles_it_needs_is_refused(tiles, match):
