@@ -178,6 +178,11 @@ KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (i
                 "bench's `split` and impl.candidates.kda_intra_split; ours makes them in the diagonal kernel since "
                 "step 27); tests/test_kda_intra_split.py holds it bit for bit against ours on the CPU on dense rows, "
                 "packed documents, partial chunks, a 7-token chunk and strong decays, and on the GPU in bf16")
+KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
+                     "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
+                     "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
+                     "given state, partial chunks, a 7-token chunk, packed documents with an empty one, strong "
+                     "decays, both fused gates) and against the float64 oracle in bf16 on the GPU")
 GPU_PREFILL_TILES = ("the GPU's prefill tiles (impl.moe._tiles: 128-row blocks past 16 pairs an expert; W4A4 64); the "
                      "interpreter's tiles are 16 rows at every size. moe.forward's and nvfp4.gate's CUDA pins of 160 "
                      "tokens (40 pairs an expert) reach them: `glmgate run --device cuda`")
@@ -238,7 +243,21 @@ PATHS: tuple[Path, ...] = (
     *(Path(kernel, "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16)
       for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
     Path("kda_intra_diag_fwd_kernel", "decays past the factorised products' range: the pairs in the same program",
-         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": True}), by=("kda.chunked", "kda.causal")),
+         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": not a["FROM_G"]}), by=("kda.chunked", "kda.causal")),
+    # step 30's candidate (refuted): Γ scanned from g in the diagonal and off-diagonal kernels, no Γ launch
+    *(Path(kernel, name, pred, why=KDA_GAMMA_SCANNED)
+      for kernel, name, pred in (
+          ("kda_intra_diag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a["FROM_G"]),
+          ("kda_intra_diag_fwd_kernel", "a chunk's four blocks neighbours in the grid (step 30)",
+           lambda a: a["SUB_FIRST"]),
+          ("kda_intra_offdiag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a["FROM_G"]),
+          ("kda_intra_wu_split_fwd_kernel", "e^Γ_last from the diagonal kernel, no Γ read (step 30)",
+           lambda a: a["GL_DONE"]),
+          *((kernel, name, pred) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel")
+            for name, pred in (
+                ("the softplus gate from f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] == 1),
+                ("the lower-bound gate from f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] == 2),
+                ("dt_bias added to f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] and a["HAS_BIAS"]))))),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     Path("kda_intra_diag_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 27)",

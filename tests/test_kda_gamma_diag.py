@@ -1,10 +1,11 @@
-"""KDA chunked prefill with no Γ launch (issue 14 step 30, ours since; impl.candidates.kda_gamma_diag): the
-diagonal and off-diagonal kernels make Γ from g where they read it. Each 16-row block's scan starts from the
-previous block's last Γ added to its first g, so on the interpreter (a sequential scan) it is the Γ launch's
-path (ours at step 29, `STEP29`) bit for bit on every path of its kernels: dense rows with a partial last chunk and a given state, a chunk of
-seven tokens, packed documents with an empty one, strong decays, both fused gates (rows past a chunk's end
-add nothing, whatever gate(0) is). NaN refused at every block; the tiles that need one another refused. On the
-GPU (bf16, full head dims) within 2x step 29's error against the float64 oracle.
+"""KDA chunked prefill with no Γ launch (issue 14 step 30's candidate, impl.candidates.kda_gamma_diag; refuted
+on the H100, not ours): the diagonal and off-diagonal kernels make Γ from g where they read it. Each 16-row
+block's scan starts from the previous block's last Γ added to its first g, so on the interpreter (a sequential
+scan) it is ours (the Γ launch's path, `STEP29`) bit for bit on every path of its kernels: dense rows with a
+partial last chunk and a given state, a chunk of seven tokens, packed documents with an empty one, strong
+decays, both fused gates (rows past a chunk's end add nothing, whatever gate(0) is). NaN refused at every
+block; the tiles that need one another refused. On the GPU (bf16, full head dims) within 2x ours' error
+against the float64 oracle.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from impl.candidates import kda_gamma_diag as cand
 from oracle import kda as ok
 from tests.test_kda_intra_blocked import _compare, _inputs, _np, _rel
 
-# ours at step 29: Γ by its own launch, the diagonal kernel's blocks NC x chunks programs apart
+# ours (steps 29 and 30): Γ by its own launch, the diagonal kernel's blocks chunks x H programs apart
 STEP29 = ik.SplitTiles(diag_sub_first=False, diag_gamma=False)
 
 
@@ -39,7 +40,6 @@ def _gate_inputs(B, T, H, K, seed, device="cpu", dtype=torch.float32):
 @pytest.mark.parametrize("B,T,H,K,V,lo,cu", [
     (2, 150, 2, 32, 32, -0.5, None),                  # partial last chunk, two K and V tiles, a given state
     (1, 7, 2, 16, 16, -0.05, None),                   # a chunk of seven tokens: blocks 1-3 have no row
-    (1, 83, 2, 16, 16, -1.0, None),                   # the last chunk ends 3 rows into its second block
     (1, 170, 2, 32, 16, -0.1, [0, 49, 49, 120, 170]),  # packed, with an empty document
     (1, 100, 2, 32, 16, -20.0, None),                 # strong decays: the diagonal pairs read this Γ too
 ])
@@ -53,7 +53,7 @@ def test_on_the_interpreter_gamma_made_where_it_is_read_is_the_gamma_launchs_bit
 
 
 @pytest.mark.parametrize("lower_bound", [None, -5.0])
-@pytest.mark.parametrize("T,cu", [(150, None), (170, [0, 49, 49, 120, 170])])
+@pytest.mark.parametrize("T,cu", [(170, [0, 49, 49, 120, 170])])
 def test_on_the_interpreter_the_gate_in_the_scans_is_the_gamma_kernels_gate_bit_for_bit(lower_bound, T, cu):
     """gate(f + dt_bias) made in the diagonal and off-diagonal scans (GATE 1 / 2) against the same gate made by
     the Γ kernel (ours' split pass); partial chunks, where rows past the end must add 0, not gate(0)."""
@@ -67,7 +67,7 @@ def test_on_the_interpreter_the_gate_in_the_scans_is_the_gamma_kernels_gate_bit_
         assert torch.equal(o, c), name
 
 
-@pytest.mark.parametrize("row", [20, 70, 149])
+@pytest.mark.parametrize("row", [20, 149])
 def test_a_nan_gate_at_any_block_is_refused_and_reported(row):
     """A NaN in g reaches Γ at its row and every row after it in its chunk: the program of its block flags it
     (chunked raises; chunked_ex reports [1, 0])."""

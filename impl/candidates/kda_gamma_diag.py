@@ -19,6 +19,11 @@ path's (docs/optimization_log.md step 30):
         --check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch \\
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
+Refuted on the H100 (docs/optimization_log.md step 30): the gate passed, but the scans cost more than the launch
+they replace. At H = 64, T = 16K the diagonal kernel took 2267 us against 1074 and the off-diagonal one 1067
+against 715; the pass took 4.46 ms against ours' 3.30. Kept so the measurement can be replayed
+(scripts/kda_prefill_variants.py's gamma_ex).
+
 Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic). gated_chunked (the gate made
 in the same scans, GATE 1 / 2) is the split pass's: tests/test_kda_gamma_diag.py holds it; ours' sublayer
 makes g in torch, so this namespace has no gated_chunked, as ours.
