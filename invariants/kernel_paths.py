@@ -243,21 +243,21 @@ PATHS: tuple[Path, ...] = (
     *(Path(kernel, "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16)
       for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
     Path("kda_intra_diag_fwd_kernel", "decays past the factorised products' range: the pairs in the same program",
-         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": not a["FROM_G"]}), by=("kda.chunked", "kda.causal")),
+         lambda a: _decays_past_factor_range({**a, "g": a["gc"], "GC": not a.get("FROM_G", False)}), by=("kda.chunked", "kda.causal")),
     # step 30's candidate (refuted): Γ scanned from g in the diagonal and off-diagonal kernels, no Γ launch
     *(Path(kernel, name, pred, why=KDA_GAMMA_SCANNED)
       for kernel, name, pred in (
-          ("kda_intra_diag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a["FROM_G"]),
+          ("kda_intra_diag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a.get("FROM_G", False)),
           ("kda_intra_diag_fwd_kernel", "a chunk's four blocks neighbours in the grid (step 30)",
-           lambda a: a["SUB_FIRST"]),
-          ("kda_intra_offdiag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a["FROM_G"]),
+           lambda a: a.get("SUB_FIRST", False)),
+          ("kda_intra_offdiag_fwd_kernel", "Γ scanned from g, block by block (step 30)", lambda a: a.get("FROM_G", False)),
           ("kda_intra_wu_split_fwd_kernel", "e^Γ_last from the diagonal kernel, no Γ read (step 30)",
-           lambda a: a["GL_DONE"]),
+           lambda a: a.get("GL_DONE", False)),
           *((kernel, name, pred) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_offdiag_fwd_kernel")
             for name, pred in (
-                ("the softplus gate from f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] == 1),
-                ("the lower-bound gate from f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] == 2),
-                ("dt_bias added to f, in the scan (step 30)", lambda a: a["FROM_G"] and a["GATE"] and a["HAS_BIAS"]))))),
+                ("the softplus gate from f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) == 1),
+                ("the lower-bound gate from f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) == 2),
+                ("dt_bias added to f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) and a.get("HAS_BIAS", False)))))),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     Path("kda_intra_diag_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 27)",
