@@ -39,9 +39,7 @@ fi
 if has gate29; then
   # step 29's candidate (the diagonal kernel on K tiles of 64) changes nothing at head dims <= 32, the tiny
   # geometry's: the gate runs on the tiny config with linear_head_dim 128 (drawn head dims 16, 32 and 128)
-  python3 -m gate.cli checkpoint make-tiny /tmp/k128 > /dev/null && python3 -c "
-import json; p='/tmp/k128/config.json'; c=json.load(open(p)); c.get('text_config', c)['linear_head_dim'] = 128
-json.dump(c, open(p, 'w'))" && rm -f /tmp/k128/model.safetensors || exit 1
+  tiny_config k128 || exit 1
   CAND="--candidate impl.candidates.kda_diag64:Candidate --baseline triton --config /tmp/k128"
   for seed in $SEEDS; do
     step "gate29_core_s$seed" "${T_GATE:-400}" python3 -m gate.cli gate --device cuda $CAND --check kda.chunked \
@@ -54,9 +52,7 @@ fi
 if has lean29; then
   # landed29 cut to what a short device budget holds: the split pass's GPU tests, the tile-bits probe, and the
   # softplus gate at head dim 128 (the one case step 29's gate did not judge) on kda.chunked and kda.causal
-  python3 -m gate.cli checkpoint make-tiny /tmp/sp128 > /dev/null && python3 -c "
-import json; p = '/tmp/sp128/config.json'; c = json.load(open(p)); t = c.get('text_config', c)
-t['linear_head_dim'] = 128; t['linear_lower_bound'] = None; json.dump(c, open(p, 'w'))" && rm -f /tmp/sp128/model.safetensors || exit 1
+  tiny_config sp128 softplus || exit 1
   step tests29 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_intra_split.py tests/test_kda_device_report.py &
   step bits29 100 python3 scripts/kda_tile_bits.py &
   step m29_sp128 120 python3 -m gate.cli run --device cuda --examples "${EX:-12}" --no-failures --seed 3 --config /tmp/sp128 \
@@ -67,14 +63,7 @@ if has landed29; then
   # ours with step 29 landed (the diagonal kernel on K tiles of 64): its GPU tests, the tile-bits probe, and ours'
   # KDA checks on the tiny config with head dim 128: bounded gate (seed 2) and softplus gate (seed 3, strong
   # decays through the diagonal kernel's exact pairs on K tiles of 64); then kda.scale alone (full-size pins)
-  for kind in k128 sp128; do
-    python3 -m gate.cli checkpoint make-tiny /tmp/$kind > /dev/null && python3 -c "
-import json, sys; p = '/tmp/$kind/config.json'; c = json.load(open(p)); t = c.get('text_config', c)
-t['linear_head_dim'] = 128
-if '$kind' == 'sp128':
-    t['linear_lower_bound'] = None
-json.dump(c, open(p, 'w'))" && rm -f /tmp/$kind/model.safetensors || exit 1
-  done
+  { tiny_config k128 && tiny_config sp128 softplus; } || exit 1
   step tests29 "${T_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_intra_split.py \
       tests/test_kda_device_report.py tests/test_kda_gpu.py &
   step bits29 120 python3 scripts/kda_tile_bits.py &

@@ -13,14 +13,7 @@ NAME=${NAME:-stop40}
 PARTS=${PARTS:-gate30 bench}
 source "$(dirname "$0")/gpu_steps.sh"
 if has gate30; then
-  for kind in k128 sp128; do
-    python3 -m gate.cli checkpoint make-tiny /tmp/$kind > /dev/null && python3 -c "
-import json; p = '/tmp/$kind/config.json'; c = json.load(open(p)); t = c.get('text_config', c)
-t['linear_head_dim'] = 128
-if '$kind' == 'sp128':
-    t['linear_lower_bound'] = None
-json.dump(c, open(p, 'w'))" && rm -f /tmp/$kind/model.safetensors || exit 1
-  done
+  { tiny_config k128 && tiny_config sp128 softplus; } || exit 1
   # nine processes on 16 cores: two threads each for the float64 oracles
   export OMP_NUM_THREADS=2
   # owed from step 29 (stop 39's device refusals): are ours' bits at the K tile of 64 step 27's under a bounded gate?

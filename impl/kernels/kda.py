@@ -111,6 +111,13 @@ def _intra_pairs(b_k, b_q, b_gc, b_over, b_A, b_Aqk, BT: tl.constexpr):
 
 
 @triton.jit
+def _row_at(b, r, R: tl.constexpr):
+    """Row r of a [R, BK] register tile, exactly: a masked sum whose other rows enter as zeros (a register
+    tile cannot be indexed by row)."""
+    return tl.sum(tl.where((tl.arange(0, R) == r)[:, None], b, 0.), 0)
+
+
+@triton.jit
 def _chunk_gamma(b_g, o_t, mask_t, n_valid, BT: tl.constexpr, GC: tl.constexpr):
     """(Γ [BT, BK], Γ_last [BK]) of one K tile: g's cumulative sum along the chunk's tokens, or, with GC,
     Γ as loaded (kda_chunk_cumsum_fwd_kernel computed it; issue 14 step 23)."""
@@ -119,7 +126,7 @@ def _chunk_gamma(b_g, o_t, mask_t, n_valid, BT: tl.constexpr, GC: tl.constexpr):
         # kernel's instructions). Rows past the chunk's last token hold Γ's last value, as the scan of
         # their zero g would: a 0 there puts e^(0 - ref) (e^165 at ref = -165) against their zero k, and
         # inf * 0 is NaN
-        b_last = tl.sum(tl.where((o_t == tl.minimum(n_valid, BT) - 1)[:, None], b_g, 0.), 0)
+        b_last = _row_at(b_g, tl.minimum(n_valid, BT) - 1, BT)
         return tl.where(mask_t[:, None], b_g, b_last[None, :]), b_last
     else:
         return tl.cumsum(b_g, axis=0), tl.sum(b_g, 0)
@@ -682,18 +689,6 @@ def _gated_g(p, o, mask, o_k, mask_k, i_h, a, dt_bias, lower_bound, K: tl.conste
 
 
 @triton.jit
-def _row_last(b, R: tl.constexpr):
-    """Row R - 1 of a [R, BK] tile, exactly."""
-    return tl.sum(tl.where((tl.arange(0, R) == R - 1)[:, None], b, 0.), 0)
-
-
-@triton.jit
-def _row0(b, R: tl.constexpr):
-    """Row 0 of a [R, BK] tile, exactly (its other rows enter the sum as zeros)."""
-    return tl.sum(tl.where((tl.arange(0, R) == 0)[:, None], b, 0.), 0)
-
-
-@triton.jit
 def kda_intra_diag_fwd_kernel(
     q, k, gc, beta,
     aqk, x, flags,
@@ -720,10 +715,11 @@ def kda_intra_diag_fwd_kernel(
     them (the same expressions: the same bits); that kernel then reads `kb` instead of q, k and Γ.
 
     SUB_FIRST (issue 14 step 30): the grid is (chunks x NC, H, rows), a chunk's four blocks neighbours in the
-    launch order, so a tile all four read comes from DRAM once. FROM_G (step 30, needs MAKE_QK and SUB_FIRST):
-    `gc` holds g (or the gate's input f, GATE 1 / 2 as kda_chunk_cumsum_fwd_kernel) and Γ is made here from the
-    chunk's whole [BT, BK] tile: Γ_last its sum, the block's prefix the sum of its rows before the block, the
-    block's rows that prefix plus their cumsum. Block 0's program stores e^Γ_last to `gl` (the state pass's)."""
+    launch order, so a tile all four read comes from DRAM once. FROM_G (step 30, needs MAKE_QK and SUB_FIRST;
+    refuted on the H100, impl.candidates.kda_gamma_diag): `gc` holds g (or the gate's input f, GATE 1 / 2 as
+    kda_chunk_cumsum_fwd_kernel) and Γ is scanned here through the chunk's four blocks (_gamma_block): the
+    block's own rows are kept, Γ_last is the last block's last row. Block 0's program stores e^Γ_last to `gl`
+    (the state pass's)."""
     NC: tl.constexpr = BT // BC
     if SUB_FIRST:
         i_h, i_t, i_c, bos, eos = _intra_chunk_at(tl.program_id(0) // NC, tl.program_id(1), tl.program_id(2),
@@ -770,18 +766,18 @@ def kda_intra_diag_fwd_kernel(
                 # Γ as the off-diagonal kernel makes it (_gamma_block's chain: each block's cumsum on the
                 # previous block's last row), through all four blocks: Γ_last - Γ then cancels as one chain's
                 # differences do (a separate sum for Γ_last measured 3-8x the state error on the interpreter)
-                b_g = tl.zeros([BC, BK], dtype=tl.float32)
                 G_b = tl.cumsum(_gated_g(gc, o_tk + o_k[None, :], mask_t[:, None] & mask_k[None, :], o_k, mask_k,
                                          i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS), axis=0)
-                b_g = tl.where(i_s == 0, G_b, b_g)
+                # the block's own rows: block 0's, replaced by a later block's where i_s is that block
+                b_g = G_b
                 for i_b in tl.static_range(1, NC):
                     G_b = _gamma_block(gc, o_tk + i_b * BC * H * K + o_k[None, :],
                                        (o_t < n_chunk - i_b * BC)[:, None] & mask_k[None, :], G_b, o_k, mask_k,
                                        i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS, BC)
                     b_g = tl.where(i_s == i_b, G_b, b_g)
-                b_gl = _row_last(G_b, BC)
+                b_gl = _row_at(G_b, BC - 1, BC)
                 # the reference row's Γ with the bits of the block's own row 0 (its factor is then exactly 1)
-                b_ref = _row0(b_g, BC)
+                b_ref = _row_at(b_g, 0, BC)
                 if i_s == 0:
                     tl.store(gl + (i_c * H + i_h) * K + o_k, tl.exp(b_gl), mask=mask_k)
             else:
@@ -836,7 +832,7 @@ def _gamma_block(p, o, mask, G_prev, o_k, mask_k, i_h, a, dt_bias, lower_bound, 
     block's last row (added to the block's first g, so a sequential scan gives one 64-row scan's bits). Rows
     past the chunk's end carry Γ on (their g is 0)."""
     b = _gated_g(p, o, mask, o_k, mask_k, i_h, a, dt_bias, lower_bound, K, GATE, HAS_BIAS)
-    return tl.cumsum(tl.where((tl.arange(0, BC) == 0)[:, None], b + _row_last(G_prev, BC)[None, :], b), axis=0)
+    return tl.cumsum(tl.where((tl.arange(0, BC) == 0)[:, None], b + _row_at(G_prev, BC - 1, BC)[None, :], b), axis=0)
 
 
 @triton.jit
@@ -870,8 +866,8 @@ def kda_intra_offdiag_fwd_kernel(
     ones (and the zero blocks above the diagonal) to `aqk`, then X = (I + A)^-1's lower blocks from the
     diagonal ones kda_intra_diag_fwd_kernel left in `x`, by block forward substitution
     X_ij = -X_ii sum_(j <= m < i) A_im X_mj (float32; the blocks above the diagonal are never written).
-    FROM_G (issue 14 step 30): `gc` holds g (or the gate's input f, GATE 1 / 2) and Γ is made here, block by
-    block: each block's cumsum on the sum of the blocks before it."""
+    FROM_G (issue 14 step 30, refuted; impl.candidates.kda_gamma_diag): `gc` holds g (or the gate's input f,
+    GATE 1 / 2) and Γ is scanned here block by block (_gamma_block), each block carried on from the one before."""
     tl.static_assert(BT == 4 * BC)
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
@@ -909,7 +905,7 @@ def kda_intra_offdiag_fwd_kernel(
                                     HAS_BIAS), axis=0)
             G1 = _gamma_block(p_g, rk1 + cols, m1 & cmask, G0, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
                               GATE, HAS_BIAS, BC)
-            r1 = _row0(G1, BC)
+            r1 = _row_at(G1, 0, BC)
         else:
             G0 = _tile_at(p_g, rk0, m0, cols, cmask)
             G1 = _tile_at(p_g, rk1, m1, cols, cmask)
@@ -921,7 +917,7 @@ def kda_intra_offdiag_fwd_kernel(
         if FROM_G:
             G2 = _gamma_block(p_g, rk2 + cols, m2 & cmask, G1, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
                               GATE, HAS_BIAS, BC)
-            r2 = _row0(G2, BC)
+            r2 = _row_at(G2, 0, BC)
         else:
             G2 = _tile_at(p_g, rk2, m2, cols, cmask)
             r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
@@ -933,7 +929,7 @@ def kda_intra_offdiag_fwd_kernel(
         if FROM_G:
             G3 = _gamma_block(p_g, rk3 + cols, m3 & cmask, G2, o_k, mask_k, i_h, a, dt_bias, lower_bound, K,
                               GATE, HAS_BIAS, BC)
-            r3 = _row0(G3, BC)
+            r3 = _row_at(G3, 0, BC)
         else:
             G3 = _tile_at(p_g, rk3, m3, cols, cmask)
             r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
