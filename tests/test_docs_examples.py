@@ -20,6 +20,7 @@ import pytest
 
 from gate import cli
 from impl import registry
+from pins import keep_pins
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "candidates"
@@ -56,6 +57,9 @@ def from_examples(monkeypatch):
     (the registry adds the current directory to it)."""
     monkeypatch.chdir(EXAMPLES)
     monkeypatch.setattr(sys, "path", list(sys.path))
+    # an example's verdict holds on any case: kda.chunked keeps its packed pin (documents with an empty one, a
+    # given state) and its head dim 32 one (two of the interpreter's K tiles) (tests/pins.py)
+    keep_pins(monkeypatch, {"kda.chunked": [2, 3]})
 
 
 def test_every_example_module_is_gated_here():

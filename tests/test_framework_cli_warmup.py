@@ -15,6 +15,7 @@ import impl.kda as ik
 from gate import cli
 from oracle.config import Geometry
 from invariants.matrix import BY_NAME
+from pins import keep_pins
 from strategies import geometry as sg
 
 SEEN = {"warmup": [], "calls": []}
@@ -23,6 +24,8 @@ SEEN = {"warmup": [], "calls": []}
 @pytest.fixture(autouse=True)
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("GLMGATE_FAILURES", str(tmp_path / "failures"))
+    # one pin, of a shape other than the base geometry's (the --fixed-shapes test needs one; tests/pins.py)
+    keep_pins(monkeypatch, {"kda.chunked": [3]})
     SEEN["warmup"].clear()
     SEEN["calls"].clear()
 

@@ -39,6 +39,16 @@ CPU_FLOAT32_ONLY = ("model", "serving")
 BUDGET = {"serving": 3}
 
 
+def _implementation(m):
+    """The mutant as the zoo runs it; a serving-engine mutant (its bug in an Engine hook, never in a kernel)
+    over the torch kernels here: its pinned programs then take ~1 s instead of 6-30 s of interpreted Triton
+    (stop 41, CI's 15-minute budget). `glmgate zoo` and the GPU zoo run it over our Triton kernels."""
+    impl = registry.get(f"mutant:{m.name}")
+    if m.mechanism == "serving":
+        return registry.get("torch")._replace(name=impl.name, serving=impl.serving)
+    return impl
+
+
 def _dtypes(m) -> tuple[str, ...]:
     """The dtypes a mutant must be caught in on the CPU: its own, else float32 and bfloat16 (float32
     only for CPU_FLOAT32_ONLY mechanisms)."""
@@ -47,12 +57,20 @@ def _dtypes(m) -> tuple[str, ...]:
     return ("float32",) if m.mechanism in CPU_FLOAT32_ONLY else ("float32", "bfloat16")
 
 
-@pytest.mark.parametrize("name,dtype", [(n, d) for n, m in sorted(mutants.MUTANTS.items()) if not m.device
+# mutants planted in kernels that are not ours (the whole-chunk intra kernel, step 18's pair, step 24's fused gate:
+# kept to replay their measurements): marked slow, CI deselects them (`pytest -m slow` runs them; `glmgate zoo`
+# always does)
+NOT_OURS = ("kda_intra_anchor_middle", "kda_intra_k_tiles_not_accumulated", "kda_intra_strong_decay_pairs_skipped",
+            "kda_intra_blocked_x30_drops_a_term", "kda_gate_fused_dt_bias_dropped")
+
+
+@pytest.mark.parametrize("name,dtype", [pytest.param(n, d, marks=[pytest.mark.slow] if n in NOT_OURS else [])
+                                        for n, m in sorted(mutants.MUTANTS.items()) if not m.device
                                         for d in _dtypes(m)])
 def test_mutant_is_caught_by_its_check_with_a_shrunk_case(name, dtype):
     m = mutants.MUTANTS[name]
     chk = _check_of(m)
-    cand = Target(registry.get(f"mutant:{name}"), "cpu", DTYPES[dtype])
+    cand = Target(_implementation(m), "cpu", DTYPES[dtype])
     base = Target(registry.get("torch"), "cpu", DTYPES[dtype])
     r = run_check(chk, TINY, cand, base, "ci", max_examples=BUDGET.get(m.mechanism, 30))
     assert r.status == "fail", f"{name} escaped {chk.name} in {dtype} ({r.examples} examples, worst {r.worst_line})"

@@ -38,7 +38,8 @@ from oracle.types import DSACache, KDAState
 from test_model import _geometry
 
 # generated examples per property (the @example rows run on top): the interpreter's cost bounds ci
-EXAMPLES = {"dev": 3, "ci": 3, "nightly": 60, "gpu": 20}.get(default_profile(), 3)
+# (ci 3 until stop 41: CI's 15-minute budget; the @example rows carry the zero-length and 1-token shapes)
+EXAMPLES = {"dev": 3, "ci": 2, "nightly": 60, "gpu": 20}.get(default_profile(), 3)
 SETTINGS = settings(settings.default, max_examples=EXAMPLES, deadline=None)
 
 

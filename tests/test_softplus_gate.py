@@ -44,5 +44,6 @@ def test_the_core_checks_draw_the_geometrys_gate():
 
 
 def test_the_whole_decoder_holds_its_paths_under_the_softplus_gate():
-    r = run_check(BY_NAME["model.paths"], SOFTPLUS, OURS, BASE, "ci", max_examples=4)
+    # the pin and one drawn case (~24 s and ~10 s on the interpreter; 4 drawn before stop 41, CI's budget)
+    r = run_check(BY_NAME["model.paths"], SOFTPLUS, OURS, BASE, "ci", max_examples=1)
     assert r.status == "pass", r.message

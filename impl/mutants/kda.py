@@ -295,8 +295,11 @@ class IntraSplitKTilesNotAccumulated(TritonKDA):
     """The split intra pass's diagonal-block kernel restarts its kk and qk products at every K tile, so only the head dim's last tile counts in the diagonal blocks (triton-lang/triton #621's class)."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.trans(b_kc), b_A, input_precision",
-                           "tl.trans(b_kc), b_A * 0., input_precision"):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel",
+                           "tl.trans(b_kc), b_A, input_precision=PRECISION)\n"
+                           "            b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk,",
+                           "tl.trans(b_kc), b_A * 0., input_precision=PRECISION)\n"
+                           "            b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk * 0.,"):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
