@@ -149,14 +149,6 @@ class SplitTiles(NamedTuple):
     diag_gamma: bool = False
 
 
-def _needs_offset64(B: int, T: int, H: int, K: int, V: int, BT: int) -> bool:
-    """Whether an intra kernel's element offset can pass 2^31 - 1: its largest tensor holds B·T·H·max(K, V, BT)
-    elements (q, k, g, v, the [.., BT] qk and X rows). Below that 32-bit offsets address the same elements as
-    64-bit ones with fewer instructions (issue 14 step 31: IMAD was 17 % of the diagonal kernel's); past it a
-    32-bit base wraps and reads another row's tokens (mutant kda_intra_offsets_int32)."""
-    return B * T * H * max(K, V, BT) >= 2 ** 31
-
-
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
     """Chunked (WY/UT) prefill; must match oracle.kda.chunked.
 
@@ -243,7 +235,7 @@ def _state_config(device, H, NT, K, V):
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
              bv=None, nseg=None, num_warps=None, intra_warps=None, inv_merge=True, stages=None, intra_bk=32,
-             anchor=0, offset64=None, intra=None, intra_maxnreg=None, intra_stack=False, g_cumsum=False,
+             anchor=0, offset64=True, intra=None, intra_maxnreg=None, intra_stack=False, g_cumsum=False,
              gate=None, split=None, sync=True):
     """`chunked` with the state pass's tiles exposed (the bench sweeps them, the smoke tests force segments).
 
@@ -266,8 +258,6 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     sync (issue 14 step 28): True reads the NaN flags back and raises (`chunked`); False returns them as a
     fourth result, info = flags[:2], without a host read (`chunked_ex`): the split pass only, the whole-chunk
     and blocked passes read a strong-decay flag back to re-run their pairs.
-    offset64: the intra kernels' chunk bases in 64 bits. None (issue 14 step 31): only where a 32-bit offset could
-    wrap (`_needs_offset64`); the same addresses either way, so the same bits.
     """
     # a launch option only a GPU compile takes
     cap = {"maxnreg": intra_maxnreg} if intra_maxnreg and not interpreted() else {}
@@ -330,8 +320,6 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         NC_total, NB_total = B * NT, B * (T // BT)
         intra_grid = (NT, H, B)
 
-    if offset64 is None:
-        offset64 = _needs_offset64(B, T, H, K, V, BT)
     qg, kg, w = (torch.empty_like(k) for _ in range(3))
     u = torch.empty_like(v)
     aqk = torch.empty(B, T, H, BT, device=device, dtype=k.dtype)

@@ -586,10 +586,7 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
 KERNELS: dict[str, tuple[str, ...]] = {
     "kda_intra_chunked_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV",
                                      "ANCHOR",    # the decay anchor row: 0 (a mutant plants 7)
-                                     # 64-bit element offsets where a 32-bit one could wrap (impl.kda
-                                     # _needs_offset64, issue 14 step 31: the same addresses either way; kda.scale's
-                                     # CUDA pins pass 2^31 elements, where a mutant plants 32-bit)
-                                     "OFFSET64"),
+                                     "OFFSET64"),  # 64-bit element offsets: always (a mutant plants 32-bit)
     "kda_intra_kk_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
     "kda_chunk_cumsum_fwd_kernel": ("H", "BT", "OFFSET64"),
     "kda_intra_wu_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),

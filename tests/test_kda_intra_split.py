@@ -222,22 +222,3 @@ def test_on_the_gpu_the_diagonal_kernel_making_qg_kg_and_kb_is_bit_for_bit_the_w
         moved = _w_u_makes_them(*work[:5], state, 64, cu_t, True)
         for name, o, c in zip(("output", "final state", "boundary states"), ours, moved):
             assert torch.equal(o, c), (name, B, T, H, lo)
-
-
-def test_offsets_in_32_or_64_bits_give_the_same_bits():
-    """Issue 14 step 31: 64-bit chunk bases only where a 32-bit offset could wrap (impl.kda._needs_offset64).
-    Below that both address the same elements: the same bits, dense rows and packed documents."""
-    _, work = _inputs(1, 150, 2, 32, 32, lo=-0.5, seed=6)
-    for cu in (None, torch.tensor([0, 49, 49, 120, 150])):
-        runs = [ik._chunked(*work[:5], None, 64, cu, True, offset64=o) for o in (True, False, None)]
-        for other in runs[1:]:
-            assert all(torch.equal(a, b) for a, b in zip(runs[0], other))
-
-
-def test_64_bit_offsets_from_the_first_shape_whose_largest_tensor_reaches_2_to_the_31():
-    # the largest tensor an intra kernel indexes: B·T·H·max(K, V, BT) elements
-    assert not ik._needs_offset64(1, 2 ** 24 - 1, 1, 128, 128, 64)
-    assert ik._needs_offset64(1, 2 ** 24, 1, 128, 128, 64)
-    assert ik._needs_offset64(1, 2 ** 25, 1, 16, 16, 64)          # the [.., BT] qk and X rows
-    assert ik._needs_offset64(2, 2 ** 23, 1, 16, 128, 64)         # v's rows
-    assert not ik._needs_offset64(1, 16384, 64, 128, 128, 64)     # the bench's H = 64, T = 16K

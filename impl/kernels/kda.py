@@ -785,16 +785,6 @@ def kda_intra_diag_fwd_kernel(
                 b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
             # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
             n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
-            if MAKE_QK:
-                # made and stored before the factors and dots (issue 14 step 31): their tiles are dead before the
-                # dots' are live (255 registers with 6 spilled when they came after). Rows past the end still
-                # hold the load's 0 here: their q and k are 0 and every store is masked to the valid rows
-                if not FROM_G:
-                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])
-                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
-                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
-                tl.store(kb + o_st, b_kb.to(kb.dtype.element_ty), mask=mask_rk)
             # rows past the end sit far below every real Γ (finite: -inf - -inf would be NaN in the pairs),
             # so their factors e^(Γ - ref) are 0 and they never count as a strong decay (their fall is masked)
             b_g = tl.where(mask_r[:, None], b_g, -3.0e38)
@@ -806,6 +796,13 @@ def kda_intra_diag_fwd_kernel(
             b_fall = tl.where(mask_rk, -b_d, 0.)
             if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
                 b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
+            if MAKE_QK:
+                if not FROM_G:
+                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])
+                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
+                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
+                tl.store(kb + o_st, b_kb.to(kb.dtype.element_ty), mask=mask_rk)
         o_a = s_row * BT + o_r[:, None] * (H * BT) + (i_s * BC + o_r)[None, :]
         tl.store(aqk + o_a, tl.where(o_r[:, None] >= o_r[None, :], b_Aqk, 0.).to(aqk.dtype.element_ty),
                  mask=mask_r[:, None])
