@@ -137,7 +137,10 @@ class SplitTiles(NamedTuple):
     diagonal kernel (which holds q, k and Γ already), so W / U reads β k e^Γ instead of q, k and Γ;
     diag_sub_first (issue 14 step 30): the diagonal kernel's grid with a chunk's four blocks neighbours in the
     launch order; diag_gamma (step 30, needs diag_qk and diag_sub_first): no Γ launch, Γ never in memory: the
-    diagonal and off-diagonal kernels make it from g where they read it, the diagonal one e^Γ_last too."""
+    diagonal and off-diagonal kernels make it from g where they read it, the diagonal one e^Γ_last too;
+    diag_ftz (step 31): the diagonal kernel's exps (and the W / U kernel's q e^Γ, k e^(Γ_last - Γ), β k e^Γ)
+    flush results below e^-87.3 to 0 without tl.exp's denormal fix-up. A GPU compile's option: the CPU
+    interpreter runs no PTX and keeps tl.exp (its bits are then the option's off)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -147,6 +150,7 @@ class SplitTiles(NamedTuple):
     diag_qk: bool = True      # step 27 (False: the W / U kernel makes them, as in step 26; the same bits)
     diag_sub_first: bool = False
     diag_gamma: bool = False
+    diag_ftz: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -380,12 +384,14 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         kb = torch.empty_like(k, dtype=k.dtype if low_dots else torch.float32) if tiles.diag_qk else None
         sub_first = bool(tiles.diag_sub_first)
         diag_grid = (intra_grid[0] * NC, H, intra_grid[2]) if sub_first else (intra_grid[0], H, intra_grid[2] * NC)
+        # inline PTX: a GPU compile only
+        ftz = bool(tiles.diag_ftz) and not interpreted()
         kda_intra_diag_fwd_kernel[diag_grid](
             q, k, gc, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
             PRECISION=precision, OFFSET64=offset64, qg=qg if kb is not None else None,
             kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
-            SUB_FIRST=sub_first, **(dict(gl=gl, **gate_kw) if from_g else {}),
+            SUB_FIRST=sub_first, FTZ=ftz, **(dict(gl=gl, **gate_kw) if from_g else {}),
         )
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
@@ -396,7 +402,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             q, k, v, None if from_g else gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g,
+            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g, FTZ=ftz,
             num_warps=tiles.wu_warps,
         )
     elif NC_total:

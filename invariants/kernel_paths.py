@@ -178,6 +178,9 @@ KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (i
                 "bench's `split` and impl.candidates.kda_intra_split; ours makes them in the diagonal kernel since "
                 "step 27); tests/test_kda_intra_split.py holds it bit for bit against ours on the CPU on dense rows, "
                 "packed documents, partial chunks, a 7-token chunk and strong decays, and on the GPU in bf16")
+KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 step 31: SplitTiles.diag_ftz, a GPU compile only); the "
+           "interpreter runs tl.exp. `glmgate run --device cuda` runs it, and tests/test_kda_intra_split.py's GPU tests "
+           "hold it against the float64 oracle in bf16, strong decays included")
 KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
                      "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
                      "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
@@ -258,6 +261,8 @@ PATHS: tuple[Path, ...] = (
                 ("the softplus gate from f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) == 1),
                 ("the lower-bound gate from f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) == 2),
                 ("dt_bias added to f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) and a.get("HAS_BIAS", False)))))),
+    *(Path(kernel, "e^x flushed below float32's normal range, no fix-up (step 31)", lambda a: a.get("FTZ", False),
+           why=KDA_FTZ) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     Path("kda_intra_diag_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 27)",

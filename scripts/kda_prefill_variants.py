@@ -78,8 +78,8 @@ VARIANTS = {"ours": {},
             "sub_ex": dict(intra="split", split=dict(diag_gamma=False), sync=False),
             "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False)),
             "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False), sync=False),
-            # step 31 (ours since): 32-bit intra offsets below 2^31 elements; off64_ex is ours with the 64-bit ones
-            "off64_ex": dict(offset64=True, sync=False)}
+            # step 31: the diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_diag_ftz)
+            "ftz_ex": dict(intra="split", split=dict(diag_ftz=True), sync=False)}
 
 
 class _WithoutPairs:

@@ -656,12 +656,26 @@ def kda_intra_wu_fwd_kernel(
 
 
 @triton.jit
-def _gated_qk(b_q, b_k, b_g, b_gl, b_beta, rows):
+def _exp(x, FTZ: tl.constexpr):
+    """e^x. FTZ (issue 14 step 31; a GPU compile only, the interpreter runs no PTX): ex2.approx.ftz of x log2(e),
+    so a result below float32's normal range (e^-87.3) is 0. tl.exp keeps such results as denormals through a
+    fix-up around each MUFU.EX2 (a compare, a halving and a squaring): 12 % of the diagonal kernel's
+    instructions. Where a factor falls that low its product is below e^(75 - 87) of the terms it joins."""
+    if FTZ:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _gated_qk(b_q, b_k, b_g, b_gl, b_beta, rows, FTZ: tl.constexpr):
     """(q e^Γ, k e^(Γ_last - Γ), β k e^Γ) of a tile's rows, float32; `rows` [R, 1] masks the rows past the
     chunk's end out of e^(Γ_last - Γ) (their Γ is not a decay, and the factor could overflow against their zero
-    k). The diagonal kernel (MAKE_QK) and the W / U kernel both make them here: the same bits either way."""
-    b_eg = tl.exp(b_g)
-    b_kl = b_k * tl.exp(tl.where(rows, b_gl[None, :] - b_g, float("-inf")))
+    k). The diagonal kernel (MAKE_QK) and the W / U kernel both make them here, with the same FTZ: the same bits
+    either way."""
+    b_eg = _exp(b_g, FTZ)
+    b_kl = b_k * _exp(tl.where(rows, b_gl[None, :] - b_g, float("-inf")), FTZ)
     return b_q * b_eg, b_kl, b_k * (b_beta[:, None] * b_eg)
 
 
@@ -699,7 +713,7 @@ def kda_intra_diag_fwd_kernel(
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
     qg=None, kg=None, kb=None, MAKE_QK: tl.constexpr = False,
     gl=None, A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
-    HAS_BIAS: tl.constexpr = False, SUB_FIRST: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, SUB_FIRST: tl.constexpr = False, FTZ: tl.constexpr = False,
 ):
     """One 16-row diagonal block of a (chunk, head) (issue 14 step 26; grid (chunks, H, rows x NC)): its kk and
     qk products, the qk block to `aqk` and X_ii = (I + β A_ii)^-1 to `x` (float32), from Γ (`gc`).
@@ -713,6 +727,9 @@ def kda_intra_diag_fwd_kernel(
     MAKE_QK (issue 14 step 27): also q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (to `kb` in W's operand dtype) of
     the block's rows, which it holds over the whole K already, as kda_intra_wu_split_fwd_kernel would make
     them (the same expressions: the same bits); that kernel then reads `kb` instead of q, k and Γ.
+
+    FTZ (issue 14 step 31): every e^x of the factors and of q e^Γ, k e^(Γ_last - Γ), β k e^Γ without the
+    denormal fix-up (_exp).
 
     SUB_FIRST (issue 14 step 30): the grid is (chunks x NC, H, rows), a chunk's four blocks neighbours in the
     launch order, so a tile all four read comes from DRAM once. FROM_G (step 30, needs MAKE_QK and SUB_FIRST;
@@ -789,8 +806,8 @@ def kda_intra_diag_fwd_kernel(
             # so their factors e^(Γ - ref) are 0 and they never count as a strong decay (their fall is masked)
             b_g = tl.where(mask_r[:, None], b_g, -3.0e38)
             b_d = b_g - b_ref[None, :]
-            b_kc = b_k * tl.exp(tl.where(b_d >= -SPAN_MAX, -b_d, float("-inf")))
-            b_er = tl.exp(b_d)
+            b_kc = b_k * _exp(tl.where(b_d >= -SPAN_MAX, -b_d, float("-inf")), FTZ)
+            b_er = _exp(b_d, FTZ)
             b_A = tl.dot(b_k * b_er, tl.trans(b_kc), b_A, input_precision=PRECISION)
             b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk, input_precision=PRECISION)
             b_fall = tl.where(mask_rk, -b_d, 0.)
@@ -799,7 +816,7 @@ def kda_intra_diag_fwd_kernel(
             if MAKE_QK:
                 if not FROM_G:
                     b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])
+                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)
                 tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
                 tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
                 tl.store(kb + o_st, b_kb.to(kb.dtype.element_ty), mask=mask_rk)
@@ -994,14 +1011,15 @@ def kda_intra_wu_split_fwd_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr, LOW_DOTS: tl.constexpr,
-    kb=None, FROM_KB: tl.constexpr = False, GL_DONE: tl.constexpr = False,
+    kb=None, FROM_KB: tl.constexpr = False, GL_DONE: tl.constexpr = False, FTZ: tl.constexpr = False,
 ):
     """W = X (β k e^Γ), U = X (β v), q e^Γ, k e^(Γ_last - Γ) and e^Γ_last of one (chunk, head) (issue 14 step 26)
     from Γ and the whole [BT, BT] X the diagonal and off-diagonal kernels left in `x` (its blocks above the
     diagonal masked on load). LOW_DOTS: both products on operands rounded to the outputs' dtype (bf16
     tensor-core dots, float32 sums); else float32 operands at PRECISION. FROM_KB (issue 14 step 27): W from
     the β k e^Γ the diagonal kernel stored in `kb` (q e^Γ and k e^(Γ_last - Γ) are its too). GL_DONE (step 30,
-    with FROM_KB): the diagonal kernel made e^Γ_last too, and this kernel reads no Γ (`gc` is unused)."""
+    with FROM_KB): the diagonal kernel made e^Γ_last too, and this kernel reads no Γ (`gc` is unused). FTZ: as the
+    diagonal kernel's, for q e^Γ, k e^(Γ_last - Γ), β k e^Γ made here (the same bits in either kernel)."""
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
     n_valid = eos - t0
@@ -1036,7 +1054,7 @@ def kda_intra_wu_split_fwd_kernel(
             b_k = tl.load(k + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
             b_q = tl.load(q + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
             b_g = tl.load(gc + s_row * K + o_tk, mask=mask_tk, other=0.).to(tl.float32)
-            b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_t[:, None])
+            b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_t[:, None], FTZ)
             tl.store(qg + s_row * K + o_tk, b_qe.to(qg.dtype.element_ty), mask=mask_tk)
             tl.store(kg + s_row * K + o_tk, b_kl.to(kg.dtype.element_ty), mask=mask_tk)
         b_w = _x_dot(b_X, b_kb, LOW_DOTS, PRECISION)
