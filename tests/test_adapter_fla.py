@@ -20,6 +20,7 @@ import torch
 import adapters.fla_kda as fla_kda
 from gate import cli
 from impl.baseline.kda import kda as baseline
+from pins import keep_pins
 
 CHUNK = 64
 
@@ -67,6 +68,9 @@ def stand_in(monkeypatch, tmp_path):
     monkeypatch.setattr(fla_kda, "_fla", lambda: (chunk_kda, fused_recurrent_kda))
     monkeypatch.setattr(fla_kda, "_on_gpu", lambda q: None)
     monkeypatch.setenv("GLMGATE_FAILURES", str(tmp_path / "failures"))
+    # the conventions an adapter converts (layouts, scale, states, packing) are in kda.chunked's packed pin (documents
+    # with an empty one, a given state) and its head dim 32 one; the drawn examples add the rest (tests/pins.py)
+    keep_pins(monkeypatch, {"kda.chunked": [2, 3]})
 
 
 class StartsAsEnds(fla_kda.KDA):

@@ -24,6 +24,7 @@ from impl.compose import Composed
 from invariants.coverage import Recorder, recording
 from invariants.matrix import CHECKS
 from invariants.model_checks import ModelCase, model_cut
+from invariants.scale_checks import ScaleCase
 from invariants.target import Target
 from oracle.config import Geometry
 
@@ -34,7 +35,9 @@ RECORDS = [c for c in CHECKS if c.mechanism != "serving" and c.name != "model.sh
 
 # model.paths' pin (2 padded rows, 2 decode steps) costs ~22 s an interpreted run, this one row ~8 s; both
 # call the same functions of either view (measured: kda.sublayer ... moe.route; kda.chunked, kda.decode ...)
-CHEAPER = {"model.paths": ModelCase("tiny", model_cut(Geometry.preset("tiny")), 0, 1, 4, (0,), (1, 3), 1, 1)}
+# kda.scale's pin (3 rows of 130 tokens) ~5 s, one row of 65 ~1 s: both call kda.chunked only
+CHEAPER = {"model.paths": ModelCase("tiny", model_cut(Geometry.preset("tiny")), 0, 1, 4, (0,), (1, 3), 1, 1),
+           "kda.scale": ScaleCase(1, 16, 1, 65, "normal", 0)}
 
 
 def _case(check):

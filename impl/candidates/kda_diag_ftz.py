@@ -15,6 +15,10 @@ contract is kda.chunked's and every path's:
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
 On the CPU interpreter (no PTX) the option keeps tl.exp, so this candidate is ours there: its verdict is the GPU's.
+
+Ours since step 31 landed (impl.kda.SplitTiles.diag_ftz = True) on the gate of record (scripts/gpu_stop41b.sh
+PARTS=gate31, bench_results/issue14_h100_2026-12-06_stop41b/): this candidate is ours now, kept so that gate can be
+replayed against an older ours (`--baseline` a namespace with SplitTiles(diag_ftz=False)).
 Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
 from __future__ import annotations

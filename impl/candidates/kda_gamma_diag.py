@@ -35,7 +35,8 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(diag_sub_first=True, diag_gamma=True)
+# as measured in step 30 (before step 31's flushed exps)
+TILES = _kda.SplitTiles(diag_sub_first=True, diag_gamma=True, diag_ftz=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
