@@ -20,8 +20,10 @@ Changes that keep every stored bit (timed here first; stop 41's ncu pass found t
                   and dots (their registers free before the dots' tiles are live)
     off32         the launch with OFFSET64 False (32-bit offsets: exact at this shape, 2^31 elements away)
     stages1       the launch with num_stages 1 (no software pipelining of the K loop's loads)
+    noftz         the launch with FTZ False: tl.exp with its fix-ups (ours before step 31 landed)
 And one that changes bits below e^-87: ftz (every tl.exp of the kernel and of _gated_qk as ex2.approx.ftz:
-results below float32's normal range flush to 0, no fix-up instructions). Combinations: sf_ftz, sf_off32,
+results below float32's normal range flush to 0, no fix-up instructions; ours since step 31, SplitTiles.diag_ftz,
+after which this variant launches the kernel's own flag). Combinations: sf_ftz, sf_off32,
 sf_ftz_off32, sf_ftz_off32_s1.
 
     PYTHONPATH=. python3 scripts/kda_diag_probe.py [--shapes 64:16384,8:16384] [--calls 5] [--json F]
@@ -63,7 +65,9 @@ STORE_BLOCK = ("            if MAKE_QK:\n"
 # and every store is masked to the valid rows; the valid rows' values are the same expressions on the same bits
 EDITS["stores_first"] = [(STORE_BLOCK, ""), (NAN_LINE, NAN_LINE + STORE_BLOCK)]
 CAPS = {"cap128": 128, "cap96": 96}
-LAUNCH = {"off32": dict(OFFSET64=False), "stages1": dict(num_stages=1)}
+LAUNCH = {"off32": dict(OFFSET64=False), "stages1": dict(num_stages=1),
+          # since step 31 landed the kernel has the flag itself (ours runs FTZ True): noftz times tl.exp's fix-ups
+          "noftz": dict(FTZ=False)}
 COMBOS = {"sf_ftz": ("stores_first", "ftz"), "sf_off32": ("stores_first", "off32"),
           "sf_ftz_off32": ("stores_first", "ftz", "off32"), "sf_ftz_off32_s1": ("stores_first", "ftz", "off32", "stages1")}
 
@@ -126,10 +130,15 @@ def variant(name: str, seen: dict):
         for old, new in EDITS.get(part, []):
             kernel = _edited(kernel, old, new)
     if "ftz" in parts:
-        kernel = _ftz(kernel)
+        if "FTZ" in base.arg_names:
+            extra_ftz = {"FTZ": True}       # the landed flag (step 31): the same instructions as the edit
+        else:
+            kernel, extra_ftz = _ftz(kernel), {}
     extra = {"maxnreg": CAPS[name]} if name in CAPS else {}
     for part in parts:
         extra.update(LAUNCH.get(part, {}))
+    if "ftz" in parts:
+        extra.update(extra_ftz)
     setattr(ik, DIAG, _Launcher(kernel, seen, **extra))
     try:
         yield
