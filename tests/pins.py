@@ -9,13 +9,13 @@ from __future__ import annotations
 
 
 def keep_pins(monkeypatch, keep: dict) -> None:
-    """{check name: indices of its pinned examples to keep}, for the rest of the test (every place that
-    looks a check up by name or lists the checks sees the shortened record)."""
+    """{check name: indices of its pinned examples to keep (empty: none, only drawn cases)}, for the rest of the
+    test (every place that looks a check up by name or lists the checks sees the shortened record)."""
     from invariants import matrix
     checks = list(matrix.CHECKS)
     for name, idx in keep.items():
         old = matrix.BY_NAME[name]
-        if not idx or max(idx) >= len(old.examples):
+        if idx and max(idx) >= len(old.examples):
             raise ValueError(f"keep_pins: {name} pins {len(old.examples)} examples, asked for {idx}")
         new = old._replace(examples=tuple(old.examples[i] for i in idx))
         monkeypatch.setitem(matrix.BY_NAME, name, new)

@@ -52,6 +52,10 @@ def _run(name: str, check: str, n: int = 2, pinned: bool = True, shrink_seconds:
     cand = Target(registry.get(f"test_compose:{name}"), "cpu", torch.float32)
     base = Target(registry.get("torch"), "cpu", torch.float32)
     check = BY_NAME[check] if pinned else BY_NAME[check]._replace(examples=())
+    if pinned and check.name == "kda.chunked":
+        # what these tests hold (composition, coverage, a declared missing output) shows on any case: the packed
+        # pin (documents with an empty one, a given state) and the head dim 32 one (CI's budget, stop 41)
+        check = check._replace(examples=check.examples[2:4])
     return run_check(check, TINY, cand, base, "ci", max_examples=n, shrink_seconds=shrink_seconds)
 
 

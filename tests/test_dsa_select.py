@@ -87,12 +87,13 @@ def run(select, c, device="cpu", **kw):
 SEEDS = range(60)
 
 
-# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each. 1- and
-# 2-bit digits are counted packed (the GPU's form, which the interpreter's checks do not take), and
-# unpacked when asked (step 10's form: impl.candidates.dsa_select_digits)
+# the overrides cost the interpreter most (many tiles, many passes): a subset of the draws each (half the
+# subsets before stop 41: CI's 15-minute budget). 1- and 2-bit digits are counted packed (the GPU's form,
+# which the interpreter's checks do not take), and unpacked when asked (step 10's form:
+# impl.candidates.dsa_select_digits)
 @pytest.mark.parametrize("block_pools,radix_bits,packed,every", [
-    (None, None, None, 1), (2, 8, None, 6), (8, 1, None, 10), (4, 4, None, 8), (None, 2, None, 5),
-    (8, 1, False, 12), (None, 2, False, 10)],
+    (None, None, None, 2), (2, 8, None, 12), (8, 1, None, 20), (4, 4, None, 16), (None, 2, None, 10),
+    (8, 1, False, 24), (None, 2, False, 20)],
     ids=["defaults", "tiles2_rb8", "packed_tiles8_rb1", "tiles4_rb4", "packed_rb2", "tiles8_rb1", "rb2"])
 def test_the_kernel_is_the_oracles_pick(block_pools, radix_bits, packed, every):
     for seed in SEEDS[::every]:
@@ -126,8 +127,9 @@ def test_the_torch_form_picks_the_oracles_set_without_ties():
 
 
 def test_the_cases_reach_what_they_claim():
-    """The draws hold the shapes the module docstring lists (else the tests above prove less)."""
-    cs = [draw(s) for s in SEEDS]
+    """The draws the defaults run (every second seed) hold the shapes the module docstring lists (else the tests
+    above prove less)."""
+    cs = [draw(s) for s in SEEDS[::2]]
     assert any(c["M"] == 1 for c in cs) and any(c["M"] == 3 for c in cs) and any(c["k_sel"] == 0 for c in cs)
     assert any(c["idx"].shape[1] > 8 and c["k_sel"] > 0 for c in cs)
     assert any((~c["val"][:, c["T"] - c["S"]:]).any() for c in cs)

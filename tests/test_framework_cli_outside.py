@@ -72,6 +72,9 @@ ROWS = [
 # a row's own gate options: the whole decoder's peer in plain torch (30 s on the CPU against 90 s for our
 # interpreted Triton decoder); the regression is judged against that peer's margins on the same examples
 OPTIONS = {"mhc_mine:BugReduceSum": ["--baseline", "torch"]}
+# a row's own pins: the reduce-sum's precision loss shows on any decoder, so model.paths runs one drawn case and
+# not its pin (~20 s of interpreted decoder; stop 41, CI's budget)
+PINS = {"mhc_mine:BugReduceSum": {"model.paths": []}}
 
 
 @pytest.mark.parametrize("candidate, expected, holds", ROWS, ids=[r[0] for r in ROWS])
@@ -79,7 +82,7 @@ def test_a_candidate_written_from_the_protocol_alone_is_judged_as_its_author_pre
         candidate, expected, holds, tmp_path, monkeypatch):
     monkeypatch.chdir(OUTSIDE)
     # each prediction holds on any case: kda.chunked keeps one of its six pins (tests/pins.py)
-    keep_pins(monkeypatch, {"kda.chunked": [3]})
+    keep_pins(monkeypatch, {"kda.chunked": [3], **PINS.get(candidate, {})})
     out = tmp_path / "r.json"
     argv = ["gate", "--candidate", candidate, "--examples", "1", "--no-failures", "--json", str(out),
             *OPTIONS.get(candidate, [])]
