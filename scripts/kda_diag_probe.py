@@ -21,10 +21,10 @@ Changes that keep every stored bit (timed here first; stop 41's ncu pass found t
     off32         the launch with OFFSET64 False (32-bit offsets: exact at this shape, 2^31 elements away)
     stages1       the launch with num_stages 1 (no software pipelining of the K loop's loads)
     noftz         the launch with FTZ False: tl.exp with its fix-ups (ours before step 31 landed)
-And one that changes bits below e^-87: ftz (every tl.exp of the kernel and of _gated_qk as ex2.approx.ftz:
-results below float32's normal range flush to 0, no fix-up instructions; ours since step 31, SplitTiles.diag_ftz,
-after which this variant launches the kernel's own flag). Combinations: sf_ftz, sf_off32,
-sf_ftz_off32, sf_ftz_off32_s1.
+And one that changes bits below e^-87: ftz, the launch with FTZ True (every exp of the kernel and of _gated_qk as
+ex2.approx.ftz: results below float32's normal range flush to 0, no fix-up instructions). Ours since step 31
+(SplitTiles.diag_ftz), so `base` is ftz now; step 31's probe ran it as a source edit of the kernel before the flag
+existed. Combinations: sf_ftz, sf_off32, sf_ftz_off32, sf_ftz_off32_s1.
 
     PYTHONPATH=. python3 scripts/kda_diag_probe.py [--shapes 64:16384,8:16384] [--calls 5] [--json F]
 """
@@ -33,12 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import inspect
-import linecache
 import sys
-
-import triton
-import triton.language as tl
 
 DIAG = "kda_intra_diag_fwd_kernel"
 STORES = "            if MAKE_QK:\n                if not FROM_G:"
@@ -57,7 +52,7 @@ NAN_LINE = "            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 
 STORE_BLOCK = ("            if MAKE_QK:\n"
                "                if not FROM_G:\n"
                "                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)\n"
-               "                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None])\n"
+               "                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)\n"
                "                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)\n"
                "                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)\n"
                "                tl.store(kb + o_st, b_kb.to(kb.dtype.element_ty), mask=mask_rk)\n")
@@ -66,37 +61,10 @@ STORE_BLOCK = ("            if MAKE_QK:\n"
 EDITS["stores_first"] = [(STORE_BLOCK, ""), (NAN_LINE, NAN_LINE + STORE_BLOCK)]
 CAPS = {"cap128": 128, "cap96": 96}
 LAUNCH = {"off32": dict(OFFSET64=False), "stages1": dict(num_stages=1),
-          # since step 31 landed the kernel has the flag itself (ours runs FTZ True): noftz times tl.exp's fix-ups
-          "noftz": dict(FTZ=False)}
+          # the kernel's flag (step 31; ours runs FTZ True): noftz times tl.exp's fix-ups
+          "ftz": dict(FTZ=True), "noftz": dict(FTZ=False)}
 COMBOS = {"sf_ftz": ("stores_first", "ftz"), "sf_off32": ("stores_first", "off32"),
           "sf_ftz_off32": ("stores_first", "ftz", "off32"), "sf_ftz_off32_s1": ("stores_first", "ftz", "off32", "stages1")}
-
-
-@triton.jit
-def _expf(x):
-    """e^x as ex2.approx.ftz.f32 of x log2(e): tl.exp without its denormal fix-up (results below e^-87.3 are 0)."""
-    return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * 1.4426950408889634],
-                                     dtype=tl.float32, is_pure=True, pack=1)
-
-
-def _replaced(fn, old: str, new: str, scope: dict):
-    """A @triton.jit copy of fn with EVERY occurrence of old replaced (at least one), its globals plus scope."""
-    src = inspect.getsource(fn.fn)
-    if old not in src:
-        raise ValueError(f"{fn.fn.__name__}: {old!r} not in its source")
-    src = src.replace(old, new)
-    filename = f"<{fn.fn.__name__} probe {len(linecache.cache)}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    env = dict(fn.fn.__globals__)
-    env.update(scope)
-    exec(compile(src, filename, "exec"), env)
-    return env[fn.fn.__name__]
-
-
-def _ftz(kernel):
-    from impl.kernels import kda as kk
-    gated = _replaced(kk._gated_qk, "tl.exp(", "_expf(", {"_expf": _expf})
-    return _replaced(kernel, "tl.exp(", "_expf(", {"_expf": _expf, "_gated_qk": gated})
 
 
 class _Launcher:
@@ -122,23 +90,12 @@ def variant(name: str, seen: dict):
     base = getattr(ik, DIAG)
     kernel = base
     parts = COMBOS.get(name, (name,))
-    src = inspect.getsource(base.fn)
-    first = STORE_BLOCK not in src
     for part in parts:
-        if part == "stores_first" and first:
-            continue        # ours already stores them first (step 31 landed)
         for old, new in EDITS.get(part, []):
             kernel = _edited(kernel, old, new)
-    if "ftz" in parts:
-        if "FTZ" in base.arg_names:
-            extra_ftz = {"FTZ": True}       # the landed flag (step 31): the same instructions as the edit
-        else:
-            kernel, extra_ftz = _ftz(kernel), {}
     extra = {"maxnreg": CAPS[name]} if name in CAPS else {}
     for part in parts:
         extra.update(LAUNCH.get(part, {}))
-    if "ftz" in parts:
-        extra.update(extra_ftz)
     setattr(ik, DIAG, _Launcher(kernel, seen, **extra))
     try:
         yield
@@ -150,7 +107,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--shapes", default="64:16384,8:16384")
     p.add_argument("--calls", type=int, default=5)
-    p.add_argument("--variants", default=",".join(["base", *EDITS, *CAPS, *LAUNCH, "ftz", *COMBOS]))
+    p.add_argument("--variants", default=",".join(["base", *EDITS, *CAPS, *LAUNCH, *COMBOS]))
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     import torch
@@ -158,7 +115,7 @@ def main(argv=None) -> int:
     from gate.benchlib import do_bench, header, kernel_times, write_json
     from impl import kda as ik
     names = [n for n in args.variants.split(",") if n]
-    bad = [n for n in names if n not in ("base", "ftz") and n not in EDITS and n not in CAPS and n not in LAUNCH
+    bad = [n for n in names if n != "base" and n not in EDITS and n not in CAPS and n not in LAUNCH
            and n not in COMBOS]
     if bad:
         p.error(f"--variants: unknown {bad}")
