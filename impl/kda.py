@@ -140,7 +140,9 @@ class SplitTiles(NamedTuple):
     diagonal and off-diagonal kernels make it from g where they read it, the diagonal one e^Γ_last too;
     diag_ftz (step 31): the diagonal kernel's exps (and the W / U kernel's q e^Γ, k e^(Γ_last - Γ), β k e^Γ)
     flush results below e^-87.3 to 0 without tl.exp's denormal fix-up. A GPU compile's option: the CPU
-    interpreter runs no PTX and keeps tl.exp (its bits are then the option's off)."""
+    interpreter runs no PTX and keeps tl.exp (its bits are then the option's off); diag_nan_last (step 32): the
+    diagonal kernel's NaN report from Γ_last's row and β, stored lane by lane with no reduction (the same report:
+    Γ is a running sum along the chunk, so a NaN in g anywhere in it is in Γ_last)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -151,6 +153,7 @@ class SplitTiles(NamedTuple):
     diag_sub_first: bool = False
     diag_gamma: bool = False
     diag_ftz: bool = True     # step 31 (False: tl.exp with its denormal fix-up; 135 us slower at H = 64, T = 16K on an H100)
+    diag_nan_last: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -391,7 +394,7 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
             PRECISION=precision, OFFSET64=offset64, qg=qg if kb is not None else None,
             kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
-            SUB_FIRST=sub_first, FTZ=ftz, **(dict(gl=gl, **gate_kw) if from_g else {}),
+            SUB_FIRST=sub_first, FTZ=ftz, NAN_LAST=bool(tiles.diag_nan_last), **(dict(gl=gl, **gate_kw) if from_g else {}),
         )
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,

@@ -584,7 +584,11 @@ CHECKS = (
                     # the softplus gate at g ~ -16 a token: past the factorised products' range in every
                     # 16-row block (the intra kernel's _intra_pairs), a partial chunk and packed documents
                     CoreCase(2, 8, 1, 150, None, True, "gate_low", 5, None),
-                    CoreCase(2, 8, 1, 140, (60, 0, 80), True, "gate_low", 6, None)), cpu_examples=10),
+                    CoreCase(2, 8, 1, 140, (60, 0, 80), True, "gate_low", 6, None)), cpu_examples=10,
+          # the GPU's tiles: head dim 128 (two K tiles of the diagonal kernel's 64), a partial chunk, packed
+          # documents with an empty one, strong decays; the flushed exps (FTZ, a GPU compile only) on each
+          gpu_examples=(CoreCase(4, 128, 1, 300, None, True, "normal", 7),
+                        CoreCase(2, 128, 1, 300, (100, 0, 200), True, "gate_low", 8, None))),
     Check("kda.causal", "kda", CausalCase, causal_cases, run_causal,
           "bitwise causality: outputs before a cut and the states settled by then do not change when "
           "only later g, k, v, beta or q do (chunked and recurrent)",

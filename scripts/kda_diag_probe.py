@@ -14,6 +14,7 @@ are made), so what is timed is the product's kernel less one stage:
     no_qk       the qk product's dot left out
     bare        no_stores + no_test + no_inverse + no_nan: the loads, the factors and the kk / qk dots
     cap128, cap96   ours under maxnreg 128 / 96 (more programs an SM if registers bound the occupancy)
+    cap200, cap168  ours under maxnreg 200 / 168: 5 / 6 two-warp programs an SM instead of 4 (step 32)
 Changes that keep every stored bit (timed here first; stop 41's ncu pass found the kernel at 255 registers with
 6 spills, 12.5 % occupancy, and 12 % of its instructions in tl.exp's denormal fix-ups):
     stores_first  q e^Γ, k e^(Γ_last - Γ), β k e^Γ made and stored right after the loads, before the factors
@@ -25,6 +26,8 @@ And one that changes bits below e^-87: ftz, the launch with FTZ True (every exp 
 ex2.approx.ftz: results below float32's normal range flush to 0, no fix-up instructions). Ours since step 31
 (SplitTiles.diag_ftz), so `base` is ftz now; step 31's probe ran it as a source edit of the kernel before the flag
 existed. Combinations: sf_ftz, sf_off32, sf_ftz_off32, sf_ftz_off32_s1.
+Step 32: nan_last, the launch with NAN_LAST True (SplitTiles.diag_nan_last: the NaN report from Γ_last's row and
+β stored lane by lane, no reduction; the same bits), and with it nl_cap200, nl_cap168, nl_stages1.
 
     PYTHONPATH=. python3 scripts/kda_diag_probe.py [--shapes 64:16384,8:16384] [--calls 5] [--json F]
 """
@@ -36,11 +39,11 @@ import functools
 import sys
 
 DIAG = "kda_intra_diag_fwd_kernel"
-STORES = "            if MAKE_QK:\n                if not FROM_G:"
+STORES = "            if MAKE_QK:\n                b_qe, b_kl, b_kb"
 TWO_STORES = ("                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)\n"
               "                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)\n")
 EDITS = {
-    "no_stores": [(STORES, "            if False:\n                if not FROM_G:")],
+    "no_stores": [(STORES, "            if False:\n                b_qe, b_kl, b_kb")],
     "kb_only": [(TWO_STORES, "")],
     "no_test": [("if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:", "if False:")],
     "no_inverse": [("_sub_inverse(b_L, o_r, BC, PRECISION)", "b_L")],
@@ -48,10 +51,16 @@ EDITS = {
     "no_qk": [("b_Aqk = tl.dot(b_q * b_er, tl.trans(b_kc), b_Aqk, input_precision=PRECISION)", "b_Aqk += 0.")],
 }
 EDITS["bare"] = EDITS["no_stores"] + EDITS["no_test"] + EDITS["no_inverse"] + EDITS["no_nan"]
-NAN_LINE = "            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)\n"
-STORE_BLOCK = ("            if MAKE_QK:\n"
+NAN_LINE = ("            if not NAN_LAST:\n"
+            "                # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it\n"
+            "                n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)\n")
+STORE_BLOCK = ("            if MAKE_QK or NAN_LAST:\n"
                "                if not FROM_G:\n"
                "                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)\n"
+               "            if NAN_LAST:\n"
+               "                # ... and so in Γ_last's row\n"
+               "                tl.store(flags + o_k * 0, 1, mask=b_gl != b_gl)\n"
+               "            if MAKE_QK:\n"
                "                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)\n"
                "                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)\n"
                "                tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)\n"
@@ -59,12 +68,18 @@ STORE_BLOCK = ("            if MAKE_QK:\n"
 # the block moved before the rows past the end are set to -3e38: there their g is the load's 0, their q and k 0,
 # and every store is masked to the valid rows; the valid rows' values are the same expressions on the same bits
 EDITS["stores_first"] = [(STORE_BLOCK, ""), (NAN_LINE, NAN_LINE + STORE_BLOCK)]
-CAPS = {"cap128": 128, "cap96": 96}
+# 200 and 168: the most registers with which 5 / 6 two-warp programs fit an SM's 64K (a warp's registers are
+# allocated in units of 256: 204 would round to 208, 4 programs)
+CAPS = {"cap128": 128, "cap96": 96, "cap200": 200, "cap168": 168}
 LAUNCH = {"off32": dict(OFFSET64=False), "stages1": dict(num_stages=1),
           # the kernel's flag (step 31; ours runs FTZ True): noftz times tl.exp's fix-ups
-          "ftz": dict(FTZ=True), "noftz": dict(FTZ=False)}
+          "ftz": dict(FTZ=True), "noftz": dict(FTZ=False),
+          # step 32 (SplitTiles.diag_nan_last): the NaN report from Γ_last and β with no reduction
+          "nan_last": dict(NAN_LAST=True)}
 COMBOS = {"sf_ftz": ("stores_first", "ftz"), "sf_off32": ("stores_first", "off32"),
-          "sf_ftz_off32": ("stores_first", "ftz", "off32"), "sf_ftz_off32_s1": ("stores_first", "ftz", "off32", "stages1")}
+          "sf_ftz_off32": ("stores_first", "ftz", "off32"), "sf_ftz_off32_s1": ("stores_first", "ftz", "off32", "stages1"),
+          "nl_cap200": ("nan_last", "cap200"), "nl_cap168": ("nan_last", "cap168"),
+          "nl_stages1": ("nan_last", "stages1")}
 
 
 class _Launcher:
@@ -93,9 +108,9 @@ def variant(name: str, seen: dict):
     for part in parts:
         for old, new in EDITS.get(part, []):
             kernel = _edited(kernel, old, new)
-    extra = {"maxnreg": CAPS[name]} if name in CAPS else {}
+    extra = {}
     for part in parts:
-        extra.update(LAUNCH.get(part, {}))
+        extra.update(LAUNCH.get(part, {}), **({"maxnreg": CAPS[part]} if part in CAPS else {}))
     setattr(ik, DIAG, _Launcher(kernel, seen, **extra))
     try:
         yield

@@ -81,7 +81,9 @@ VARIANTS = {"ours": {},
             # step 31 (ours since): the diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_diag_ftz);
             # noftz_ex is ours before it (tl.exp with its denormal fix-up)
             "ftz_ex": dict(intra="split", split=dict(diag_ftz=True), sync=False),
-            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False), sync=False)}
+            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False), sync=False),
+            # step 32: the diagonal kernel's NaN report from Γ_last and β, no reduction (impl.candidates.kda_diag_nan_last)
+            "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True), sync=False)}
 
 
 class _WithoutPairs:

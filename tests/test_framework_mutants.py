@@ -87,7 +87,7 @@ def test_a_gpu_only_mutant_names_a_check_whose_cuda_pins_can_show_it():
         assert chk.gpu_examples or chk.nightly_examples, n
     m = mutants.get("kda_intra_offsets_int32")
     with pytest.raises(ValueError, match="pins no CUDA case"):
-        mutants.validate(CHECKS, {m.name: dataclasses.replace(m, check="kda.chunked", quantity="output")})
+        mutants.validate(CHECKS, {m.name: dataclasses.replace(m, check="kda.recurrent", quantity="output")})
 
 
 @pytest.mark.gpu

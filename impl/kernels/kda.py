@@ -714,6 +714,7 @@ def kda_intra_diag_fwd_kernel(
     qg=None, kg=None, kb=None, MAKE_QK: tl.constexpr = False,
     gl=None, A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
     HAS_BIAS: tl.constexpr = False, SUB_FIRST: tl.constexpr = False, FTZ: tl.constexpr = False,
+    NAN_LAST: tl.constexpr = False,
 ):
     """One 16-row diagonal block of a (chunk, head) (issue 14 step 26; grid (chunks, H, rows x NC)): its kk and
     qk products, the qk block to `aqk` and X_ii = (I + β A_ii)^-1 to `x` (float32), from Γ (`gc`).
@@ -730,6 +731,11 @@ def kda_intra_diag_fwd_kernel(
 
     FTZ (issue 14 step 31): every e^x of the factors and of q e^Γ, k e^(Γ_last - Γ), β k e^Γ without the
     denormal fix-up (_exp).
+
+    NAN_LAST (issue 14 step 32): the NaN report from Γ_last and β with no reduction: Γ is a running sum along
+    the chunk, so a NaN in any row's g (or a +inf meeting a -inf) is in Γ_last's row too, and each lane
+    holding a NaN stores the flag itself (every writer writes 1). Without it, a count over the block's
+    [16, BK] Γ tile each K tile and over β: cross-thread sums, ~55 us of ~1090 at H = 64, T = 16K (step 31).
 
     SUB_FIRST (issue 14 step 30): the grid is (chunks x NC, H, rows), a chunk's four blocks neighbours in the
     launch order, so a tile all four read comes from DRAM once. FROM_G (step 30, needs MAKE_QK and SUB_FIRST;
@@ -758,8 +764,11 @@ def kda_intra_diag_fwd_kernel(
         # Γ_last: the chunk's last row before its end (MAKE_QK)
         s_last = (tl.minimum(bos + i_t * BT + BT, eos) - 1) * H + i_h
         b_beta = tl.load(beta + s_row + o_r * H, mask=mask_r, other=0.).to(tl.float32)
-        n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
-        n_nan_g = n_nan_beta * 0
+        if NAN_LAST:
+            tl.store(flags + 1 + o_r * 0, 1, mask=b_beta != b_beta)
+        else:
+            n_nan_beta = tl.sum((b_beta != b_beta).to(tl.int32), 0)
+            n_nan_g = n_nan_beta * 0
         b_A = tl.zeros([BC, BC], dtype=tl.float32)
         b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
         if FROM_G:
@@ -800,8 +809,9 @@ def kda_intra_diag_fwd_kernel(
             else:
                 b_g = tl.load(gc + o_st, mask=mask_rk, other=0.).to(tl.float32)
                 b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k, other=0.).to(tl.float32)
-            # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
-            n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
+            if not NAN_LAST:
+                # a NaN anywhere in a chunk's g reaches Γ at its own row and every row after it
+                n_nan_g += tl.sum(tl.sum((b_g != b_g).to(tl.int32), 1), 0)
             # rows past the end sit far below every real Γ (finite: -inf - -inf would be NaN in the pairs),
             # so their factors e^(Γ - ref) are 0 and they never count as a strong decay (their fall is masked)
             b_g = tl.where(mask_r[:, None], b_g, -3.0e38)
@@ -813,9 +823,13 @@ def kda_intra_diag_fwd_kernel(
             b_fall = tl.where(mask_rk, -b_d, 0.)
             if tl.max(tl.max(b_fall, 1), 0) > SPAN_MAX:
                 b_A, b_Aqk = _intra_pairs(b_k, b_q, b_g, b_fall > SPAN_MAX, b_A, b_Aqk, BC)
-            if MAKE_QK:
+            if MAKE_QK or NAN_LAST:
                 if not FROM_G:
                     b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
+            if NAN_LAST:
+                # ... and so in Γ_last's row
+                tl.store(flags + o_k * 0, 1, mask=b_gl != b_gl)
+            if MAKE_QK:
                 b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)
                 tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)
                 tl.store(kg + o_st, b_kl.to(kg.dtype.element_ty), mask=mask_rk)
@@ -826,8 +840,9 @@ def kda_intra_diag_fwd_kernel(
         b_L = tl.where((o_r[:, None] > o_r[None, :]) & mask_r[:, None], b_A * b_beta[:, None], 0.)
         tl.store(x + o_a, _sub_inverse(b_L, o_r, BC, PRECISION), mask=mask_r[:, None])
         # a NaN gate would poison the whole state silently: flag it, the wrapper raises after the launches
-        tl.store(flags, 1, mask=n_nan_g > 0)
-        tl.store(flags + 1, 1, mask=n_nan_beta > 0)
+        if not NAN_LAST:
+            tl.store(flags, 1, mask=n_nan_g > 0)
+            tl.store(flags + 1, 1, mask=n_nan_beta > 0)
 
 
 @triton.jit

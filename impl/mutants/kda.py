@@ -2,6 +2,7 @@
 Triton namespace as a class) overriding one function to change one kernel option."""
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -11,7 +12,7 @@ import triton
 import impl.kda as ik
 from impl.baseline.kda import TorchKDA, compute_dtype
 from impl.graph import KDADecodeStep
-from impl.mutants.catalogue import kernel_edited, mutant
+from impl.mutants.catalogue import edited_helper, kernel_edited, mutant
 from oracle.types import KDAState
 
 # (same-width integer view, the bit an unordered reduction leaves nondeterministic): the last one of
@@ -208,6 +209,25 @@ class IntraSplitAnchorMiddle(TritonKDA):
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
         with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "b_ref = tl.load(gc + s_row * K + o_k, mask=mask_k,",
                            "b_ref = tl.load(gc + (s_row + 7 * H) * K + o_k, mask=mask_k & (o_k * 0 + 7 < n_valid),"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+
+@functools.lru_cache(maxsize=None)
+def _exp_without_log2e():
+    """_exp whose flushed branch (ex2.approx.ftz, the GPU's) drops the log2(e) scale: 2^x for e^x (edited once,
+    cached). The interpreter runs tl.exp, never this branch."""
+    from impl.kernels import kda as kk
+    return edited_helper(kk._exp, "[x * 1.4426950408889634]", "[x]")
+
+
+# GPU only: FTZ is inline PTX, which the interpreter never runs (there the row factor is tl.exp's, ours' bits)
+@mutant("kda.chunked", "output", base="triton", device="cuda")
+class IntraDiagFtzWithoutLog2e(TritonKDA):
+    """The diagonal-block kernel's flushed exp (ex2.approx.ftz, issue 14 step 31) takes its row factor without the log2(e) scale: e^(Γ_i - ref) becomes 2^(Γ_i - ref), too large wherever Γ falls (ex2 is base 2: the conversion an exp2-based kernel must not drop)."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "b_er = _exp(b_d, FTZ)", "b_er = _exp_planted(b_d, FTZ)",
+                           (("_exp_planted", _exp_without_log2e()),)):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 

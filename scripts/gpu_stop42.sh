@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Stop 42 on the GPU, issue 14 step 32 (docs/optimization_log.md): the diagonal kernel's NaN report from Γ_last
+# and β with no reduction (impl.candidates.kda_diag_nan_last, SplitTiles(diag_nan_last=True)), gated before it
+# is timed, and register caps probed on top of it.
+#  gate32   side by side: the candidate's GPU tests and the GPU-only FTZ mutant's (its CUDA pins must catch it);
+#           glmgate gate of the candidate against ours: the tiny config with KDA head dim 128 (bounded gate) at
+#           seeds 7 and 8 (core checks) and 7 (layer checks, kda.device_report among them), with the softplus
+#           gate at seed 9 (core), the tiny config at seed 10 (core)
+#  probe    alone, after the verdicts: scripts/kda_diag_probe.py, the diagonal kernel's time with NAN_LAST and
+#           under register caps of 200 / 168 (5 / 6 programs an SM)
+#  bench    alone: scripts/kda_prefill_variants.py $VARIANTS beside fla's two paths, 5 alternating repeats
+#  zoo32    the nan_report mutants and the FTZ mutant through `glmgate zoo --device cuda`
+#   OUT=/tmp/out PARTS="gate32 probe" bash scripts/gpu_stop42.sh
+set -u
+NAME=${NAME:-stop42}
+PARTS=${PARTS:-gate32 probe}
+source "$(dirname "$0")/gpu_steps.sh"
+if has gate32; then
+  { tiny_config k128 && tiny_config sp128 softplus; } || exit 1
+  export OMP_NUM_THREADS=2
+  step tests32 "${T_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_diag_nan_last.py \
+      tests/test_kda_device_report.py "tests/test_framework_mutants.py::test_a_gpu_only_mutant_is_caught_by_its_checks_cuda_pins[kda_intra_diag_ftz_without_log2e]" &
+  CAND="--device cuda --candidate ${CANDIDATE:-impl.candidates.kda_diag_nan_last:Candidate} --baseline triton --examples ${EX:-20}"
+  CORE="--check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch"
+  LAYER="--check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths"
+  step gate32_k128_core_s7 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed 7 &
+  step gate32_k128_core_s8 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed 8 &
+  step gate32_k128_layer_s7 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $LAYER --seed 7 &
+  step gate32_sp128_core_s9 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/sp128 $CORE --seed 9 &
+  step gate32_tiny_core_s10 "${T_GATE:-300}" python3 -m gate.cli gate $CAND $CORE --seed 10 &
+  wait
+  export OMP_NUM_THREADS=4
+fi
+has probe && step probe "${T_PROBE:-200}" python3 scripts/kda_diag_probe.py --shapes "${SHAPES:-64:16384,8:16384}" \
+    --variants "${PROBE:-base,nan_last,cap200,cap168,nl_cap200,nl_cap168,nl_stages1,base}" --json "$L/probe.json"
+has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
+    --repeats "${REPEATS:-5}" --variants "${VARIANTS:-ours_ex,nanlast_ex}" --breakdown "${BREAKDOWN:-3}" \
+    --json "$L/bench.json"
+has zoo32 && step zoo32 "${T_ZOO:-240}" python3 -m gate.cli zoo --device cuda ${ZOO:---mutant kda_chunked_ex_nan_beta_unreported --mutant kda_intra_diag_ftz_without_log2e}
+echo "=== summary"; cat "$L/summary.txt"
+has gate32 && { echo "=== tests32"; tail -3 "$L/tests32.log" | cut -c1-250;
+  for f in "$L"/gate32_*.log; do echo "-- $f"; grep -E "│ (kda|model)|checks:|FAIL|Error" "$f" | cut -c1-150; done; }
+has probe && { echo "=== probe"; grep -E "^H=|Error" "$L/probe.log" | cut -c1-200; }
+has bench && { echo "=== bench"; grep -E "REFUSED|ms \[|^ *(kda|_|fla|ours|chunk|nan)" "$L/bench.log" | cut -c1-170; }
+has zoo32 && { echo "=== zoo32"; tail -15 "$L/zoo32.log" | cut -c1-200; }
+true
