@@ -323,6 +323,7 @@ class Verdict(NamedTuple):
     flips: int = 0                # legal decision differences (ties within eps) seen in this comparison
     ill_conditioned: bool = False  # the baseline's error exceeded its cap: the limit took the cap
     axes: tuple = ()              # names of the compared arrays' dimensions (Comparison.axes), for messages
+    held_err: Optional[float] = None  # the held reference's error (exact arithmetic on the held values)
 
     @property
     def ok(self) -> bool:
@@ -380,7 +381,7 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
     if held is not None and contract.capped(dtype, held):
         label("ill-conditioned inputs: exact arithmetic on the rounded inputs errs above the cap")
     return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, base, held), m, base,
-                   ill_conditioned=ill, axes=axes)
+                   ill_conditioned=ill, axes=axes, held_err=held)
 
 
 def judge_gate(contract: Contract, dtype: str, candidate, reference) -> Verdict:

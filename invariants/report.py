@@ -29,7 +29,12 @@ def describe(v: Verdict) -> str:
         head += f" {v.detail}"
     base = f", baseline {v.baseline_err:.3g}" if v.baseline_err is not None else ""
     if v.ill_conditioned:
-        base += f" (ILL-CONDITIONED: above its cap {c.cap.get(v.dtype, float('nan')):g}, which the limit took instead)"
+        cap = c.cap.get(v.dtype, float("nan"))
+        if v.held_err is not None and v.held_err > cap:
+            base += (f" (ILL-CONDITIONED: above its cap {cap:g}; the limit took the held reference's error "
+                     f"{v.held_err:.3g} instead: exact arithmetic on the values as the dtype holds them)")
+        else:
+            base += f" (ILL-CONDITIONED: above its cap {cap:g}, which the limit took instead)"
     if m.nonfinite_mismatch:
         detail = (f"{m.nonfinite_mismatch} entries non-finite in one side only; first at "
                   f"{name_index(m.worst_index, v.axes)}: candidate {m.worst_candidate!r}, reference {m.worst_reference!r}")

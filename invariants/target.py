@@ -8,7 +8,9 @@ function calls oracle, candidate and baseline through one code path.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import types
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -67,7 +69,7 @@ class Target(NamedTuple):
 
     def held_oracle(self) -> "OracleTarget":
         """The oracle fed the inputs as this target holds them (the held_reference of a comparison)."""
-        return HeldOracle(oracle_model.ORACLE, self.device, self.dtype)
+        return HeldOracle(_held_implementation(self.device, self.dtype), self.device, self.dtype)
 
     def nvfp4_experts(self, nv):
         """Oracle NVFP4 experts (NumPy codes and scales) on this target, bit for bit."""
@@ -147,7 +149,8 @@ class OracleTarget(Target):
 
 class HeldOracle(OracleTarget):
     """The oracle on the inputs as a (device, dtype) target holds them: each input rounded through that
-    target's dtype (its declared float32 fields through float32) and computed on in float64."""
+    target's dtype (its declared float32 fields through float32) and computed on in float64. Its KDA
+    sublayer also holds the projections' outputs (z, b, zg) in that dtype (_held_implementation)."""
 
     __slots__ = ()
 
@@ -157,6 +160,22 @@ class HeldOracle(OracleTarget):
 
 
 ORACLE = OracleTarget(oracle_model.ORACLE, "cpu", torch.float64)
+
+
+@functools.lru_cache(maxsize=None)
+def _held_implementation(device: str, dtype: torch.dtype):
+    """The oracle whose KDA sublayer rounds the projections' outputs through `dtype` (oracle.kda.sublayer's
+    `hold`). Every implementation in a working dtype returns z, b and zg from its projections in that dtype
+    (the conv state stores z so); where a token's core output nearly cancels, that rounding alone moves the
+    normalised output by 10 % and more in bf16 (stop 42: kda.paths, a "large" input at 0.0072 of its
+    head's typical output scale: 0.032 from the inputs' rounding, 0.173 with z held, ours and torch at 0.132),
+    so a held reference without it called such an example a failure of every implementation."""
+    def hold(a):
+        return _f64(torch.as_tensor(np.asarray(a), dtype=dtype, device=device))
+    kda = types.SimpleNamespace(**{n: getattr(oracle_model.kda, n) for n in dir(oracle_model.kda)
+                                   if not n.startswith("__")})
+    kda.sublayer = functools.partial(oracle_model.kda.sublayer, hold=hold)
+    return dataclasses.replace(oracle_model.ORACLE, kda=kda)
 
 
 def _f64(t) -> np.ndarray:

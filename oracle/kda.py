@@ -279,12 +279,15 @@ def core_inputs(w: KDAWeights, c, f, b):
     return q, k, v, g, beta
 
 
-def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None):
+def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_seqlens=None, *, hold=None):
     """The KDA sublayer from the post-norm input a to o_proj (SPEC §6.1-6.7, cache protocol §10).
 
     Args:
         x: [B, S, D];  mask: [B, S] 1 = real, 0 = pad (padded inputs are zeroed first)
         state: KDAState or None (zeros); with cu_seqlens ([N+1]) B is 1 and state rows are documents
+        hold: None (exact), or how a working dtype holds the projections' outputs z, b and zg (the held
+            reference, invariants.target.HeldOracle: every implementation in that dtype rounds them there,
+            and the conv state stores z so)
     Returns:
         y: [B, S, D];  state: KDAState after the last token of each sequence
     """
@@ -295,6 +298,8 @@ def sublayer(w: KDAWeights, x, state: Optional[KDAState] = None, mask=None, cu_s
         x = x * np.asarray(mask, dtype=np.float64)[..., None]
     B, S, _ = x.shape
     z, f, b, zg = project(w, x)
+    if hold is not None:
+        z, b, zg = hold(z), hold(b), hold(zg)
     c, conv_state = conv(z, w.conv1d, None if state is None else state.conv, cu_seqlens)
     q, k, v, g, beta = core_inputs(w, c, f, b)
     M0 = None if state is None else state.recurrent

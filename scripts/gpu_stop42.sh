@@ -10,6 +10,11 @@
 #           under register caps of 200 / 168 (5 / 6 programs an SM)
 #  bench    alone: scripts/kda_prefill_variants.py $VARIANTS beside fla's two paths, 5 alternating repeats
 #  zoo32    the nan_report mutants and the FTZ mutant through `glmgate zoo --device cuda`
+#  verify42 side by side, after the first call (the held sublayer reference now rounds the projections' outputs;
+#           the planted helper renamed): the GPU-only mutants' tests (the FTZ mutant and the NVFP4 PAIRS one);
+#           ours through the KDA layer checks on the tiny config with KDA head dim 128 at seed 8 (kda.paths
+#           failed there on ours and the torch baseline alike), 11 and 12, 30 examples; the GPU zoo of the
+#           mutants those checks catch, and the FTZ mutant
 #   OUT=/tmp/out PARTS="gate32 probe" bash scripts/gpu_stop42.sh
 set -u
 NAME=${NAME:-stop42}
@@ -31,6 +36,23 @@ if has gate32; then
   wait
   export OMP_NUM_THREADS=4
 fi
+if has verify42; then
+  tiny_config k128 || exit 1
+  export OMP_NUM_THREADS=2
+  step tests42 "${T_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_framework_mutants.py \
+      -k "gpu_only_mutant_is_caught and (ftz or pairs)" &
+  LAYER="--check kda.sublayer --check kda.paths --check kda.packed --check kda.checkpoint"
+  for s in 8 11 12; do
+    step ours_k128_layer_s$s "${T_GATE:-300}" python3 -m gate.cli run --device cuda --config /tmp/k128 $LAYER \
+        --seed $s --examples "${EX:-30}" --no-failures &
+  done
+  step zoo42 "${T_ZOO:-300}" python3 -m gate.cli zoo --device cuda $(python3 -c "
+from impl.mutants import catalogue as c
+print(' '.join('--mutant ' + n for n, m in c.MUTANTS.items() if m.check in ('kda.sublayer', 'kda.paths', 'kda.packed',
+      'kda.checkpoint') or n == 'kda_intra_diag_ftz_without_log2e'))") &
+  wait
+  export OMP_NUM_THREADS=4
+fi
 has probe && step probe "${T_PROBE:-200}" python3 scripts/kda_diag_probe.py --shapes "${SHAPES:-64:16384,8:16384}" \
     --variants "${PROBE:-base,nan_last,cap200,cap168,nl_cap200,nl_cap168,nl_stages1,base}" --json "$L/probe.json"
 has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
@@ -43,4 +65,7 @@ has gate32 && { echo "=== tests32"; tail -3 "$L/tests32.log" | cut -c1-250;
 has probe && { echo "=== probe"; grep -E "^H=|Error" "$L/probe.log" | cut -c1-200; }
 has bench && { echo "=== bench"; grep -E "REFUSED|ms \[|^ *(kda|_|fla|ours|chunk|nan)" "$L/bench.log" | cut -c1-170; }
 has zoo32 && { echo "=== zoo32"; tail -15 "$L/zoo32.log" | cut -c1-200; }
+has verify42 && { echo "=== tests42"; tail -3 "$L/tests42.log" | cut -c1-250;
+  for f in "$L"/ours_k128_*.log; do echo "-- $f"; grep -E "^(│ )?(kda|model)\.[a-z_]+ .*(pass|FAIL)|checks:|FAIL|Error" "$f" | cut -c1-160 | head -12; done;
+  echo "=== zoo42"; tail -25 "$L/zoo42.log" | cut -c1-200; }
 true

@@ -7,6 +7,7 @@ a path, a strategy that no longer draws what reaches it.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import types
 
@@ -18,7 +19,7 @@ import triton.language as tl
 from gate import cli
 from impl import launches
 from impl import mla as im
-from impl.mutants.catalogue import kernel_edited
+from impl.mutants.catalogue import edited_helper, kernel_edited
 from invariants import kernel_paths as kp
 from invariants.dsa_checks import index_cases
 from invariants.engine import run_check
@@ -122,6 +123,17 @@ def test_a_kernel_edit_is_planted_for_the_block_only_and_refused_when_its_text_m
         with kernel_edited(im, "mla_combine_kernel", "for j in range(0, NSPLITS):", "pass"):
             pass
 
+
+
+def test_an_edited_helper_gets_its_own_name():
+    """A GPU compile names a called helper by module and name: a planted copy named like the original, in a kernel
+    that also calls the original, would be compiled once for both calls (stop 42: the FTZ mutant escaped on the
+    GPU that way). The copy is renamed; the original keeps its name."""
+    from impl.kernels import kda as kk
+    planted = edited_helper(kk._exp, "[x * 1.4426950408889634]", "[x]")
+    assert (planted.fn.__name__, kk._exp.fn.__name__) == ("_exp_planted", "_exp")
+    src = inspect.getsource(planted.fn)
+    assert "def _exp_planted(" in src and "[x]" in src and "1.4426950408889634" not in src
 
 def test_glmgate_run_kernel_paths_prints_the_paths_and_writes_them_to_the_json(tmp_path, capsys):
     out = tmp_path / "r.json"

@@ -169,15 +169,19 @@ def get(name: str) -> Mutant:
 
 
 @functools.lru_cache(maxsize=None)
-def _edited(kernel, old: str, new: str, scope: tuple = ()):
+def _edited(kernel, old: str, new: str, scope: tuple = (), rename: str = ""):
     """A new @triton.jit kernel: `kernel`'s own source with the text `old` (found exactly once) replaced;
-    scope: (name, value) pairs added to its globals (an edited helper or constant the new text names)."""
+    scope: (name, value) pairs added to its globals (an edited helper or constant the new text names);
+    rename: the new function's name (its def renamed), else the kernel's own."""
     src = inspect.getsource(kernel.fn)
     name = kernel.fn.__name__
     if src.count(old) != 1:
         raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its source, "
                          f"expected once (the kernel changed: update the edit)")
     src = src.replace(old, new)
+    if rename:
+        src = src.replace(f"def {name}(", f"def {rename}(", 1)
+        name = rename
     # triton reads a kernel's source back through inspect: register the edited text under its own name
     filename = f"<{name} with a planted edit {len(linecache.cache)}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
@@ -203,5 +207,10 @@ def kernel_edited(module, name: str, old: str, new: str, scope: tuple = ()):
 
 def edited_helper(helper, old: str, new: str, scope: tuple = ()):
     """A @triton.jit helper (a kernel's callee) with one planted edit, as `kernel_edited` makes a kernel's:
-    hand it to kernel_edited's scope under a new name and edit the kernel's call to use that name."""
-    return _edited(helper, old, new, scope)
+    hand it to kernel_edited's scope under a new name and edit the kernel's call to use that name.
+
+    The copy is renamed (`<name>_planted`): a GPU compile names a called helper by its module and name, so
+    where the kernel calls the original helper too, a copy under the same name would be compiled once and
+    both calls would run whichever came first (stop 42: on Triton 3.6 the planted FTZ exp ran ours' code and
+    its mutant escaped; the interpreter calls each Python function as it is and never showed it)."""
+    return _edited(helper, old, new, scope, rename=f"{helper.fn.__name__}_planted")
