@@ -181,11 +181,6 @@ KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (i
 KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 step 31: SplitTiles.diag_ftz, a GPU compile only); the "
            "interpreter runs tl.exp. `glmgate run --device cuda` runs it, and tests/test_kda_intra_split.py's GPU tests "
            "hold it against the float64 oracle in bf16, strong decays included")
-KDA_NAN_LAST = ("only impl.candidates.kda_diag_nan_last launches it (issue 14 step 32: SplitTiles.diag_nan_last, the "
-                "diagonal kernel's NaN report from Γ_last's row and β stored lane by lane); tests/test_kda_intra_split.py "
-                "holds its report against ours' on the CPU for a NaN in g or β at a chunk's first, middle and last "
-                "rows, in a partial chunk and in packed documents, and its outputs bit for bit; `glmgate gate` runs it "
-                "through kda.device_report on the GPU")
 KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
                      "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
                      "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
@@ -269,7 +264,7 @@ PATHS: tuple[Path, ...] = (
     *(Path(kernel, "e^x flushed below float32's normal range, no fix-up (step 31)", lambda a: a.get("FTZ", False),
            why=KDA_FTZ) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
     Path("kda_intra_diag_fwd_kernel", "the NaN report from Γ_last and β, no reduction (step 32)",
-         lambda a: a.get("NAN_LAST", False), why=KDA_NAN_LAST),
+         lambda a: a.get("NAN_LAST", False), by=("kda.chunked", "kda.device_report")),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
     Path("kda_intra_wu_split_fwd_kernel", "W and U as bf16 dots (LOW_DOTS)", lambda a: a["LOW_DOTS"], why=GPU_BF16),
     Path("kda_intra_diag_fwd_kernel", "q e^Γ, k e^(Γ_last - Γ) and β k e^Γ made here (step 27)",

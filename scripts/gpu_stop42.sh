@@ -5,11 +5,11 @@
 #  gate32   side by side: the candidate's GPU tests and the GPU-only FTZ mutant's (its CUDA pins must catch it);
 #           glmgate gate of the candidate against ours: the tiny config with KDA head dim 128 (bounded gate) at
 #           seeds 7 and 8 (core checks) and 7 (layer checks, kda.device_report among them), with the softplus
-#           gate at seed 9 (core), the tiny config at seed 10 (core)
+#           gate at seed 9 (core), the tiny config at seed 10 (core); SA SB SC SD: other seeds
 #  probe    alone, after the verdicts: scripts/kda_diag_probe.py, the diagonal kernel's time with NAN_LAST and
 #           under register caps of 200 / 168 (5 / 6 programs an SM)
 #  bench    alone: scripts/kda_prefill_variants.py $VARIANTS beside fla's two paths, 5 alternating repeats
-#  zoo32    the nan_report mutants and the FTZ mutant through `glmgate zoo --device cuda`
+#  zoo32    (with gate32, beside it) the nan_report mutants and the FTZ mutant through `glmgate zoo --device cuda`
 #  verify42 side by side, after the first call (the held sublayer reference now rounds the projections' outputs;
 #           the planted helper renamed): the GPU-only mutants' tests (the FTZ mutant and the NVFP4 PAIRS one);
 #           ours through the KDA layer checks on the tiny config with KDA head dim 128 at seed 8 (kda.paths
@@ -25,14 +25,15 @@ if has gate32; then
   export OMP_NUM_THREADS=2
   step tests32 "${T_TESTS:-240}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_diag_nan_last.py \
       tests/test_kda_device_report.py "tests/test_framework_mutants.py::test_a_gpu_only_mutant_is_caught_by_its_checks_cuda_pins[kda_intra_diag_ftz_without_log2e]" &
-  CAND="--device cuda --candidate ${CANDIDATE:-impl.candidates.kda_diag_nan_last:Candidate} --baseline triton --examples ${EX:-20}"
+  has zoo32 && step zoo32 "${T_ZOO:-240}" python3 -m gate.cli zoo --device cuda ${ZOO:---mutant kda_chunked_ex_nan_beta_unreported --mutant kda_chunked_ex_nan_from_block_reference --mutant kda_intra_diag_ftz_without_log2e} &
+  CAND="--device cuda --candidate ${CANDIDATE:-impl.candidates.kda_diag_nan_last:Candidate} --baseline ${BASELINE:-triton} --examples ${EX:-20}"
   CORE="--check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch"
   LAYER="--check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths"
-  step gate32_k128_core_s7 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed 7 &
-  step gate32_k128_core_s8 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed 8 &
-  step gate32_k128_layer_s7 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $LAYER --seed 7 &
-  step gate32_sp128_core_s9 "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/sp128 $CORE --seed 9 &
-  step gate32_tiny_core_s10 "${T_GATE:-300}" python3 -m gate.cli gate $CAND $CORE --seed 10 &
+  step gate32_k128_core_s${SA:-7} "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed ${SA:-7} &
+  step gate32_k128_core_s${SB:-8} "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $CORE --seed ${SB:-8} &
+  step gate32_k128_layer_s${SA:-7} "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/k128 $LAYER --seed ${SA:-7} &
+  step gate32_sp128_core_s${SC:-9} "${T_GATE:-300}" python3 -m gate.cli gate $CAND --config /tmp/sp128 $CORE --seed ${SC:-9} &
+  step gate32_tiny_core_s${SD:-10} "${T_GATE:-300}" python3 -m gate.cli gate $CAND $CORE --seed ${SD:-10} &
   wait
   export OMP_NUM_THREADS=4
 fi
@@ -58,7 +59,6 @@ has probe && step probe "${T_PROBE:-200}" python3 scripts/kda_diag_probe.py --sh
 has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
     --repeats "${REPEATS:-5}" --variants "${VARIANTS:-ours_ex,nanlast_ex}" --breakdown "${BREAKDOWN:-3}" \
     --json "$L/bench.json"
-has zoo32 && step zoo32 "${T_ZOO:-240}" python3 -m gate.cli zoo --device cuda ${ZOO:---mutant kda_chunked_ex_nan_beta_unreported --mutant kda_intra_diag_ftz_without_log2e}
 echo "=== summary"; cat "$L/summary.txt"
 has gate32 && { echo "=== tests32"; tail -3 "$L/tests32.log" | cut -c1-250;
   for f in "$L"/gate32_*.log; do echo "-- $f"; grep -E "│ (kda|model)|checks:|FAIL|Error" "$f" | cut -c1-150; done; }

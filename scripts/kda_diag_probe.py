@@ -27,8 +27,9 @@ ex2.approx.ftz: results below float32's normal range flush to 0, no fix-up instr
 (SplitTiles.diag_ftz), so `base` is ftz now; step 31's probe ran it as a source edit of the kernel before the flag
 existed. Combinations: sf_ftz, sf_off32, sf_ftz_off32, sf_ftz_off32_s1.
 Step 32: nan_last, the launch with NAN_LAST True (SplitTiles.diag_nan_last: the NaN report from Γ_last's row and
-β stored lane by lane, no reduction; the same bits), and with it nl_cap200, nl_cap168, nl_stages1; nl_after: the
-same report stored once after the K loop (nan_after alone is a no-op without NAN_LAST).
+β stored lane by lane after the K loop, no reduction; the same bits), and with it nl_cap200, nl_cap168, nl_stages1.
+(Stop 42's first probe ran NAN_LAST with the stores inside the K loop: +23 / +25 us at H = 64; its second probe
+ran the stores after the loop, `nl_after` then, the kernel's form since: -25 us.)
 
     PYTHONPATH=. python3 scripts/kda_diag_probe.py [--shapes 64:16384,8:16384] [--calls 5] [--json F]
 """
@@ -60,7 +61,7 @@ STORE_BLOCK = ("            if MAKE_QK or NAN_LAST:\n"
                "                    b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)\n"
                "            if NAN_LAST:\n"
                "                # ... and so in Γ_last's row\n"
-               "                tl.store(flags + o_k * 0, 1, mask=b_gl != b_gl)\n"
+               "                b_nan = tl.maximum(b_nan, (b_gl != b_gl).to(tl.int32))\n"
                "            if MAKE_QK:\n"
                "                b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)\n"
                "                tl.store(qg + o_st, b_qe.to(qg.dtype.element_ty), mask=mask_rk)\n"
@@ -71,29 +72,16 @@ STORE_BLOCK = ("            if MAKE_QK or NAN_LAST:\n"
 EDITS["stores_first"] = [(STORE_BLOCK, ""), (NAN_LINE, NAN_LINE + STORE_BLOCK)]
 # 200 and 168: the most registers with which 5 / 6 two-warp programs fit an SM's 64K (a warp's registers are
 # allocated in units of 256: 204 would round to 208, 4 programs)
-# with NAN_LAST (nl_after): the flags stored once after the K loop, from a [BK] mask gathered across its tiles,
-# and β's with them (a store inside the loop measured +23 us at H = 64 against the counts it replaced)
-EDITS["nan_after"] = [
-    ("        b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)\n",
-     "        b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)\n        b_nan = tl.zeros([BK], dtype=tl.int32)\n"),
-    ("            tl.store(flags + 1 + o_r * 0, 1, mask=b_beta != b_beta)\n", "            pass\n"),
-    ("                tl.store(flags + o_k * 0, 1, mask=b_gl != b_gl)\n",
-     "                b_nan = tl.maximum(b_nan, (b_gl != b_gl).to(tl.int32))\n"),
-    ("        if not NAN_LAST:\n            tl.store(flags, 1, mask=n_nan_g > 0)\n",
-     "        if NAN_LAST:\n            tl.store(flags + tl.arange(0, BK) * 0, 1, mask=b_nan > 0)\n"
-     "            tl.store(flags + 1 + o_r * 0, 1, mask=b_beta != b_beta)\n"
-     "        if not NAN_LAST:\n            tl.store(flags, 1, mask=n_nan_g > 0)\n"),
-]
 CAPS = {"cap128": 128, "cap96": 96, "cap200": 200, "cap168": 168}
 LAUNCH = {"off32": dict(OFFSET64=False), "stages1": dict(num_stages=1),
           # the kernel's flag (step 31; ours runs FTZ True): noftz times tl.exp's fix-ups
           "ftz": dict(FTZ=True), "noftz": dict(FTZ=False),
           # step 32 (SplitTiles.diag_nan_last): the NaN report from Γ_last and β with no reduction
-          "nan_last": dict(NAN_LAST=True)}
+          "nan_last": dict(NAN_LAST=True), "nonan_last": dict(NAN_LAST=False)}
 COMBOS = {"sf_ftz": ("stores_first", "ftz"), "sf_off32": ("stores_first", "off32"),
           "sf_ftz_off32": ("stores_first", "ftz", "off32"), "sf_ftz_off32_s1": ("stores_first", "ftz", "off32", "stages1"),
           "nl_cap200": ("nan_last", "cap200"), "nl_cap168": ("nan_last", "cap168"),
-          "nl_stages1": ("nan_last", "stages1"), "nl_after": ("nan_last", "nan_after")}
+          "nl_stages1": ("nan_last", "stages1")}
 
 
 class _Launcher:

@@ -76,14 +76,16 @@ VARIANTS = {"ours": {},
             "gamma_d32_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True, diag_bk=32),
                                  sync=False),
             "sub_ex": dict(intra="split", split=dict(diag_gamma=False), sync=False),
-            "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False)),
-            "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False), sync=False),
+            "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False)),
+            "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False), sync=False),
             # step 31 (ours since): the diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_diag_ftz);
             # noftz_ex is ours before it (tl.exp with its denormal fix-up)
-            "ftz_ex": dict(intra="split", split=dict(diag_ftz=True), sync=False),
-            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False), sync=False),
-            # step 32: the diagonal kernel's NaN report from Γ_last and β, no reduction (impl.candidates.kda_diag_nan_last)
-            "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True), sync=False)}
+            "ftz_ex": dict(intra="split", split=dict(diag_ftz=True, diag_nan_last=False), sync=False),
+            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False, diag_nan_last=False), sync=False),
+            # step 32 (ours since): the diagonal kernel's NaN report from Γ_last and β, no reduction
+            # (impl.candidates.kda_diag_nan_last); step31_ex is ours before it
+            "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True), sync=False),
+            "step31_ex": dict(intra="split", split=dict(diag_nan_last=False), sync=False)}
 
 
 class _WithoutPairs:

@@ -42,8 +42,8 @@ def test_the_moved_stores_keep_ours_bits_and_the_bare_ablation_does_not():
         assert all(torch.equal(a, b) for a, b in zip(got, ours)) == same, name
 
 
-def test_the_report_stored_after_the_loop_names_g_and_beta_as_ours():
-    """nl_after (step 32's second form): the same NaN report, from a mask gathered across the K tiles."""
+def test_the_probes_nan_last_launch_names_g_and_beta_as_ours():
+    """nan_last (step 32): the same NaN report, from a mask gathered across the K tiles, stored after them."""
     x = _inputs()
     for what, want in (("g", [1, 0]), ("beta", [0, 1])):
         q, k, v, g, beta = (a.clone() for a in x)
@@ -51,6 +51,6 @@ def test_the_report_stored_after_the_loop_names_g_and_beta_as_ours():
             g[0, 127, 1, 20] = float("nan")
         else:
             beta[0, 149, 0] = float("nan")
-        with probe.variant("nl_after", {}):
+        with probe.variant("nan_last", {}):
             info = ik.chunked_ex(q, k, v, g, beta, None, 64, None, True)[3]
         assert info.tolist() == want, what

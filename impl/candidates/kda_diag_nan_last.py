@@ -1,5 +1,6 @@
 """Issue 14 step 32's candidate: ours' KDA chunked prefill with the diagonal-block kernel's NaN report taken from
-Γ_last's row and β, each lane holding a NaN storing the flag itself (`SplitTiles(diag_nan_last=True)`).
+Γ_last's row and β, gathered across the K tiles as a mask and stored after them by each lane that holds a NaN
+(`SplitTiles(diag_nan_last=True)`; the stores inside the K loop, its first form, measured 25 us slower).
 
 Step 31's ablation timed the kernel's NaN count at ~55 us of its ~1090 at H = 64, T = 16K on an H100: two
 cross-thread sums over the block's [16, 64] Γ tile each K tile and one over β, in a kernel bound by latency at
@@ -13,6 +14,9 @@ the NaN sits) and every path's:
         --check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch \\
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
+Ours since step 32 landed (impl.kda.SplitTiles.diag_nan_last = True; scripts/gpu_stop42.sh, bench_results/
+issue14_h100_2026-12-06_stop42*/): this candidate is ours now, kept so that its gate can be replayed against an
+older ours (`--baseline` a namespace with SplitTiles(diag_nan_last=False)).
 Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
 from __future__ import annotations

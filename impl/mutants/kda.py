@@ -379,8 +379,18 @@ class ChunkedExNanBetaUnreported(TritonKDA):
     """The split intra pass's diagonal kernel never raises its beta flag in chunked_ex's launches: a NaN in beta runs through with a clean report."""
 
     def chunked_ex(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.store(flags + 1, 1, mask=n_nan_beta > 0)",
-                           "tl.store(flags + 1, 1, mask=n_nan_beta < 0)"):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "tl.store(flags + 1 + o_r * 0, 1, mask=b_beta != b_beta)",
+                           "tl.store(flags + 1 + o_r * 0, 1, mask=(b_beta != b_beta) & (o_r < 0))"):
+            return ik.chunked_ex(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
+
+
+@mutant("kda.device_report", "nan_report", base="triton")
+class ChunkedExNanFromBlockReference(TritonKDA):
+    """The diagonal kernel's NaN report (issue 14 step 32) looks at its block's reference row (the block's first) instead of the chunk's last row: a NaN in g after a chunk's row 48 reaches no block's first row and goes unreported."""
+
+    def chunked_ex(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_diag_fwd_kernel", "b_nan = tl.maximum(b_nan, (b_gl != b_gl).to(tl.int32))",
+                           "b_nan = tl.maximum(b_nan, (b_ref != b_ref).to(tl.int32))"):
             return ik.chunked_ex(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states)
 
 
