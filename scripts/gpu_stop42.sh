@@ -54,6 +54,21 @@ print(' '.join('--mutant ' + n for n, m in c.MUTANTS.items() if m.check in ('kda
   wait
   export OMP_NUM_THREADS=4
 fi
+#  matrix42 side by side: every KDA check of ours on the GPU (the held reference's change, step 32 landed) on the tiny
+#           config with KDA head dim 128 at seed 17, with the softplus gate at seed 18, on the tiny config at seed 19
+if has matrix42; then
+  { tiny_config k128 && tiny_config sp128 softplus; } || exit 1
+  export OMP_NUM_THREADS=3
+  step kda_k128_s17 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/k128 --mechanism kda --seed 17 \
+      --examples "${EX:-20}" --no-failures &
+  step kda_sp128_s18 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/sp128 --mechanism kda --seed 18 \
+      --examples "${EX:-20}" --no-failures &
+  step kda_tiny_s19 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --mechanism kda --seed 19 \
+      --examples "${EX:-20}" --no-failures &
+  wait
+  export OMP_NUM_THREADS=4
+  for f in "$L"/kda_*.log; do echo "-- $f"; grep -E "│ kda\.|checks:|FAIL|Error" "$f" | cut -c1-130; done
+fi
 has probe && step probe "${T_PROBE:-200}" python3 scripts/kda_diag_probe.py --shapes "${SHAPES:-64:16384,8:16384}" \
     --variants "${PROBE:-base,nan_last,cap200,cap168,nl_cap200,nl_cap168,nl_stages1,base}" --json "$L/probe.json"
 has bench && step bench "${T_BENCH:-300}" python3 scripts/kda_prefill_variants.py --shapes "${SHAPES:-64:16384,8:16384}" \
