@@ -55,17 +55,23 @@ print(' '.join('--mutant ' + n for n, m in c.MUTANTS.items() if m.check in ('kda
   export OMP_NUM_THREADS=4
 fi
 #  matrix42 side by side: every KDA check of ours on the GPU (the held reference's change, step 32 landed) on the tiny
-#           config with KDA head dim 128 at seed 17, with the softplus gate at seed 18, on the tiny config at seed 19
+#           config with KDA head dim 128 at seed 17, with the softplus gate at seed 18, on the tiny config at seed 19;
+#           kda.scale (tens of GiB: T = 64K, B = 5 rows) alone after them. Stop 42 ran all three with kda.scale side
+#           by side on one 80 GB card and three kda.scale runs took the memory: out-of-memory errors, no verdicts
 if has matrix42; then
   { tiny_config k128 && tiny_config sp128 softplus; } || exit 1
   export OMP_NUM_THREADS=3
-  step kda_k128_s17 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/k128 --mechanism kda --seed 17 \
+  KDA=$(python3 -c "
+from invariants.matrix import CHECKS
+print(' '.join('--check ' + c.name for c in CHECKS if c.mechanism == 'kda' and c.name != 'kda.scale'))")
+  step kda_k128_s17 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/k128 $KDA --seed 17 \
       --examples "${EX:-20}" --no-failures &
-  step kda_sp128_s18 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/sp128 --mechanism kda --seed 18 \
+  step kda_sp128_s18 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --config /tmp/sp128 $KDA --seed 18 \
       --examples "${EX:-20}" --no-failures &
-  step kda_tiny_s19 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --mechanism kda --seed 19 \
+  step kda_tiny_s19 "${T_GATE:-400}" python3 -m gate.cli run --device cuda $KDA --seed 19 \
       --examples "${EX:-20}" --no-failures &
   wait
+  step kda_scale_s19 "${T_GATE:-400}" python3 -m gate.cli run --device cuda --check kda.scale --seed 19 --no-failures
   export OMP_NUM_THREADS=4
   for f in "$L"/kda_*.log; do echo "-- $f"; grep -E "│ kda\.|checks:|FAIL|Error" "$f" | cut -c1-130; done
 fi
