@@ -141,8 +141,9 @@ class SplitTiles(NamedTuple):
     diag_ftz (step 31): the diagonal kernel's exps (and the W / U kernel's q e^Γ, k e^(Γ_last - Γ), β k e^Γ)
     flush results below e^-87.3 to 0 without tl.exp's denormal fix-up. A GPU compile's option: the CPU
     interpreter runs no PTX and keeps tl.exp (its bits are then the option's off); diag_nan_last (step 32): the
-    diagonal kernel's NaN report from Γ_last's row and β, stored lane by lane with no reduction (the same report:
-    Γ is a running sum along the chunk, so a NaN in g anywhere in it is in Γ_last)."""
+    diagonal kernel's NaN report from Γ_last's row and β with no reduction (a mask gathered across the K tiles,
+    stored after them by each lane holding a NaN; the same report: Γ is a running sum along the chunk, so a NaN
+    in g anywhere in it is in Γ_last)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)

@@ -167,9 +167,11 @@ def _held_implementation(device: str, dtype: torch.dtype):
     """The oracle whose KDA sublayer rounds the projections' outputs through `dtype` (oracle.kda.sublayer's
     `hold`). Every implementation in a working dtype returns z, b and zg from its projections in that dtype
     (the conv state stores z so); where a token's core output nearly cancels, that rounding alone moves the
-    normalised output by 10 % and more in bf16 (stop 42: kda.paths, a "large" input at 0.0072 of its
-    head's typical output scale: 0.032 from the inputs' rounding, 0.173 with z held, ours and torch at 0.132),
-    so a held reference without it called such an example a failure of every implementation."""
+    normalised output by 10 % and more in bf16 (stop 42: kda.paths, a "large" input whose token 22 has a core
+    output at 0.0072 of its head's typical scale: held error 0.014 from the inputs' rounding alone, 0.132 with
+    z, b and zg held, ours and the torch baseline 0.132), so a held reference without it called such an example
+    a failure of every implementation. f is not held: its bias is added in float32 after the projection, and
+    holding it moved that example by 2e-4."""
     def hold(a):
         return _f64(torch.as_tensor(np.asarray(a), dtype=dtype, device=device))
     kda = types.SimpleNamespace(**{n: getattr(oracle_model.kda, n) for n in dir(oracle_model.kda)

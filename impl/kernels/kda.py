@@ -828,7 +828,7 @@ def kda_intra_diag_fwd_kernel(
                 if not FROM_G:
                     b_gl = tl.load(gc + s_last * K + o_k, mask=mask_k, other=0.).to(tl.float32)
             if NAN_LAST:
-                # ... and so in Γ_last's row
+                # Γ is a running sum along the chunk: a NaN in g at any of its rows is in Γ_last's row
                 b_nan = tl.maximum(b_nan, (b_gl != b_gl).to(tl.int32))
             if MAKE_QK:
                 b_qe, b_kl, b_kb = _gated_qk(b_q, b_k, b_g, b_gl, b_beta, mask_r[:, None], FTZ)
