@@ -143,7 +143,8 @@ class SplitTiles(NamedTuple):
     interpreter runs no PTX and keeps tl.exp (its bits are then the option's off); diag_nan_last (step 32): the
     diagonal kernel's NaN report from Γ_last's row and β with no reduction (a mask gathered across the K tiles,
     stored after them by each lane holding a NaN; the same report: Γ is a running sum along the chunk, so a NaN
-    in g anywhere in it is in Γ_last)."""
+    in g anywhere in it is in Γ_last); off_ftz (step 33): the off-diagonal kernel's exps as diag_ftz's (a GPU
+    compile's option too)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -155,6 +156,7 @@ class SplitTiles(NamedTuple):
     diag_gamma: bool = False
     diag_ftz: bool = True     # step 31 (False: tl.exp with its denormal fix-up; 135 us slower at H = 64, T = 16K on an H100)
     diag_nan_last: bool = True  # step 32 (False: the counts over Γ and β; 21-25 us slower at H = 64, T = 16K on an H100)
+    off_ftz: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -400,7 +402,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
-            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps, **gate_kw,
+            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
+            FTZ=bool(tiles.off_ftz) and not interpreted(), **gate_kw,
         )
         kda_intra_wu_split_fwd_kernel[intra_grid](
             q, k, v, None if from_g else gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,

@@ -20,7 +20,7 @@ from invariants.compare import Comparison, RoutingReference, to_int, to_numpy
 from invariants.labels import label
 from invariants.mhc_checks import mhc_cases
 from invariants.moe_checks import MoECase, _moe_target, moe_cases, moe_inputs
-from invariants.nvfp4_checks import _calibrated_scales, _candidate_experts
+from invariants.nvfp4_checks import _calibrated_scales, _candidate_experts, require_nvfp4_form
 from invariants.target import Target
 from oracle import moe as omoe
 from oracle import nvfp4 as onv
@@ -179,6 +179,7 @@ def run_nvfp4_batch(case: MoEBatchCase, cand: Target, base: Target):
 
     The dynamic W4A4 scale is the amax of the whole call's activations by definition (oracle.nvfp4
     dynamic_input_scale): a row under it depends on its companions, so it is not drawn here."""
+    require_nvfp4_form("nvfp4.batch", case.hidden, case.inter)
     label_placement(case.lengths, case.at)
     w, x = moe_inputs(case.moe_case())
     sl, lengths, at = _span(case.lengths, case.at), case.lengths, case.at

@@ -181,6 +181,10 @@ KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (i
 KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 step 31: SplitTiles.diag_ftz, a GPU compile only); the "
            "interpreter runs tl.exp. `glmgate run --device cuda` runs it, and tests/test_kda_intra_split.py's GPU tests "
            "hold it against the float64 oracle in bf16, strong decays included")
+KDA_OFF_FTZ = ("only impl.candidates.kda_off_ftz launches it (issue 14 step 33: SplitTiles.off_ftz, the off-diagonal "
+               "kernel's exps as ex2.approx.ftz; a GPU compile only, the interpreter runs tl.exp); `glmgate gate "
+               "--device cuda --candidate impl.candidates.kda_off_ftz:Candidate` and tests/test_kda_off_ftz.py's GPU "
+               "tests hold it")
 KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
                      "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
                      "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
@@ -263,6 +267,8 @@ PATHS: tuple[Path, ...] = (
                 ("dt_bias added to f, in the scan (step 30)", lambda a: a.get("FROM_G", False) and a.get("GATE", 0) and a.get("HAS_BIAS", False)))))),
     *(Path(kernel, "e^x flushed below float32's normal range, no fix-up (step 31)", lambda a: a.get("FTZ", False),
            why=KDA_FTZ) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
+    Path("kda_intra_offdiag_fwd_kernel", "e^x flushed below float32's normal range, no fix-up (step 33)",
+         lambda a: a.get("FTZ", False), why=KDA_OFF_FTZ),
     Path("kda_intra_diag_fwd_kernel", "the NaN report from Γ_last and β, no reduction (step 32)",
          lambda a: a.get("NAN_LAST", False), by=("kda.chunked", "kda.device_report")),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),

@@ -14,7 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 from invariants import quant_gate as qg
-from invariants.check import Check
+from invariants.check import Check, NotRunnable
 from invariants.compare import Comparison, to_numpy
 from invariants.labels import label
 from invariants.moe_checks import MoECase, _moe_target, moe_cases, moe_inputs
@@ -81,6 +81,19 @@ def quant_gate_cases(draw, base) -> QuantGateCase:
 
 
 # ---------------------------------------------------------------- run functions
+
+
+def require_nvfp4_form(check: str, hidden: int, inter: int) -> None:
+    """NotRunnable when an MoE layer's widths have no NVFP4 form: one FP8 scale per 16 elements along K, and K
+    is the hidden size for gate / up and the expert width for down. A geometry whose width is not a multiple
+    of 16 cannot have an NVFP4 checkpoint, so its drawn cases say so instead of ending in the quantizer's
+    ValueError (which read as glmgate's own error)."""
+    bad = [f"{name} {n}" for name, n in (("hidden size", hidden), ("expert width", inter)) if n % onv.BLOCK]
+    if bad:
+        raise NotRunnable(f"{check}: this geometry's {' and '.join(bad)} {'is' if len(bad) == 1 else 'are'} not a "
+                          f"multiple of {onv.BLOCK}; NVFP4 keeps one FP8 scale per {onv.BLOCK} elements along K, so "
+                          f"no NVFP4 checkpoint of this geometry can exist (the check's pinned cases, whose widths "
+                          f"are multiples of {onv.BLOCK}, ran before this)")
 
 
 def nvfp4_weights(case: NVFP4Case):
@@ -283,6 +296,7 @@ def run_gate(case: QuantGateCase, cand: Target, base: Target):
     something; no outliers: a static scale's saturation is unbounded by construction).
     """
 
+    require_nvfp4_form("nvfp4.gate", case.hidden, case.inter)
     if case.family == "clamps":
         label("SwiGLU clamps firing")
     w, x, nv = gate_inputs(case)

@@ -85,7 +85,9 @@ VARIANTS = {"ours": {},
             # step 32 (ours since): the diagonal kernel's NaN report from Γ_last and β, no reduction
             # (impl.candidates.kda_diag_nan_last); step31_ex is ours before it
             "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True), sync=False),
-            "step31_ex": dict(intra="split", split=dict(diag_nan_last=False), sync=False)}
+            "step31_ex": dict(intra="split", split=dict(diag_nan_last=False), sync=False),
+            # step 33: the off-diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_off_ftz)
+            "offftz_ex": dict(intra="split", split=dict(off_ftz=True), sync=False)}
 
 
 class _WithoutPairs:

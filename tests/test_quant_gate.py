@@ -186,3 +186,17 @@ def test_whole_model_nvfp4_gates(tiny_models):
     assert kernel.ok, kernel.detail
     assert effect.ok, effect.detail
     assert qg.gate_metrics(exact, ref).mean_kl > 0                      # the quantization is really there
+
+
+def test_a_geometry_without_an_nvfp4_form_is_not_run_and_says_why():
+    """Stop 37 found nvfp4.gate and nvfp4.batch ending in ERROR (the quantizer's ValueError) on a geometry of
+    expert width 40: no NVFP4 checkpoint of it can exist (one FP8 scale per 16 elements along K). Their drawn
+    cases of such widths are "not run", naming the width; widths that are multiples of 16 go on."""
+    from invariants.batch_ffn_checks import MoEBatchCase, run_nvfp4_batch
+    from invariants.check import NotRunnable
+
+    nc.require_nvfp4_form("nvfp4.gate", 48, 32)
+    with pytest.raises(NotRunnable, match="nvfp4.gate: this geometry's expert width 40 is not a multiple of 16"):
+        nc.run_gate(nc.QuantGateCase(32, 8, 2, 1, 1, 40, 4, "normal", "dynamic", "linear", 256, 0), None, None)
+    with pytest.raises(NotRunnable, match="nvfp4.batch: this geometry's hidden size 40 and expert width 24 are not"):
+        run_nvfp4_batch(MoEBatchCase(40, 8, 2, 1, 1, 24, (3, 2), 0, "normal", 0), None, None)

@@ -850,12 +850,14 @@ def kda_intra_diag_fwd_kernel(
 
 
 @triton.jit
-def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.constexpr):
+def _off_block(k_i, q_i, er_i, k_j, G_j, ref_i, valid_i, a, aq, PRECISION: tl.constexpr, FTZ: tl.constexpr = False):
     """Adds row block i against column block j < i of the kk and qk products over one K tile, through row
     block i's FIRST row: e^(Γ_r - ref_i) <= 1 on its rows and e^(ref_i - Γ_c) <= 1 on the earlier ones, so
     neither factor can overflow for any gate (a product lost to underflow is below e^-87 of |k|^2).
-    valid_i [1, BK]: block i has a row before the chunk's end (else ref_i is no row's Γ and the factors are 0)."""
-    kc_t = tl.trans(k_j * tl.exp(tl.where(valid_i, ref_i[None, :] - G_j, float("-inf"))))
+    valid_i [1, BK]: block i has a row before the chunk's end (else ref_i is no row's Γ and the factors are 0).
+    FTZ (issue 14 step 33): e^x as _exp's ex2.approx.ftz (both factors <= 1 here, so a flushed one's terms are
+    below e^-87 of the products they join)."""
+    kc_t = tl.trans(k_j * _exp(tl.where(valid_i, ref_i[None, :] - G_j, float("-inf")), FTZ))
     a = tl.dot(k_i * er_i, kc_t, a, input_precision=PRECISION)
     aq = tl.dot(q_i * er_i, kc_t, aq, input_precision=PRECISION)
     return a, aq
@@ -896,14 +898,16 @@ def kda_intra_offdiag_fwd_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
     A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
-    HAS_BIAS: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, FTZ: tl.constexpr = False,
 ):
     """The six off-diagonal 16 x 16 blocks of one (chunk, head)'s kk and qk products (issue 14 step 26), the qk
     ones (and the zero blocks above the diagonal) to `aqk`, then X = (I + A)^-1's lower blocks from the
     diagonal ones kda_intra_diag_fwd_kernel left in `x`, by block forward substitution
     X_ij = -X_ii sum_(j <= m < i) A_im X_mj (float32; the blocks above the diagonal are never written).
     FROM_G (issue 14 step 30, refuted; impl.candidates.kda_gamma_diag): `gc` holds g (or the gate's input f,
-    GATE 1 / 2) and Γ is scanned here block by block (_gamma_block), each block carried on from the one before."""
+    GATE 1 / 2) and Γ is scanned here block by block (_gamma_block), each block carried on from the one before.
+    FTZ (issue 14 step 33): the row and column factors' exps without tl.exp's denormal fix-up (_exp), as the
+    diagonal kernel's since step 31."""
     tl.static_assert(BT == 4 * BC)
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
@@ -946,8 +950,8 @@ def kda_intra_offdiag_fwd_kernel(
             G0 = _tile_at(p_g, rk0, m0, cols, cmask)
             G1 = _tile_at(p_g, rk1, m1, cols, cmask)
             r1 = tl.load(p_g + BC * HK + o_k, mask=mask_k & f1, other=0.).to(tl.float32)
-        e1 = tl.exp(tl.where(m1, G1 - r1[None, :], float("-inf")))
-        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, f1[None, :], a10, s10, PRECISION)
+        e1 = _exp(tl.where(m1, G1 - r1[None, :], float("-inf")), FTZ)
+        a10, s10 = _off_block(k1, q1, e1, k0, G0, r1, f1[None, :], a10, s10, PRECISION, FTZ)
         k2 = _tile_at(p_k, rk2, m2, cols, cmask)
         q2 = _tile_at(p_q, rk2, m2, cols, cmask)
         if FROM_G:
@@ -957,9 +961,9 @@ def kda_intra_offdiag_fwd_kernel(
         else:
             G2 = _tile_at(p_g, rk2, m2, cols, cmask)
             r2 = tl.load(p_g + 2 * BC * HK + o_k, mask=mask_k & f2, other=0.).to(tl.float32)
-        e2 = tl.exp(tl.where(m2, G2 - r2[None, :], float("-inf")))
-        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, f2[None, :], a20, s20, PRECISION)
-        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, f2[None, :], a21, s21, PRECISION)
+        e2 = _exp(tl.where(m2, G2 - r2[None, :], float("-inf")), FTZ)
+        a20, s20 = _off_block(k2, q2, e2, k0, G0, r2, f2[None, :], a20, s20, PRECISION, FTZ)
+        a21, s21 = _off_block(k2, q2, e2, k1, G1, r2, f2[None, :], a21, s21, PRECISION, FTZ)
         k3 = _tile_at(p_k, rk3, m3, cols, cmask)
         q3 = _tile_at(p_q, rk3, m3, cols, cmask)
         if FROM_G:
@@ -969,10 +973,10 @@ def kda_intra_offdiag_fwd_kernel(
         else:
             G3 = _tile_at(p_g, rk3, m3, cols, cmask)
             r3 = tl.load(p_g + 3 * BC * HK + o_k, mask=mask_k & f3, other=0.).to(tl.float32)
-        e3 = tl.exp(tl.where(m3, G3 - r3[None, :], float("-inf")))
-        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, f3[None, :], a30, s30, PRECISION)
-        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, f3[None, :], a31, s31, PRECISION)
-        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, f3[None, :], a32, s32, PRECISION)
+        e3 = _exp(tl.where(m3, G3 - r3[None, :], float("-inf")), FTZ)
+        a30, s30 = _off_block(k3, q3, e3, k0, G0, r3, f3[None, :], a30, s30, PRECISION, FTZ)
+        a31, s31 = _off_block(k3, q3, e3, k1, G1, r3, f3[None, :], a31, s31, PRECISION, FTZ)
+        a32, s32 = _off_block(k3, q3, e3, k2, G2, r3, f3[None, :], a32, s32, PRECISION, FTZ)
     p_a, p_x = aqk + s_row * BT, x + s_row * BT
     o_c = tl.arange(0, BC)[None, :]
     o_t = tl.arange(0, BT)[None, :]
