@@ -3,13 +3,15 @@
 A check ends in one of five states: "pass", "fail" (the candidate broke a contract or raised:
 ContractBroken / CheckCrashed), "not covered" (every example held, but none of the candidate's functions
 ran: invariants/coverage.py; nothing was tested), "error" (the check itself could not run to a verdict:
-an undeclared contract, a strategy or Hypothesis error, an import error; the message names the exception
-and where it was raised) or "not run" (model.reference without a usable transformers; a run function
-raising NotRunnable: model.sharded's ranks need more CUDA devices than the host has). No exception other than
+an undeclared contract, a strategy or Hypothesis error, an import error, the device out of memory in a
+case: DeviceOutOfMemory; the message names the exception and where it was raised) or "not run"
+(model.reference without a usable transformers; a run function raising NotRunnable: model.sharded's ranks
+need more CUDA devices than the host has, an NVFP4 check on a geometry with no NVFP4 form). No exception other than
 KeyboardInterrupt leaves run_check / run_reference, so one broken check never loses a run's report.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,6 +21,7 @@ import time
 import traceback
 from typing import Callable, NamedTuple, Optional
 
+import torch
 from hypothesis import Phase, example, given, settings, target
 from hypothesis.errors import Flaky, FlakyFailure, HypothesisException
 from hypothesis.reporting import with_reporter
@@ -172,10 +175,36 @@ def run_one(check: Check, case, cand: Target, base: Target, skipped: Optional[se
     except (AssertionError, UndeclaredContract, HypothesisException, NotRunnable):
         raise
     except Exception as exc:  # the candidate (or a shape) blew up: report it as a failure of this case
+        if _out_of_memory(exc):
+            raise DeviceOutOfMemory(check.name, exc, _repro(check, case, cand)) from exc
         raise CheckCrashed(check.name, case, exc, _repro(check, case, cand)) from exc
     if not all(v.ok for v in verdicts):
         raise ContractBroken(check.name, case, verdicts, _repro(check, case, cand))
     return verdicts
+
+
+class DeviceOutOfMemory(Exception):
+    """The device ran out of memory in an example: no verdict on the candidate either way (another process, or
+    checks run side by side, may hold the memory; or the case needs more than the card has). The check's status
+    is "error", never "fail": not shrunk, not recorded as the candidate's failure; the message says so and gives
+    the case's repro line to run it alone."""
+
+    def __init__(self, check: str, exc: BaseException, repro: str):
+        free = ""
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_available():
+                f, t = torch.cuda.mem_get_info()
+                free = f" ({f / 2 ** 30:.1f} of {t / 2 ** 30:.1f} GiB free after it)"
+        super().__init__(f"{check}: the device ran out of memory in this case{free}: no verdict on the candidate. "
+                         f"Other processes on the GPU, or checks run side by side, may hold the memory: run the "
+                         f"case alone: {repro}. The error: {describe_exception(exc)}")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A device allocation that failed: torch's OutOfMemoryError, or CUDA's own error as torch or Triton word it
+    ("CUDA error: out of memory", "Triton Error [CUDA]: out of memory")."""
+    text = str(exc)
+    return isinstance(exc, torch.OutOfMemoryError) or ("CUDA" in text and "out of memory" in text)
 
 
 class FallbackFailed(Exception):
@@ -330,7 +359,7 @@ def run_check(check: Check, geometry, cand: Target, base: Target, profile: str,
             tally.closed = True
             _failing(case, key, e)
             raise
-        except (UndeclaredContract, NotRunnable) as e:   # a property of the check (or machine), every example's
+        except (UndeclaredContract, NotRunnable, DeviceOutOfMemory) as e:   # the check's or the machine's, not the case's
             raise _Abort(e) from e
         except Exception as e:
             _fallback_only(e)

@@ -199,6 +199,19 @@ def test_a_candidate_that_raises_is_a_failure_not_an_error(monkeypatch):
     assert r.status == "fail" and "ZeroDivisionError" in r.message and r.repro.startswith("glmgate repro '"), r
 
 
+@pytest.mark.parametrize("exc", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"),
+                                 RuntimeError("Triton Error [CUDA]: out of memory")])
+def test_a_device_out_of_memory_is_an_error_not_the_candidates_failure(exc, monkeypatch):
+    """Stop 42: three kda.scale runs side by side on one card ran out of memory, and the check read FAIL (the
+    candidate raised) in one process and ERROR in another. It is no verdict either way: an error, not shrunk,
+    saying so, with the case's repro line to run it alone. A candidate's other exceptions stay failures."""
+    judged_by(monkeypatch, _raise(exc))
+    r = run(n=3)
+    assert r.status == "error" and "the device ran out of memory in this case: no verdict" in r.message, r
+    assert "glmgate repro '" in r.message and "out of memory" in r.message.split("The error:")[1], r.message
+    assert r.shrunk_case is None and r.repro is None
+
+
 def test_keyboard_interrupt_is_not_swallowed(monkeypatch):
     judged_by(monkeypatch, _raise(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
