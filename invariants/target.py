@@ -172,11 +172,10 @@ def _held_implementation(device: str, dtype: torch.dtype):
     z, b and zg held, ours and the torch baseline 0.132), so a held reference without it called such an example
     a failure of every implementation. f is not held: its bias is added in float32 after the projection, and
     holding it moved that example by 2e-4."""
-    def hold(a):
-        return _f64(torch.as_tensor(np.asarray(a), dtype=dtype, device=device))
     kda = types.SimpleNamespace(**{n: getattr(oracle_model.kda, n) for n in dir(oracle_model.kda)
                                    if not n.startswith("__")})
-    kda.sublayer = functools.partial(oracle_model.kda.sublayer, hold=hold)
+    # a target of that device and dtype holds each array as the candidate does (Target.held)
+    kda.sublayer = functools.partial(oracle_model.kda.sublayer, hold=Target(oracle_model.ORACLE, device, dtype).held)
     return dataclasses.replace(oracle_model.ORACLE, kda=kda)
 
 

@@ -16,7 +16,7 @@ import torch
 from impl import kda as ik
 from impl.candidates import kda_gamma_diag as cand
 from oracle import kda as ok
-from tests.test_kda_intra_blocked import _compare, _inputs, _np, _rel
+from tests.test_kda_intra_blocked import _as_bf16_holds, _compare, _inputs, _np, _rel
 
 # not ours: a candidate kept to replay its measurements (docs/optimization_log.md). Marked slow: CI deselects
 # it (pyproject addopts); `python3 -m pytest -n 2 -m slow` runs these, and `-m gpu` still runs its GPU tests
@@ -111,8 +111,7 @@ def test_in_bf16_on_the_gpu_gamma_made_where_it_is_read_matches_the_oracle_as_cl
     bf16-rounded inputs (the scans' association on the GPU is their layout's: the bits may differ)."""
     for B, T, H in (((1, 700, 2),) if cu else ((1, 300, 4), (2, 64, 2), (1, 1000, 3))):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         _compare(exact, work, None if cu is None else torch.tensor(cu, device="cuda"), factor=2.0,
                  fn=cand.chunked, ours=_step29)
 

@@ -38,6 +38,13 @@ def _inputs(B, T, H, K, V, lo=-5.0, seed=0, device="cpu", dtype=torch.float32, s
     return (q, k, v, g, beta, s), work
 
 
+def _as_bf16_holds(exact):
+    """The float64 q, k, v of `_inputs` as bf16 holds them (back in float64): what a bf16 kernel receives, for
+    the oracle to be fed the same."""
+    return tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
+                 else a for i, a in enumerate(exact))
+
+
 def _rel(a, b) -> float:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
@@ -134,8 +141,7 @@ def test_the_candidates_in_bf16_on_the_gpu_match_the_oracle_as_closely_as_ours(n
     fn = {"blocked": cand, "stacked": kda_intra_stacked, "gamma_first": kda_intra_gc}[name].chunked
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=-0.1, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         _compare(exact, work, factor=2.0, fn=fn)
 
 

@@ -15,7 +15,7 @@ from impl import kda as ik
 from impl.candidates import kda_intra_split as cand
 from impl.mutants.catalogue import get as get_mutant
 from oracle import kda as ok
-from tests.test_kda_intra_blocked import _compare, _inputs, _np, _rel
+from tests.test_kda_intra_blocked import _as_bf16_holds, _compare, _inputs, _np, _rel
 
 
 @pytest.mark.parametrize("B,T,H,K,V,lo", [
@@ -161,8 +161,7 @@ def test_in_bf16_on_the_gpu_the_split_pass_matches_the_oracle_as_closely_as_ours
     fn = functools.partial(ik._chunked, intra="split", split=ik.SplitTiles(low_dots=low_dots))
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         _compare(exact, work, factor=2.0, fn=fn)
 
 
@@ -173,8 +172,7 @@ def test_strong_decays_in_bf16_on_the_gpu(lo):
     from invariants.contracts import bench_bound
     for B, T, H in ((1, 300, 4), (2, 64, 2)):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         want = ok.chunked(*(a.numpy() for a in exact[:5]), exact[5].numpy(), 64)
         got = cand.chunked(*work[:5], work[5], 64, None, True)
         errs = [_rel(_np(c), w) for c, w in zip(got, want)]
@@ -249,8 +247,7 @@ def test_in_bf16_on_the_gpu_the_flushed_exps_match_the_oracle_as_closely_as_tl_e
     kept = functools.partial(ik._chunked, split=_NO_FTZ)
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         _compare(exact, work, factor=2.0, fn=fn, ours=kept)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from impl import kda as ik
-from tests.test_kda_intra_blocked import _compare, _inputs
+from tests.test_kda_intra_blocked import _as_bf16_holds, _compare, _inputs
 
 _OFF_FTZ = ik.SplitTiles(off_ftz=True)
 
@@ -42,6 +42,5 @@ def test_in_bf16_on_the_gpu_the_flushed_exps_match_the_oracle_as_closely_as_ours
     fn = functools.partial(ik._chunked, split=_OFF_FTZ)
     for B, T, H in ((1, 300, 4), (2, 64, 2), (1, 1000, 3)):
         exact, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=True)
-        exact = tuple(None if a is None else a.to(torch.bfloat16).double() if a.dtype == torch.float64 and i < 3
-                      else a for i, a in enumerate(exact))
+        exact = _as_bf16_holds(exact)
         _compare(exact, work, factor=2.0, fn=fn, ours=ik._chunked)
