@@ -144,7 +144,12 @@ class SplitTiles(NamedTuple):
     diagonal kernel's NaN report from Γ_last's row and β with no reduction (a mask gathered across the K tiles,
     stored after them by each lane holding a NaN; the same report: Γ is a running sum along the chunk, so a NaN
     in g anywhere in it is in Γ_last); off_ftz (step 33): the off-diagonal kernel's exps as diag_ftz's (a GPU
-    compile's option too)."""
+    compile's option too; both its factors are <= 1, so a flushed one's terms are below e^-87 of the sums they
+    join); x_w (step 34): X handed from the off-diagonal kernel to the W / U kernel in the W / U dots' operand
+    dtype (bf16 on a bf16 run with low_dots, else float32), all ten lower blocks, where the W / U kernel rounded
+    the float32 X on load before: the same bits, half of X's bytes on that hand-over; aqk_lower (step 35): the
+    off-diagonal kernel stores no zero blocks right of aqk's diagonal and the state pass reads none (their value
+    is the load's 0): the same bits, ~3/8 of aqk's bytes neither written nor read."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -156,7 +161,9 @@ class SplitTiles(NamedTuple):
     diag_gamma: bool = False
     diag_ftz: bool = True     # step 31 (False: tl.exp with its denormal fix-up; 135 us slower at H = 64, T = 16K on an H100)
     diag_nan_last: bool = True  # step 32 (False: the counts over Γ and β; 21-25 us slower at H = 64, T = 16K on an H100)
-    off_ftz: bool = False
+    off_ftz: bool = True      # step 33 (False: tl.exp with its denormal fix-up; 106 us slower at H = 64, T = 16K on an H100)
+    x_w: bool = False
+    aqk_lower: bool = False
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -336,6 +343,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
     # NaN in g, NaN in beta, decays past the intra kernel's factorised range (then its PAIRS pass)
     flags = torch.zeros(3, device=device, dtype=torch.int32)
+    # step 35: aqk's blocks right of the diagonal left unwritten by the split pass and unread by the state pass
+    lower_only = intra == "split" and bool((split or SplitTiles()).aqk_lower)
 
     # launched once, and again with PAIRS after a strong-decay flag; `g` is read at the call (Γ after
     # g_cumsum's pass has replaced it below)
@@ -399,14 +408,20 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
             SUB_FIRST=sub_first, FTZ=ftz, NAN_LAST=bool(tiles.diag_nan_last), **(dict(gl=gl, **gate_kw) if from_g else {}),
         )
+        # step 34: X for W / U in its dots' operand dtype, the diagonal blocks too (x keeps them in float32 for
+        # the off-diagonal kernel's substitution)
+        xw = torch.empty(B, T, H, BT, device=device, dtype=w.dtype if low_dots else torch.float32) \
+            if tiles.x_w else None
         kda_intra_offdiag_fwd_kernel[intra_grid](
             q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
             H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
             PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
-            FTZ=bool(tiles.off_ftz) and not interpreted(), **gate_kw,
+            FTZ=bool(tiles.off_ftz) and not interpreted(), xw=xw, X_W=xw is not None,
+            LOWER_ONLY=lower_only, **gate_kw,
         )
         kda_intra_wu_split_fwd_kernel[intra_grid](
-            q, k, v, None if from_g else gc, beta, x, qg, kg, w, u, gl, cu, chunk_indices, chunk_offsets, T,
+            q, k, v, None if from_g else gc, beta, x if xw is None else xw, qg, kg, w, u, gl, cu, chunk_indices,
+            chunk_offsets, T,
             H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
             BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
             OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g, FTZ=ftz,
@@ -438,7 +453,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             kda_state_chunked_fwd_kernel[(triton.cdiv(VS, BV), H, N * NSEG)](
                 qg, kg, w, u, aqk, gl, o, None, hl, None, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
                 H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=VS, USE_INITIAL_STATE=False, STORE_BOUNDARY=False,
-                STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, num_warps=warps,
+                STORE_FINAL=False, IS_VARLEN=False, IS_LOCAL=True, PRECISION=precision, LOWER_ONLY=lower_only,
+                BC=SUB_CHUNK, num_warps=warps,
             )
             hs = torch.empty(N, NSEG, H, K, V, device=device, dtype=torch.float32)
             kda_combine_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N)](
@@ -449,7 +465,8 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
             H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
             STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
-            PRECISION=precision, num_warps=warps, **({"num_stages": stages} if stages else {}),
+            PRECISION=precision, LOWER_ONLY=lower_only, BC=SUB_CHUNK, num_warps=warps,
+            **({"num_stages": stages} if stages else {}),
         )
 
     run_state()

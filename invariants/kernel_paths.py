@@ -178,13 +178,21 @@ KDA_SPLIT_QK = ("step 26's place for q e^Γ, k e^(Γ_last - Γ) and β k e^Γ (i
                 "bench's `split` and impl.candidates.kda_intra_split; ours makes them in the diagonal kernel since "
                 "step 27); tests/test_kda_intra_split.py holds it bit for bit against ours on the CPU on dense rows, "
                 "packed documents, partial chunks, a 7-token chunk and strong decays, and on the GPU in bf16")
-KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 step 31: SplitTiles.diag_ftz, a GPU compile only); the "
-           "interpreter runs tl.exp. `glmgate run --device cuda` runs it, and tests/test_kda_intra_split.py's GPU tests "
-           "hold it against the float64 oracle in bf16, strong decays included")
-KDA_OFF_FTZ = ("only impl.candidates.kda_off_ftz launches it (issue 14 step 33: SplitTiles.off_ftz, the off-diagonal "
-               "kernel's exps as ex2.approx.ftz; a GPU compile only, the interpreter runs tl.exp); `glmgate gate "
-               "--device cuda --candidate impl.candidates.kda_off_ftz:Candidate` and tests/test_kda_off_ftz.py's GPU "
-               "tests hold it")
+KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 steps 31 and 33: SplitTiles.diag_ftz and off_ftz, a GPU "
+           "compile only); the interpreter runs tl.exp. `glmgate run --device cuda` runs it, and the GPU tests of "
+           "tests/test_kda_intra_split.py and tests/test_kda_off_ftz.py hold it against the float64 oracle in bf16, "
+           "strong decays included")
+KDA_X_W = ("only impl.candidates.kda_x_w launches it (issue 14 step 34: SplitTiles.x_w, X handed to the W / U kernel "
+           "in its dots' operand dtype); tests/test_kda_x_w.py holds it bit for bit against ours on the CPU (dense "
+           "rows with a given state, partial chunks, a 7-token document, packed documents with an empty one, strong "
+           "decays, chunked_ex) and on the GPU in bf16; `glmgate gate --device cuda --candidate "
+           "impl.candidates.kda_x_w:Candidate` runs it through every KDA check")
+KDA_AQK_LOWER = ("only impl.candidates.kda_aqk_lower launches it (issue 14 step 35: SplitTiles.aqk_lower, aqk's blocks "
+                 "right of the diagonal neither stored by the off-diagonal kernel nor read by the state pass); "
+                 "tests/test_kda_aqk_lower.py holds it bit for bit against ours on the CPU (dense rows with a given "
+                 "state, partial chunks, a 7-token document, packed documents with an empty one, strong decays, a "
+                 "row cut into segments, chunked_ex) and on the GPU in bf16; `glmgate gate --device cuda "
+                 "--candidate impl.candidates.kda_aqk_lower:Candidate` runs it through every KDA check")
 KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
                      "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
                      "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
@@ -268,7 +276,12 @@ PATHS: tuple[Path, ...] = (
     *(Path(kernel, "e^x flushed below float32's normal range, no fix-up (step 31)", lambda a: a.get("FTZ", False),
            why=KDA_FTZ) for kernel in ("kda_intra_diag_fwd_kernel", "kda_intra_wu_split_fwd_kernel")),
     Path("kda_intra_offdiag_fwd_kernel", "e^x flushed below float32's normal range, no fix-up (step 33)",
-         lambda a: a.get("FTZ", False), why=KDA_OFF_FTZ),
+         lambda a: a.get("FTZ", False), why=KDA_FTZ),
+    Path("kda_intra_offdiag_fwd_kernel", "X to W / U in its dots' operand dtype, all ten blocks (step 34)",
+         lambda a: a.get("X_W", False), why=KDA_X_W),
+    *(Path(kernel, "aqk's blocks right of the diagonal neither stored nor read (step 35)",
+           lambda a: a.get("LOWER_ONLY", False), why=KDA_AQK_LOWER)
+      for kernel in ("kda_intra_offdiag_fwd_kernel", "kda_state_chunked_fwd_kernel")),
     Path("kda_intra_diag_fwd_kernel", "the NaN report from Γ_last and β, no reduction (step 32)",
          lambda a: a.get("NAN_LAST", False), by=("kda.chunked", "kda.device_report")),
     Path("kda_intra_wu_split_fwd_kernel", "a second V tile", lambda a: _cdiv(a["V"], a["BV"]) >= 2, by=("kda.chunked", "kda.causal", "kda.sublayer", "kda.paths", "kda.packed")),
@@ -606,7 +619,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "kda_intra_diag_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
     "kda_intra_offdiag_fwd_kernel": ("H", "K", "BT", "BC", "BK", "OFFSET64"),
     "kda_intra_wu_split_fwd_kernel": ("H", "K", "V", "BT", "BC", "BK", "BV", "OFFSET64"),
-    "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS"),
+    "kda_state_chunked_fwd_kernel": ("H", "K", "V", "BT", "BK", "BV", "VS", "BC"),
     "kda_combine_chunked_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_recurrent_fused_fwd_kernel": ("H", "K", "V", "BK", "BV"),
     "kda_decode_fused_fwd_kernel": ("H", "K", "W", "BK", "BV", "BW"),

@@ -49,7 +49,7 @@ def test_an_inf_meeting_a_minus_inf_in_g_is_reported_as_g(work):
     assert cand.chunked_ex(q, k, v, g, beta, None, 64, None, True)[3].tolist() == [1, 0]
 
 
-COUNTS = ik.SplitTiles(diag_nan_last=False)
+COUNTS = cand.TILES._replace(diag_nan_last=False)
 
 
 @pytest.mark.parametrize("cu", [None, CU])

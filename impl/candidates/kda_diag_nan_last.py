@@ -26,7 +26,7 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(diag_nan_last=True)
+TILES = _kda.SplitTiles(diag_nan_last=True, off_ftz=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

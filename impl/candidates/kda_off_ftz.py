@@ -16,7 +16,12 @@ contract is kda.chunked's and every path's:
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
 On the CPU interpreter (no PTX) the option keeps tl.exp, so this candidate is ours there: its verdict is the GPU's
-(scripts/gpu_stop43.sh). Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
+(scripts/gpu_stop43.sh).
+
+Ours since step 33 landed (impl.kda.SplitTiles.off_ftz = True; the gate passed on the H100 at seeds 20-23,
+bench_results/issue14_h100_2026-12-06_stop43/: the off-diagonal kernel 716.5 -> 610.0 us at H = 64, T = 16K): this
+candidate is ours now, kept so that its gate can be replayed against an older ours (`--baseline` a namespace with
+SplitTiles(off_ftz=False)). Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
 from __future__ import annotations
 

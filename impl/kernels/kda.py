@@ -898,7 +898,8 @@ def kda_intra_offdiag_fwd_kernel(
     BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr, OFFSET64: tl.constexpr,
     A_log=None, dt_bias=None, lower_bound=0., FROM_G: tl.constexpr = False, GATE: tl.constexpr = 0,
-    HAS_BIAS: tl.constexpr = False, FTZ: tl.constexpr = False,
+    HAS_BIAS: tl.constexpr = False, FTZ: tl.constexpr = False, xw=None, X_W: tl.constexpr = False,
+    LOWER_ONLY: tl.constexpr = False,
 ):
     """The six off-diagonal 16 x 16 blocks of one (chunk, head)'s kk and qk products (issue 14 step 26), the qk
     ones (and the zero blocks above the diagonal) to `aqk`, then X = (I + A)^-1's lower blocks from the
@@ -907,7 +908,11 @@ def kda_intra_offdiag_fwd_kernel(
     FROM_G (issue 14 step 30, refuted; impl.candidates.kda_gamma_diag): `gc` holds g (or the gate's input f,
     GATE 1 / 2) and Γ is scanned here block by block (_gamma_block), each block carried on from the one before.
     FTZ (issue 14 step 33): the row and column factors' exps without tl.exp's denormal fix-up (_exp), as the
-    diagonal kernel's since step 31."""
+    diagonal kernel's since step 31. X_W (issue 14 step 34): all ten lower blocks of X, the diagonal ones
+    included, go to `xw` in its dtype (the W / U dots' operand dtype) instead of the six to `x`: the W / U kernel
+    rounded X to that dtype on load, so it reads the same bits in half the bytes on a bf16 run. LOWER_ONLY
+    (step 35): the zero blocks right of the diagonal are not stored: the state pass reads aqk's blocks at or
+    below the diagonal only (its LOWER_ONLY) and takes the others as the zeros they are."""
     tl.static_assert(BT == 4 * BC)
     i_h, i_t, i_c, bos, eos = _intra_chunk(cu_seqlens, chunk_indices, chunk_offsets, T, BT, IS_VARLEN, OFFSET64)
     t0 = bos + i_t * BT
@@ -984,15 +989,19 @@ def kda_intra_offdiag_fwd_kernel(
     rt1, _ = _row_block(1, o_r, n_valid, HT, BC)
     rt2, _ = _row_block(2, o_r, n_valid, HT, BC)
     rt3, _ = _row_block(3, o_r, n_valid, HT, BC)
-    # the qk blocks below the diagonal, and zeros right of it (the state pass reads whole [BT, BT] rows)
-    tl.store(p_a + rt0 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty), mask=m0 & (o_t >= BC))
+    # the qk blocks below the diagonal, and zeros right of it where the state pass reads whole [BT, BT] rows
+    if not LOWER_ONLY:
+        tl.store(p_a + rt0 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
+                 mask=m0 & (o_t >= BC))
     tl.store(p_a + rt1 + o_c, s10.to(aqk.dtype.element_ty), mask=m1)
-    tl.store(p_a + rt1 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
-             mask=m1 & (o_t >= 2 * BC))
+    if not LOWER_ONLY:
+        tl.store(p_a + rt1 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
+                 mask=m1 & (o_t >= 2 * BC))
     tl.store(p_a + rt2 + o_c, s20.to(aqk.dtype.element_ty), mask=m2)
     tl.store(p_a + rt2 + BC + o_c, s21.to(aqk.dtype.element_ty), mask=m2)
-    tl.store(p_a + rt2 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
-             mask=m2 & (o_t >= 3 * BC))
+    if not LOWER_ONLY:
+        tl.store(p_a + rt2 + o_t, tl.zeros([BC, BT], dtype=tl.float32).to(aqk.dtype.element_ty),
+                 mask=m2 & (o_t >= 3 * BC))
     tl.store(p_a + rt3 + o_c, s30.to(aqk.dtype.element_ty), mask=m3)
     tl.store(p_a + rt3 + BC + o_c, s31.to(aqk.dtype.element_ty), mask=m3)
     tl.store(p_a + rt3 + 2 * BC + o_c, s32.to(aqk.dtype.element_ty), mask=m3)
@@ -1017,12 +1026,26 @@ def kda_intra_offdiag_fwd_kernel(
     x30 = -tl.dot(x33, tl.dot(a32, x20, tl.dot(a31, x10, tl.dot(a30, x00, input_precision=PRECISION),
                                                  input_precision=PRECISION), input_precision=PRECISION),
                   input_precision=PRECISION)
-    tl.store(p_x + rt1 + o_c, x10, mask=m1)
-    tl.store(p_x + rt2 + o_c, x20, mask=m2)
-    tl.store(p_x + rt2 + BC + o_c, x21, mask=m2)
-    tl.store(p_x + rt3 + o_c, x30, mask=m3)
-    tl.store(p_x + rt3 + BC + o_c, x31, mask=m3)
-    tl.store(p_x + rt3 + 2 * BC + o_c, x32, mask=m3)
+    if X_W:
+        p_w = xw + s_row * BT
+        dt = xw.dtype.element_ty
+        tl.store(p_w + rt0 + o_c, x00.to(dt), mask=m0)
+        tl.store(p_w + rt1 + o_c, x10.to(dt), mask=m1)
+        tl.store(p_w + rt1 + BC + o_c, x11.to(dt), mask=m1)
+        tl.store(p_w + rt2 + o_c, x20.to(dt), mask=m2)
+        tl.store(p_w + rt2 + BC + o_c, x21.to(dt), mask=m2)
+        tl.store(p_w + rt2 + 2 * BC + o_c, x22.to(dt), mask=m2)
+        tl.store(p_w + rt3 + o_c, x30.to(dt), mask=m3)
+        tl.store(p_w + rt3 + BC + o_c, x31.to(dt), mask=m3)
+        tl.store(p_w + rt3 + 2 * BC + o_c, x32.to(dt), mask=m3)
+        tl.store(p_w + rt3 + 3 * BC + o_c, x33.to(dt), mask=m3)
+    else:
+        tl.store(p_x + rt1 + o_c, x10, mask=m1)
+        tl.store(p_x + rt2 + o_c, x20, mask=m2)
+        tl.store(p_x + rt2 + BC + o_c, x21, mask=m2)
+        tl.store(p_x + rt3 + o_c, x30, mask=m3)
+        tl.store(p_x + rt3 + BC + o_c, x31, mask=m3)
+        tl.store(p_x + rt3 + 2 * BC + o_c, x32, mask=m3)
 
 
 @triton.jit
@@ -1095,6 +1118,7 @@ def kda_state_chunked_fwd_kernel(
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, VS: tl.constexpr,
     USE_INITIAL_STATE: tl.constexpr, STORE_BOUNDARY: tl.constexpr, STORE_FINAL: tl.constexpr,
     IS_VARLEN: tl.constexpr, IS_LOCAL: tl.constexpr, PRECISION: tl.constexpr,
+    LOWER_ONLY: tl.constexpr = False, BC: tl.constexpr = 16,
 ):
     """One (V-block, head, sequence segment) walks its chunks: Vn = U - W M, o = (q e^Γ) M + Aqk Vn,
     M <- e^Γ_last M + (k e^(Γ_last-Γ))^T Vn.
@@ -1102,6 +1126,10 @@ def kda_state_chunked_fwd_kernel(
     IS_LOCAL (the first pass of the two-level scan): start from zero, or from identity columns for the
     V-blocks past V (they carry the transition P with U = 0), write no outputs, store the segment's end
     state to ht ([N, NSEG, H, K, VS], VS = V + K).
+
+    LOWER_ONLY (issue 14 step 35): Aqk's BC-wide column blocks right of each row's diagonal block are not read
+    (the split intra pass leaves them unwritten): the load's 0 is their value, and a masked 32-byte sector costs
+    no DRAM bytes.
     """
     i_v, i_h, i_z = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     if IS_VARLEN:
@@ -1152,7 +1180,11 @@ def kda_state_chunked_fwd_kernel(
         b_vnd = b_vn.to(b_w.dtype)
         if not IS_LOCAL:
             b_qg = tl.load(qg + p_tk, mask=mask_tk, other=0.)
-            b_a = tl.load(aqk + o_row[:, None] * BT + o_t[None, :], mask=mask_t[:, None], other=0.)
+            if LOWER_ONLY:
+                mask_a = mask_t[:, None] & ((o_t[None, :] // BC) <= (o_t[:, None] // BC))
+            else:
+                mask_a = mask_t[:, None]
+            b_a = tl.load(aqk + o_row[:, None] * BT + o_t[None, :], mask=mask_a, other=0.)
             b_o = tl.dot(b_qg, b_hd, input_precision=PRECISION) + tl.dot(b_a, b_vnd, input_precision=PRECISION)
             tl.store(o + o_row[:, None] * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=mask_tv)
         b_kg = tl.load(kg + p_tk, mask=mask_tk, other=0.)

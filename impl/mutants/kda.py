@@ -231,6 +231,18 @@ class IntraDiagFtzWithoutLog2e(TritonKDA):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
+# GPU only, as the diagonal kernel's: the off-diagonal kernel's FTZ branch (issue 14 step 33) is inline PTX
+@mutant("kda.chunked", "output", base="triton", device="cuda")
+class IntraOffdiagFtzWithoutLog2e(TritonKDA):
+    """The off-diagonal kernel's flushed exp (ex2.approx.ftz, issue 14 step 33) takes the second row block's row factor without the log2(e) scale: e^(Γ_r - ref) becomes 2^(Γ_r - ref), too large wherever Γ falls, so rows 16-31 of every chunk weigh the earlier block's keys wrong."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", "e1 = _exp(tl.where(m1, G1 - r1[None, :], float(\"-inf\")), FTZ)",
+                           "e1 = _exp_planted(tl.where(m1, G1 - r1[None, :], float(\"-inf\")), FTZ)",
+                           (("_exp_planted", _exp_without_log2e()),)):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+
 @mutant("kda.scale", "per_sample", base="triton", device="cuda")
 class IntraOffsetsInt32(TritonKDA):
     """The intra-chunk kernels compute their chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
