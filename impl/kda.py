@@ -162,8 +162,8 @@ class SplitTiles(NamedTuple):
     diag_ftz: bool = True     # step 31 (False: tl.exp with its denormal fix-up; 135 us slower at H = 64, T = 16K on an H100)
     diag_nan_last: bool = True  # step 32 (False: the counts over Γ and β; 21-25 us slower at H = 64, T = 16K on an H100)
     off_ftz: bool = True      # step 33 (False: tl.exp with its denormal fix-up; 106 us slower at H = 64, T = 16K on an H100)
-    x_w: bool = False
-    aqk_lower: bool = False
+    x_w: bool = True          # step 34 (False: X to W / U in float32; 16-19 us slower at H = 64, T = 16K on an H100)
+    aqk_lower: bool = True    # step 35 (False: aqk's zero blocks stored and read; 14-18 us slower there)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

@@ -182,17 +182,6 @@ KDA_FTZ = ("inline PTX (ex2.approx.ftz for tl.exp, issue 14 steps 31 and 33: Spl
            "compile only); the interpreter runs tl.exp. `glmgate run --device cuda` runs it, and the GPU tests of "
            "tests/test_kda_intra_split.py and tests/test_kda_off_ftz.py hold it against the float64 oracle in bf16, "
            "strong decays included")
-KDA_X_W = ("only impl.candidates.kda_x_w launches it (issue 14 step 34: SplitTiles.x_w, X handed to the W / U kernel "
-           "in its dots' operand dtype); tests/test_kda_x_w.py holds it bit for bit against ours on the CPU (dense "
-           "rows with a given state, partial chunks, a 7-token document, packed documents with an empty one, strong "
-           "decays, chunked_ex) and on the GPU in bf16; `glmgate gate --device cuda --candidate "
-           "impl.candidates.kda_x_w:Candidate` runs it through every KDA check")
-KDA_AQK_LOWER = ("only impl.candidates.kda_aqk_lower launches it (issue 14 step 35: SplitTiles.aqk_lower, aqk's blocks "
-                 "right of the diagonal neither stored by the off-diagonal kernel nor read by the state pass); "
-                 "tests/test_kda_aqk_lower.py holds it bit for bit against ours on the CPU (dense rows with a given "
-                 "state, partial chunks, a 7-token document, packed documents with an empty one, strong decays, a "
-                 "row cut into segments, chunked_ex) and on the GPU in bf16; `glmgate gate --device cuda "
-                 "--candidate impl.candidates.kda_aqk_lower:Candidate` runs it through every KDA check")
 KDA_GAMMA_SCANNED = ("only impl.candidates.kda_gamma_diag launches it (issue 14 step 30, refuted on the H100: Γ scanned "
                      "in the diagonal and off-diagonal kernels costs 1.2 ms more than the Γ launch it replaces); "
                      "tests/test_kda_gamma_diag.py holds it bit for bit against ours on the CPU (dense rows with a "
@@ -278,9 +267,9 @@ PATHS: tuple[Path, ...] = (
     Path("kda_intra_offdiag_fwd_kernel", "e^x flushed below float32's normal range, no fix-up (step 33)",
          lambda a: a.get("FTZ", False), why=KDA_FTZ),
     Path("kda_intra_offdiag_fwd_kernel", "X to W / U in its dots' operand dtype, all ten blocks (step 34)",
-         lambda a: a.get("X_W", False), why=KDA_X_W),
+         lambda a: a.get("X_W", False), by=("kda.chunked", "kda.packed")),
     *(Path(kernel, "aqk's blocks right of the diagonal neither stored nor read (step 35)",
-           lambda a: a.get("LOWER_ONLY", False), why=KDA_AQK_LOWER)
+           lambda a: a.get("LOWER_ONLY", False), by=("kda.chunked", "kda.packed"))
       for kernel in ("kda_intra_offdiag_fwd_kernel", "kda_state_chunked_fwd_kernel")),
     Path("kda_intra_diag_fwd_kernel", "the NaN report from Γ_last and β, no reduction (step 32)",
          lambda a: a.get("NAN_LAST", False), by=("kda.chunked", "kda.device_report")),

@@ -76,26 +76,29 @@ VARIANTS = {"ours": {},
             "gamma_d32_ex": dict(intra="split", split=dict(diag_sub_first=True, diag_gamma=True, diag_bk=32),
                                  sync=False),
             "sub_ex": dict(intra="split", split=dict(diag_gamma=False), sync=False),
-            "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False)),
-            "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False), sync=False),
+            "step29": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False)),
+            "step29_ex": dict(intra="split", split=dict(diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False), sync=False),
             # step 31 (ours since): the diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_diag_ftz);
             # noftz_ex is ours before it (tl.exp with its denormal fix-up)
-            "ftz_ex": dict(intra="split", split=dict(diag_ftz=True, diag_nan_last=False, off_ftz=False), sync=False),
-            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False, diag_nan_last=False, off_ftz=False), sync=False),
+            "ftz_ex": dict(intra="split", split=dict(diag_ftz=True, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False), sync=False),
+            "noftz_ex": dict(intra="split", split=dict(diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False), sync=False),
             # step 32 (ours since): the diagonal kernel's NaN report from Γ_last and β, no reduction
             # (impl.candidates.kda_diag_nan_last); step31_ex is ours before it
-            "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True, off_ftz=False), sync=False),
-            "step31_ex": dict(intra="split", split=dict(diag_nan_last=False, off_ftz=False), sync=False),
+            "nanlast_ex": dict(intra="split", split=dict(diag_nan_last=True, off_ftz=False, x_w=False, aqk_lower=False), sync=False),
+            "step31_ex": dict(intra="split", split=dict(diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False), sync=False),
             # step 33 (ours since): the off-diagonal kernel's exps as ex2.approx.ftz (impl.candidates.kda_off_ftz);
             # step32_ex is ours before it
-            "offftz_ex": dict(intra="split", split=dict(off_ftz=True), sync=False),
-            "step32_ex": dict(intra="split", split=dict(off_ftz=False), sync=False),
-            # step 34: X handed to the W / U kernel in bf16 (impl.candidates.kda_x_w); and the state pass's launch
-            # (ours: BV 64, 4 warps, Triton's default stages; never swept at H = 64 before) one choice at a time
-            "xw_ex": dict(intra="split", split=dict(x_w=True), sync=False),
+            "offftz_ex": dict(intra="split", split=dict(off_ftz=True, x_w=False, aqk_lower=False), sync=False),
+            "step32_ex": dict(intra="split", split=dict(off_ftz=False, x_w=False, aqk_lower=False), sync=False),
+            # steps 34 and 35 (ours since): X handed to the W / U kernel in bf16 (impl.candidates.kda_x_w), aqk's
+            # zero blocks neither stored nor read (impl.candidates.kda_aqk_lower); step33_ex is ours before both.
+            # The state pass's launch (ours: BV 64, 4 warps, Triton's default stages) one choice at a time: each
+            # slower at H = 64 in stop 43
+            "xw_ex": dict(intra="split", split=dict(x_w=True, aqk_lower=False), sync=False),
             # step 35: aqk's blocks right of the diagonal neither stored nor read (impl.candidates.kda_aqk_lower)
-            "lower_ex": dict(intra="split", split=dict(aqk_lower=True), sync=False),
+            "lower_ex": dict(intra="split", split=dict(aqk_lower=True, x_w=False), sync=False),
             "xw_lower_ex": dict(intra="split", split=dict(x_w=True, aqk_lower=True), sync=False),
+            "step33_ex": dict(intra="split", split=dict(x_w=False, aqk_lower=False), sync=False),
             "st_w8_ex": dict(intra="split", num_warps=8, sync=False),
             "st_s2_ex": dict(intra="split", stages=2, sync=False),
             "st_s4_ex": dict(intra="split", stages=4, sync=False),

@@ -1,6 +1,6 @@
 """aqk's blocks right of the diagonal neither stored by the off-diagonal kernel nor read by the state pass (issue
-14 step 35, SplitTiles(aqk_lower=True), impl.candidates.kda_aqk_lower): they are zeros, and the state pass's
-masked load gives the same zeros, so ours' bits on every input. aqk comes from torch.empty: a block the state
+14 step 35, SplitTiles(aqk_lower=True), ours since; impl.candidates.kda_aqk_lower): they are zeros, and the state
+pass's masked load gives the same zeros, so the bits of the whole rows (aqk_lower=False) on every input. aqk comes from torch.empty: a block the state
 pass did read unwritten would carry whatever the allocator left there, so the CPU runs fill the cache's fresh
 blocks with NaN first (a read of an unwritten block turns the output NaN, never silently equal). On the CPU
 (float32): dense rows with a given state, partial chunks, a 7-token document, packed documents with an empty one,
@@ -17,7 +17,7 @@ from tests.test_kda_intra_blocked import _inputs
 from tests.test_kda_x_w import nan_empty  # noqa: F401 (a fixture)
 
 _LOWER = ik.SplitTiles(aqk_lower=True)
-_OURS = ik.SplitTiles(aqk_lower=False)
+_BEFORE = ik.SplitTiles(aqk_lower=False)
 CU = torch.tensor([0, 7, 7, 90, 150])
 
 
@@ -28,21 +28,21 @@ def _same(a, b):
 @pytest.mark.parametrize("T,lo,cu,nseg", [(150, -1.0, None, None), (64, -5.0, None, None), (7, -1.0, None, None),
                                           (150, -1.0, CU, None), (150, -20.0, None, None), (150, -20.0, CU, None),
                                           (300, -1.0, None, 3)])
-def test_on_the_cpu_the_same_bits_as_ours(nan_empty, T, lo, cu, nseg):
+def test_on_the_cpu_the_same_bits_as_before(nan_empty, T, lo, cu, nseg):
     _, work = _inputs(1 if cu is not None else 2, T, 2, 32, 16, lo=lo, seed=4, state=cu is None)
     args = (*work[:5], work[5], 64, cu, True)
-    ours = ik._chunked(*args, split=_OURS, nseg=nseg)
-    assert all(bool(torch.isfinite(a).all()) for a in ours if a is not None)
-    assert _same(ik._chunked(*args, split=_LOWER, nseg=nseg), ours)
-    assert _same(cand.chunked_ex(*args)[:3], ik._chunked(*args, split=_OURS, sync=False)[:3])
+    before = ik._chunked(*args, split=_BEFORE, nseg=nseg)
+    assert all(bool(torch.isfinite(a).all()) for a in before if a is not None)
+    assert _same(ik._chunked(*args, split=_LOWER, nseg=nseg), before)
+    assert _same(cand.chunked_ex(*args)[:3], ik._chunked(*args, split=_BEFORE, sync=False)[:3])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("lo", [-0.1, -5.0, -20.0])
-def test_on_the_gpu_in_bf16_the_same_bits_as_ours(lo):
+def test_on_the_gpu_in_bf16_the_same_bits_as_before(lo):
     for B, T, H, cu in ((1, 1000, 4, None), (2, 300, 2, None), (1, 300, 3, CU.tolist() + [300])):
         _, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
         cu_t = None if cu is None else torch.tensor(cu, device="cuda")
         args = (*work[:5], work[5], 64, cu_t, True)
-        assert _same(ik._chunked(*args, split=_LOWER), ik._chunked(*args, split=_OURS)), (B, T, H, lo)
+        assert _same(ik._chunked(*args, split=_LOWER), ik._chunked(*args, split=_BEFORE)), (B, T, H, lo)

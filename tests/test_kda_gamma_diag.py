@@ -23,7 +23,7 @@ from tests.test_kda_intra_blocked import _as_bf16_holds, _compare, _inputs, _np,
 pytestmark = pytest.mark.slow
 
 # ours (steps 29 and 30): Γ by its own launch, the diagonal kernel's blocks chunks x H programs apart
-STEP29 = ik.SplitTiles(diag_sub_first=False, diag_gamma=False, diag_ftz=False, off_ftz=False)
+STEP29 = ik.SplitTiles(diag_sub_first=False, diag_gamma=False, diag_ftz=False, off_ftz=False, x_w=False, aqk_lower=False)
 
 
 def _step29(*args, **kw):

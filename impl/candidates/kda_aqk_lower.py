@@ -21,7 +21,7 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(aqk_lower=True)
+TILES = _kda.SplitTiles(aqk_lower=True, x_w=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

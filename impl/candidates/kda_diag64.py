@@ -26,7 +26,7 @@ from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
 # ours at step 29 (Γ by its own launch; step 30 took it into the intra kernels)
-TILES = _kda.SplitTiles(diag_bk=64, diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False)
+TILES = _kda.SplitTiles(diag_bk=64, diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

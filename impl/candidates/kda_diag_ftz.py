@@ -28,7 +28,7 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(diag_ftz=True, diag_nan_last=False, off_ftz=False)
+TILES = _kda.SplitTiles(diag_ftz=True, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

@@ -36,7 +36,7 @@ from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
 # as measured in step 30 (before step 31's flushed exps)
-TILES = _kda.SplitTiles(diag_sub_first=True, diag_gamma=True, diag_ftz=False, diag_nan_last=False, off_ftz=False)
+TILES = _kda.SplitTiles(diag_sub_first=True, diag_gamma=True, diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

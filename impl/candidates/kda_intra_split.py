@@ -29,7 +29,7 @@ from impl import kda as _kda
 BATCH_INVARIANT = ("chunked",)
 # step 26's tiles, as gated (ours since step 27 makes q e^Γ, k e^(Γ_last - Γ), β k e^Γ in the diagonal kernel,
 # the same bits, and runs the off-diagonal kernel on K tiles of 32; step 29 runs the diagonal one on K tiles of 64)
-TILES = _kda.SplitTiles(diag_qk=False, off_bk=16, diag_bk=32, diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False)
+TILES = _kda.SplitTiles(diag_qk=False, off_bk=16, diag_bk=32, diag_sub_first=False, diag_gamma=False, diag_ftz=False, diag_nan_last=False, off_ftz=False, x_w=False, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

@@ -30,7 +30,7 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(off_ftz=True)
+TILES = _kda.SplitTiles(off_ftz=True, x_w=False, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

@@ -24,7 +24,7 @@ import types
 from impl import kda as _kda
 
 BATCH_INVARIANT = ("chunked",)
-TILES = _kda.SplitTiles(x_w=True)
+TILES = _kda.SplitTiles(x_w=True, aqk_lower=False)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):

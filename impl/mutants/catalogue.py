@@ -171,14 +171,19 @@ def get(name: str) -> Mutant:
 @functools.lru_cache(maxsize=None)
 def _edited(kernel, old: str, new: str, scope: tuple = (), rename: str = ""):
     """A new @triton.jit kernel: `kernel`'s own source with the text `old` (found exactly once) replaced;
-    scope: (name, value) pairs added to its globals (an edited helper or constant the new text names);
+    scope: (name, value) pairs added to its globals (an edited helper or constant the new text names, or a
+    callee it already names, replaced: then `old` may be None, no text edit of its own);
     rename: the new function's name (its def renamed), else the kernel's own."""
     src = inspect.getsource(kernel.fn)
     name = kernel.fn.__name__
-    if src.count(old) != 1:
+    if old is None:
+        if not scope:
+            raise ValueError(f"{name}: a planted edit needs a text edit or a replaced callee (scope)")
+    elif src.count(old) != 1:
         raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its source, "
                          f"expected once (the kernel changed: update the edit)")
-    src = src.replace(old, new)
+    if old is not None:
+        src = src.replace(old, new)
     if rename:
         src = src.replace(f"def {name}(", f"def {rename}(", 1)
         name = rename
@@ -196,7 +201,8 @@ def kernel_edited(module, name: str, old: str, new: str, scope: tuple = ()):
     """Within the block, `module`'s kernel `name` (what its host wrappers launch) is a copy whose source
     has the text `old` replaced by `new`: a kernel mutant is the product's wrapper launching the product's
     kernel with one planted edit, so the bug sits in the code path that ships. scope: (name, value)
-    pairs the new text may name (an edited jit helper, from `edited_helper`)."""
+    pairs the new text may name (an edited jit helper, from `edited_helper`), or a callee the kernel names
+    replaced by its edited copy everywhere it is called (then old and new are None: the edit is the callee's)."""
     kernel = getattr(module, name)
     setattr(module, name, _edited(kernel, old, new, scope))
     try:

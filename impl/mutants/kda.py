@@ -231,15 +231,43 @@ class IntraDiagFtzWithoutLog2e(TritonKDA):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
-# GPU only, as the diagonal kernel's: the off-diagonal kernel's FTZ branch (issue 14 step 33) is inline PTX
+@functools.lru_cache(maxsize=None)
+def _off_block_without_log2e():
+    """_off_block whose column factors e^(ref_i - Γ_c) take _exp_without_log2e (edited once, cached)."""
+    from impl.kernels import kda as kk
+    return edited_helper(kk._off_block, "kc_t = tl.trans(k_j * _exp(", "kc_t = tl.trans(k_j * _exp_planted(",
+                         (("_exp_planted", _exp_without_log2e()),))
+
+
+# GPU only, as the diagonal kernel's: the off-diagonal kernel's FTZ branch (issue 14 step 33) is inline PTX. Its
+# column factors, not a row factor: stop 43's first form (the second row block's row factor) escaped the GPU zoo,
+# because under the bounded gate's decays a row factor's error lands on products already small
 @mutant("kda.chunked", "output", base="triton", device="cuda")
 class IntraOffdiagFtzWithoutLog2e(TritonKDA):
-    """The off-diagonal kernel's flushed exp (ex2.approx.ftz, issue 14 step 33) takes the second row block's row factor without the log2(e) scale: e^(Γ_r - ref) becomes 2^(Γ_r - ref), too large wherever Γ falls, so rows 16-31 of every chunk weigh the earlier block's keys wrong."""
+    """The off-diagonal kernel's flushed exp (ex2.approx.ftz, issue 14 step 33) takes its column factors without the log2(e) scale: e^(ref_i - Γ_c) becomes 2^(ref_i - Γ_c), too large wherever Γ falls, so every row block weighs the earlier blocks' keys wrong (the largest error on the keys just before it)."""
 
     def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", "e1 = _exp(tl.where(m1, G1 - r1[None, :], float(\"-inf\")), FTZ)",
-                           "e1 = _exp_planted(tl.where(m1, G1 - r1[None, :], float(\"-inf\")), FTZ)",
-                           (("_exp_planted", _exp_without_log2e()),)):
+        with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", None, None, (("_off_block", _off_block_without_log2e()),)):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+
+@mutant("kda.chunked", "output", base="triton")
+class IntraXHandOverMisplaced(TritonKDA):
+    """The off-diagonal kernel's hand-over of X to the W / U kernel (issue 14 step 34) stores block (2, 0) where (2, 1) belongs: rows 32-47 of every chunk's W and U take the wrong column block of (I + A)^-1."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_intra_offdiag_fwd_kernel", "tl.store(p_w + rt2 + BC + o_c, x21.to(dt), mask=m2)",
+                           "tl.store(p_w + rt2 + BC + o_c, x20.to(dt), mask=m2)"):
+            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
+
+
+@mutant("kda.chunked", "output", base="triton")
+class StateAqkLowerDropsDiagonal(TritonKDA):
+    """The state pass's aqk load, masked to the blocks at or below the diagonal (issue 14 step 35), masks the diagonal block too (< where <= belongs): each token's output loses its own chunk's nearest qk terms, itself included."""
+
+    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
+        with kernel_edited(ik, "kda_state_chunked_fwd_kernel", "((o_t[None, :] // BC) <= (o_t[:, None] // BC))",
+                           "((o_t[None, :] // BC) < (o_t[:, None] // BC))"):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
