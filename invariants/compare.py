@@ -154,6 +154,10 @@ class Comparison:
     floor under the baseline's error (a baseline can land closer by luck on a small or cancelling output).
     axes: one name per dimension of `reference` ("batch", "token", "head", "dim"): messages name the first
     differing (exact) or worst (tolerance) element in those terms; () prints the index tuple.
+    conditioning: (held, exact) for a self_consistency comparison: the float64 oracle on the inputs as the
+    working dtype holds them and on the exact inputs. Their distance is the example's own sensitivity to
+    rounding, a floor under the bound: two paths of one implementation in a rounding dtype cannot be asked to
+    agree more closely than exact arithmetic agrees with itself when only its inputs are rounded.
     """
 
     path: str
@@ -166,6 +170,7 @@ class Comparison:
     where: str = ""
     held_reference: Any = None
     axes: tuple = ()
+    conditioning: Any = None
 
 
 class SelectionReport(NamedTuple):

@@ -106,6 +106,10 @@ class Contract(NamedTuple):
             if baseline_err is None:
                 raise ValueError(f"contract {self.key}: kernel_replacement needs the baseline's error")
             return self.k * max(min(baseline_err, self._cap(dtype)), held_err or 0.0) + table[dtype]
+        if self.kind == "self_consistency":
+            # two paths of one implementation differ by their roundings: no closer than exact arithmetic
+            # differs from itself when only the inputs are rounded (Comparison.conditioning)
+            return max(table[dtype], held_err or 0.0)
         return table[dtype]
 
     @property
@@ -338,7 +342,7 @@ class Verdict(NamedTuple):
 
 
 def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, baseline_reference=None,
-          held_reference=None, axes: tuple = ()) -> Verdict:
+          held_reference=None, axes: tuple = (), conditioning=None) -> Verdict:
     """Evaluate one comparison under its contract (see the kinds in contracts.d/defaults.toml).
 
     baseline_reference: what the baseline's error is measured against when it differs from the
@@ -347,6 +351,8 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
     taken as at least its distance to `reference` (the error exact arithmetic makes from those inputs).
     axes: a name per dimension of `reference` (compare.Comparison.axes): the first differing or the worst
     element is named in those terms.
+    conditioning: (held, exact) oracle outputs for a self_consistency comparison (compare.Comparison.conditioning):
+    their distance is a floor under the bound, reported as the held reference's error.
     """
     check_axes(axes, tuple(getattr(reference, "shape", ())), contract.key)
     if contract.kind == "exact":
@@ -375,6 +381,13 @@ def judge(contract: Contract, dtype: str, candidate, reference, baseline=None, b
             if held > base:
                 label("baseline closer than exact arithmetic on the rounded inputs: the latter sets the limit")
                 base = held
+    if contract.kind == "self_consistency":
+        held = None if conditioning is None else metrics(conditioning[0], conditioning[1]).get(contract.metric)
+        ill = held is not None and held > contract.limit(dtype)
+        if ill:
+            label("ill-conditioned inputs: exact arithmetic on the rounded inputs errs above the self-consistency bound")
+        return Verdict(contract, dtype, m.get(contract.metric), contract.limit(dtype, held_err=held), m, None,
+                       ill_conditioned=ill, axes=axes, held_err=held)
     ill = base is not None and contract.capped(dtype, base)
     if ill:
         label("ill-conditioned: baseline error above its cap")
@@ -480,5 +493,5 @@ def judge_comparison(contract: Contract, dtype: str, cmp) -> Verdict:
     if cmp.kind in DECISION_KINDS:
         return judge_decision(contract, dtype, cmp.candidate, cmp.reference, cmp.where)
     v = judge(contract, dtype, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
-              cmp.held_reference, cmp.axes)
+              cmp.held_reference, cmp.axes, getattr(cmp, "conditioning", None))
     return v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else (cmp.where or v.detail))

@@ -468,9 +468,10 @@ def run_paths(case: SublayerCase, cand: Target, base: Target):
                 Comparison(path, "final_state", scand.recurrent, s_ref.recurrent, sb.recurrent,
                            held_reference=s_held.recurrent),
                 Comparison(path, "conv_state", scand.conv, s_ref.conv, sb.conv, held_reference=s_held.conv),
-                Comparison(path, "output_vs_prefill", yc, y_one, kind="self_consistency"),
+                Comparison(path, "output_vs_prefill", yc, y_one, kind="self_consistency",
+                           conditioning=(y_held, y_ref)),
                 Comparison(path, "state_vs_prefill", scand.recurrent, s_one.recurrent,
-                           kind="self_consistency")]
+                           kind="self_consistency", conditioning=(s_held.recurrent, s_ref.recurrent))]
     return res
 
 

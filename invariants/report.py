@@ -28,7 +28,11 @@ def describe(v: Verdict) -> str:
     if v.detail:
         head += f" {v.detail}"
     base = f", baseline {v.baseline_err:.3g}" if v.baseline_err is not None else ""
-    if v.ill_conditioned:
+    if v.ill_conditioned and c.kind == "self_consistency":
+        base += (f" (ILL-CONDITIONED: the limit took the held reference's error {v.held_err:.3g}, above the bound "
+                 f"{c.bound.get(v.dtype, float('nan')):g}: exact arithmetic on the inputs as the dtype holds them "
+                 f"differs that much from itself on the exact inputs)")
+    elif v.ill_conditioned:
         cap = c.cap.get(v.dtype, float("nan"))
         if v.held_err is not None and v.held_err > cap:
             base += (f" (ILL-CONDITIONED: above its cap {cap:g}; the limit took the held reference's error "
