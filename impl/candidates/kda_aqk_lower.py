@@ -12,6 +12,10 @@ kda.chunked's and every path's, and this candidate claims more: ours' bits on ev
         --check kda.chunked --check kda.causal --check kda.paths --check kda.packed --check kda.batch \\
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
+Ours since step 35 landed with step 34 (impl.kda.SplitTiles.aqk_lower = True; the gate passed on the H100 at seeds
+24-26, bench_results/issue14_h100_2026-12-06_stop43b/: the state pass 669.7 -> 657.7 us and the off-diagonal kernel
+610.4 -> 604.8 at H = 64, T = 16K): this candidate is step 35 alone (x_w off), kept so that its gate can be replayed
+against an older ours.
 Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
 from __future__ import annotations

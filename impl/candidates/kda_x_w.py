@@ -15,7 +15,12 @@ candidate claims more: ours' bits on every input (tests/test_kda_x_w.py, on the 
         --check kda.sublayer --check kda.rerun --check kda.device_report --check model.paths
 
 On a float32 run (the CPU interpreter's) X stays float32 and the option only moves where its blocks are stored,
-so the CPU runs the new stores too. Batch invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
+so the CPU runs the new stores too.
+
+Ours since step 34 landed with step 35 (impl.kda.SplitTiles.x_w = True; the gate passed on the H100 at seeds 24-26,
+bench_results/issue14_h100_2026-12-06_stop43b/: the W / U kernel 450.3 -> 431.6 us at H = 64, T = 16K): this
+candidate is step 34 alone (aqk_lower off), kept so that its gate can be replayed against an older ours. Batch
+invariance: claimed, as ours (fixed tiles, per-(chunk, head) arithmetic).
 """
 from __future__ import annotations
 
