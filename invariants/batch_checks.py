@@ -21,10 +21,10 @@ from impl.registry import claims_batch_invariance
 from invariants.check import Check
 from invariants.compare import Comparison, to_int, to_numpy
 from invariants.dsa_checks import _candidate_scores, _mask, _tie_exact, token_pool
-from invariants.kda_checks import _core_call, own_sublayer
+from invariants.kda_checks import _core_call, call_sublayer, own_sublayer
 from invariants.labels import label
 from invariants.mla_checks import WIDE_KPOOL, WIDE_TOPK
-from invariants.target import Target
+from invariants.target import ORACLE, Target
 from oracle import dsa as odsa
 from oracle import kda as okda
 from oracle import mla as omla
@@ -178,7 +178,7 @@ def _decode_rows(case: KDABatchCase, cand: Target):
 def _sublayer_padded(case: KDABatchCase, cand: Target):
     """Sublayer rows left-padded to the longest: row `at` in the batch vs alone with its padding
     (a claim of "sublayer" makes it exact), and vs alone unpadded (never bitwise: the chunks fall
-    elsewhere; a declared bound)."""
+    elsewhere; a declared bound, floored by the row's own rounding sensitivity: Comparison.conditioning)."""
     g, lengths, at = case.geometry, case.lengths, case.at
     T, n = max(lengths), lengths[at]
     rng = np.random.default_rng(case.seed)
@@ -188,14 +188,20 @@ def _sublayer_padded(case: KDABatchCase, cand: Target):
     full = own_sublayer(cand, w, x, None, mask)
     same = own_sublayer(cand, w, x[at:at + 1], None, mask[at:at + 1])
     bare = own_sublayer(cand, w, x[at:at + 1, T - n:], None, None)
+    # the row alone unpadded in float64, on its inputs as the working dtype holds them and on the exact ones
+    held = call_sublayer(cand.held_oracle(), w, x[at:at + 1, T - n:], None)
+    exact = call_sublayer(ORACLE, w, x[at:at + 1, T - n:], None)
     res = []
-    for i, (a, b_, c, what) in enumerate(((full[0], same[0], bare[0], "output"),
-                                          (full[1].recurrent, same[1].recurrent, bare[1].recurrent, "recurrent state"),
-                                          (full[1].conv, same[1].conv, bare[1].conv, "conv window"))):
+    for i, (a, b_, c, what, cond) in enumerate((
+            (full[0], same[0], bare[0], "output", (held[0], exact[0])),
+            (full[1].recurrent, same[1].recurrent, bare[1].recurrent, "recurrent state",
+             (held[1].recurrent, exact[1].recurrent)),
+            (full[1].conv, same[1].conv, bare[1].conv, "conv window", (held[1].conv, exact[1].conv)))):
         where = placed(lengths, at, f"sublayer {what}, left-padded by {T - n}")
         res.append(row_comparison(cand, "kda", "sublayer", a[at:at + 1], b_, where))
         res.append(Comparison("sublayer", "padded", a[at:at + 1, T - n:] if i == 0 else a[at:at + 1], c,
-                              kind="self_consistency", where=where + " vs the row alone unpadded"))
+                              kind="self_consistency", where=where + " vs the row alone unpadded",
+                              conditioning=cond))
     return res
 
 

@@ -289,3 +289,27 @@ def test_the_shrunk_paths_case_is_ill_conditioned_in_bf16_and_kda_paths_gives_it
         "kda", "chunked_prefill", "output_vs_prefill", "self_consistency").bound["bfloat16"]
     sc = [c for c in run_paths(case, t, t) if c.kind == "self_consistency"]
     assert sc and all(c.conditioning is not None for c in sc)
+
+
+def test_kda_batch_padded_rows_carry_their_conditioning_and_a_padding_bug_still_fails():
+    """The other KDA self-consistency comparison of a sublayer's rows (kda.batch: a row left-padded in a batch vs
+    the row alone unpadded) takes the same floor: each comparison carries the row's (held, exact) oracle pair.
+    In float32 the held error is float32's, so the bound stands; a candidate whose padded row is 5 % off fails."""
+    import dataclasses
+
+    import torch
+    from impl import registry
+    from invariants.batch_checks import KDABatchCase, _sublayer_padded
+    from invariants.target import Target
+    from strategies.geometry import KDAGeometry
+
+    t = Target(registry.get("torch"), "cpu", torch.float32)
+    geo = KDAGeometry(heads=2, head_dim=16, hidden=32, conv_width=4, lower_bound=-5.0)
+    case = KDABatchCase(geo, "sublayer", "padded", (9, 30), 0, False, "normal", 3)
+    padded = [c for c in _sublayer_padded(case, t) if c.quantity == "padded"]
+    assert len(padded) == 3 and all(c.conditioning is not None for c in padded)
+    out = padded[0]
+    c = ct.lookup("kda", "sublayer", "padded", "self_consistency")
+    v = ct.judge_comparison(c, "float32", out)
+    assert v.ok and not v.ill_conditioned and v.limit == c.bound["float32"]
+    assert not ct.judge_comparison(c, "float32", dataclasses.replace(out, candidate=out.candidate * 1.05)).ok
