@@ -343,8 +343,9 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     gl = torch.empty(max(NC_total, 1), H, K, device=device, dtype=torch.float32)
     # NaN in g, NaN in beta, decays past the intra kernel's factorised range (then its PAIRS pass)
     flags = torch.zeros(3, device=device, dtype=torch.int32)
+    tiles = split or SplitTiles()
     # step 35: aqk's blocks right of the diagonal left unwritten by the split pass and unread by the state pass
-    lower_only = intra == "split" and bool((split or SplitTiles()).aqk_lower)
+    lower_only = intra == "split" and bool(tiles.aqk_lower)
 
     # launched once, and again with PAIRS after a strong-decay flag; `g` is read at the call (Γ after
     # g_cumsum's pass has replaced it below)
@@ -383,7 +384,6 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
         )
     elif NC_total and intra == "split":
-        tiles = split or SplitTiles()
         from_g = bool(tiles.diag_gamma)
         # step 30: the intra kernels make Γ from g (f with a gate) themselves
         gc = g if from_g else gamma()

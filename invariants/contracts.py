@@ -493,5 +493,5 @@ def judge_comparison(contract: Contract, dtype: str, cmp) -> Verdict:
     if cmp.kind in DECISION_KINDS:
         return judge_decision(contract, dtype, cmp.candidate, cmp.reference, cmp.where)
     v = judge(contract, dtype, cmp.candidate, cmp.reference, cmp.baseline, cmp.baseline_reference,
-              cmp.held_reference, cmp.axes, getattr(cmp, "conditioning", None))
+              cmp.held_reference, cmp.axes, cmp.conditioning)
     return v._replace(detail=f"{cmp.where}: {v.detail}" if cmp.where and v.detail else (cmp.where or v.detail))

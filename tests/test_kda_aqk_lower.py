@@ -14,15 +14,11 @@ import torch
 from impl import kda as ik
 from impl.candidates import kda_aqk_lower as cand
 from tests.test_kda_intra_blocked import _inputs
+from tests.test_kda_x_w import CU, _same, assert_gpu_same_bits
 from tests.test_kda_x_w import nan_empty  # noqa: F401 (a fixture)
 
 _LOWER = ik.SplitTiles(aqk_lower=True)
 _BEFORE = ik.SplitTiles(aqk_lower=False)
-CU = torch.tensor([0, 7, 7, 90, 150])
-
-
-def _same(a, b):
-    return all((x is None and y is None) or torch.equal(x, y) for x, y in zip(a, b))
 
 
 @pytest.mark.parametrize("T,lo,cu,nseg", [(150, -1.0, None, None), (64, -5.0, None, None), (7, -1.0, None, None),
@@ -41,8 +37,4 @@ def test_on_the_cpu_the_same_bits_as_before(nan_empty, T, lo, cu, nseg):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("lo", [-0.1, -5.0, -20.0])
 def test_on_the_gpu_in_bf16_the_same_bits_as_before(lo):
-    for B, T, H, cu in ((1, 1000, 4, None), (2, 300, 2, None), (1, 300, 3, CU.tolist() + [300])):
-        _, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
-        cu_t = None if cu is None else torch.tensor(cu, device="cuda")
-        args = (*work[:5], work[5], 64, cu_t, True)
-        assert _same(ik._chunked(*args, split=_LOWER), ik._chunked(*args, split=_BEFORE)), (B, T, H, lo)
+    assert_gpu_same_bits(_LOWER, _BEFORE, lo)

@@ -52,8 +52,14 @@ def test_on_the_cpu_the_same_bits_as_before(nan_empty, T, lo, cu):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("lo", [-0.1, -5.0, -20.0])
 def test_on_the_gpu_in_bf16_the_same_bits_as_before(lo):
+    assert_gpu_same_bits(_X_W, _BEFORE, lo)
+
+
+def assert_gpu_same_bits(new, before, lo):
+    """ik._chunked with SplitTiles `new` gives `before`'s bits in bf16 on the GPU: dense rows with a state,
+    two rows, and packed documents with an empty one, at full head dims and decays of `lo` a token."""
     for B, T, H, cu in ((1, 1000, 4, None), (2, 300, 2, None), (1, 300, 3, CU.tolist() + [300])):
         _, work = _inputs(B, T, H, 128, 128, lo=lo, device="cuda", dtype=torch.bfloat16, state=cu is None)
         cu_t = None if cu is None else torch.tensor(cu, device="cuda")
         args = (*work[:5], work[5], 64, cu_t, True)
-        assert _same(ik._chunked(*args, split=_X_W), ik._chunked(*args, split=_BEFORE)), (B, T, H, lo)
+        assert _same(ik._chunked(*args, split=new), ik._chunked(*args, split=before)), (B, T, H, lo)

@@ -179,10 +179,10 @@ def _edited(kernel, old: str, new: str, scope: tuple = (), rename: str = ""):
     if old is None:
         if not scope:
             raise ValueError(f"{name}: a planted edit needs a text edit or a replaced callee (scope)")
-    elif src.count(old) != 1:
-        raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its source, "
-                         f"expected once (the kernel changed: update the edit)")
-    if old is not None:
+    else:
+        if src.count(old) != 1:
+            raise ValueError(f"{name}: the planted edit's text {old!r} occurs {src.count(old)} times in its "
+                             f"source, expected once (the kernel changed: update the edit)")
         src = src.replace(old, new)
     if rename:
         src = src.replace(f"def {name}(", f"def {rename}(", 1)
