@@ -149,7 +149,12 @@ class SplitTiles(NamedTuple):
     dtype (bf16 on a bf16 run with low_dots, else float32), all ten lower blocks, where the W / U kernel rounded
     the float32 X on load before: the same bits, half of X's bytes on that hand-over; aqk_lower (step 35): the
     off-diagonal kernel stores no zero blocks right of aqk's diagonal and the state pass reads none (their value
-    is the load's 0): the same bits, ~3/8 of aqk's bytes neither written nor read."""
+    is the load's 0): the same bits, ~3/8 of aqk's bytes neither written nor read; pieces (step 36): a B = 1 row
+whose state pass is one program a (V-block, head) (no segments) runs as that many pieces along the tokens, each
+piece's state pass on a second stream (of priority piece_priority) beside the next piece's intra pass, from the
+previous piece's final state: the same launches on fewer chunks each and the same bits (the state pass's float32
+state is handed over exactly), with the state pass overlapped with the intra pass where it was serial after it
+(`_piece_bounds`, `_state_stream`)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -164,6 +169,8 @@ class SplitTiles(NamedTuple):
     off_ftz: bool = True      # step 33 (False: tl.exp with its denormal fix-up; 106 us slower at H = 64, T = 16K on an H100)
     x_w: bool = True          # step 34 (False: X to W / U in float32; 16-19 us slower at H = 64, T = 16K on an H100)
     aqk_lower: bool = True    # step 35 (False: aqk's zero blocks stored and read; 14-18 us slower there)
+    pieces: int = 1           # step 36 (candidate impl.candidates.kda_pieces: 4)
+    piece_priority: int = -1  # step 36: the state stream's priority (lower is higher; 0 the default's)
 
 
 def chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
@@ -248,6 +255,35 @@ def _state_config(device, H, NT, K, V):
     if progs < sms // 2 + 2 and NT >= SEGMENT_MIN_CHUNKS[where]:
         nseg = min(max(sms // progs, 1), NT // SEGMENT_CHUNKS[where])
     return BV, max(nseg, 1), 4
+
+
+PIECE_MIN_CHUNKS = {"gpu": 16, "interpreter": 1}
+
+
+def _piece_bounds(T, pieces, BT=CHUNK):
+    """[(t0, t1)] of `pieces` pieces of a row of T tokens at chunk boundaries, as even as whole chunks allow, the
+    last one with the partial chunk; [] when fewer than two pieces of PIECE_MIN_CHUNKS chunks fit (issue 14
+    step 36: each piece is a whole prefill's launches, worth it only on long rows)."""
+    NT = triton.cdiv(T, BT)
+    P = min(int(pieces), NT // PIECE_MIN_CHUNKS["interpreter" if interpreted() else "gpu"])
+    if P < 2:
+        return []
+    cuts = [p * NT // P * BT for p in range(P)] + [T]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+_STATE_STREAMS: dict = {}
+
+
+def _state_stream(device, priority):
+    """The second stream of the pieced prefill (issue 14 step 36), one per (device, priority), kept: a captured
+    graph and later calls fork to the same one. None on the CPU (the interpreter runs the pieces in order)."""
+    if device.type != "cuda":
+        return None
+    key = (device.index if device.index is not None else torch.cuda.current_device(), int(priority))
+    if key not in _STATE_STREAMS:
+        _STATE_STREAMS[key] = torch.cuda.Stream(device=device, priority=int(priority))
+    return _STATE_STREAMS[key]
 
 
 def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True,
@@ -358,16 +394,94 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             PAIRS=pairs, num_warps=intra_warps or 4, **cap,
         )
 
-    def gamma():
-        """Γ, the chunk-local cumsum of g (of gate(f + dt_bias) with a gate), float32, by its own kernel."""
-        gc = torch.empty(g.shape, device=device, dtype=torch.float32)
-        kda_chunk_cumsum_fwd_kernel[intra_grid](
-            g, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
-            chunk_offsets, T, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
+    def rows(a, t0, t1):
+        """a's rows t0:t1 along the tokens (a piece of a B = 1 row: contiguous), or a itself for all of them."""
+        return a if (t0, t1) == (0, T) else a[:, t0:t1]
+
+    def piece_grid(t0, t1):
+        return intra_grid if (t0, t1) == (0, T) else (triton.cdiv(t1 - t0, BT), H, 1)
+
+    def gamma(t0=0, t1=T):
+        """Γ, the chunk-local cumsum of g (of gate(f + dt_bias) with a gate), float32, by its own kernel; of
+        rows t0:t1 (a piece, step 36) or of all of them."""
+        gp = rows(g, t0, t1)
+        gc = torch.empty(gp.shape, device=device, dtype=torch.float32)
+        kda_chunk_cumsum_fwd_kernel[piece_grid(t0, t1)](
+            gp, gc, A_log, dt_bias, 0. if lower_bound is None else float(lower_bound), cu, chunk_indices,
+            chunk_offsets, t1 - t0, H=H, K=K, BT=BT, BK=_tile(BK), IS_VARLEN=varlen, OFFSET64=offset64,
             GATE=0 if gate is None else 1 if lower_bound is None else 2, HAS_BIAS=dt_bias is not None,
             num_warps=4,
         )
         return gc
+
+    o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
+    final = torch.empty(N, H, K, V, device=device, dtype=torch.float32)
+    hb = torch.empty(B, T // BT, H, K, V, device=device, dtype=torch.float32) if not varlen else \
+        torch.empty(NB_total, H, K, V, device=device, dtype=torch.float32)
+    NTmax = max(lens) if varlen else T
+    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, triton.cdiv(NTmax, BT), K, V)
+    BV = bv or cfg_bv
+    NSEG = 1 if varlen else (nseg or cfg_nseg)
+    NSEG = max(1, min(NSEG, triton.cdiv(T, BT)))
+    CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
+    NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
+    warps = num_warps or cfg_warps
+
+    # step 36: a B = 1 row whose state pass runs one program a (V-block, head) in pieces along its tokens
+    pieces = _piece_bounds(T, tiles.pieces) if (intra == "split" and B == 1 and not varlen and NSEG == 1
+                                                 and tiles.pieces > 1) else []
+
+    def split_pass(t0, t1):
+        """The split intra pass (step 26) of rows t0:t1: Γ, the diagonal blocks, the off-diagonal blocks and X's
+        merge, W / U (and q e^Γ, k e^(Γ_last - Γ)); all rows, or one piece of a B = 1 row (step 36)."""
+        Tp = t1 - t0
+        qp, kp, betap, aqkp, qgp, kgp = (rows(a, t0, t1) for a in (q, k, beta, aqk, qg, kg))
+        glp = gl if (t0, t1) == (0, T) else gl[t0 // BT:triton.cdiv(t1, BT)]
+        from_g = bool(tiles.diag_gamma)
+        # step 30: the intra kernels make Γ from g (f with a gate) themselves
+        gc = rows(g, t0, t1) if from_g else gamma(t0, t1)
+        gate_kw = dict(A_log=A_log, dt_bias=dt_bias, lower_bound=0. if lower_bound is None else float(lower_bound),
+                       FROM_G=True, GATE=0 if gate is None else 1 if lower_bound is None else 2,
+                       HAS_BIAS=dt_bias is not None) if from_g else {}
+        # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
+        x = torch.empty(B, Tp, H, BT, device=device, dtype=torch.float32)
+        NC = BT // SUB_CHUNK
+        # bf16 operands only on a bf16 / fp16 run (the interpreter works in float32: its bf16 tl.dot is wrong)
+        low_dots = bool(tiles.low_dots) and k.dtype != torch.float32
+        # β k e^Γ in W's operand dtype: the same bits the W / U kernel would round it to itself
+        kb = torch.empty_like(rows(k, t0, t1), dtype=k.dtype if low_dots else torch.float32) if tiles.diag_qk \
+            else None
+        sub_first = bool(tiles.diag_sub_first)
+        grid = piece_grid(t0, t1)
+        diag_grid = (grid[0] * NC, H, grid[2]) if sub_first else (grid[0], H, grid[2] * NC)
+        # inline PTX: a GPU compile only
+        ftz = bool(tiles.diag_ftz) and not interpreted()
+        kda_intra_diag_fwd_kernel[diag_grid](
+            qp, kp, gc, betap, aqkp, x, flags, cu, chunk_indices, chunk_offsets, Tp,
+            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
+            PRECISION=precision, OFFSET64=offset64, qg=qgp if kb is not None else None,
+            kg=kgp if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
+            SUB_FIRST=sub_first, FTZ=ftz, NAN_LAST=bool(tiles.diag_nan_last), **(dict(gl=glp, **gate_kw) if from_g else {}),
+        )
+        # step 34: X for W / U in its dots' operand dtype, the diagonal blocks too (x keeps them in float32 for
+        # the off-diagonal kernel's substitution)
+        xw = torch.empty(B, Tp, H, BT, device=device, dtype=w.dtype if low_dots else torch.float32) \
+            if tiles.x_w else None
+        kda_intra_offdiag_fwd_kernel[grid](
+            qp, kp, gc, betap, aqkp, x, cu, chunk_indices, chunk_offsets, Tp,
+            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
+            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
+            FTZ=bool(tiles.off_ftz) and not interpreted(), xw=xw, X_W=xw is not None,
+            LOWER_ONLY=lower_only, **gate_kw,
+        )
+        kda_intra_wu_split_fwd_kernel[grid](
+            qp, kp, rows(v, t0, t1), None if from_g else gc, betap, x if xw is None else xw, qgp, kgp,
+            rows(w, t0, t1), rows(u, t0, t1), glp, cu, chunk_indices, chunk_offsets, Tp,
+            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
+            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
+            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g, FTZ=ftz,
+            num_warps=tiles.wu_warps,
+        )
 
     if NC_total and intra == "blocked":
         # X = (I + A)^-1's lower blocks in float32, rows as aqk's (the upper blocks are never read)
@@ -384,66 +498,12 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             OFFSET64=offset64, num_warps=intra_warps or 4, **cap,
         )
     elif NC_total and intra == "split":
-        from_g = bool(tiles.diag_gamma)
-        # step 30: the intra kernels make Γ from g (f with a gate) themselves
-        gc = g if from_g else gamma()
-        gate_kw = dict(A_log=A_log, dt_bias=dt_bias, lower_bound=0. if lower_bound is None else float(lower_bound),
-                       FROM_G=True, GATE=0 if gate is None else 1 if lower_bound is None else 2,
-                       HAS_BIAS=dt_bias is not None) if from_g else {}
-        # X = (I + A)^-1 in float32, rows as aqk's; its blocks above the diagonal are never written
-        x = torch.empty(B, T, H, BT, device=device, dtype=torch.float32)
-        NC = BT // SUB_CHUNK
-        # bf16 operands only on a bf16 / fp16 run (the interpreter works in float32: its bf16 tl.dot is wrong)
-        low_dots = bool(tiles.low_dots) and k.dtype != torch.float32
-        # β k e^Γ in W's operand dtype: the same bits the W / U kernel would round it to itself
-        kb = torch.empty_like(k, dtype=k.dtype if low_dots else torch.float32) if tiles.diag_qk else None
-        sub_first = bool(tiles.diag_sub_first)
-        diag_grid = (intra_grid[0] * NC, H, intra_grid[2]) if sub_first else (intra_grid[0], H, intra_grid[2] * NC)
-        # inline PTX: a GPU compile only
-        ftz = bool(tiles.diag_ftz) and not interpreted()
-        kda_intra_diag_fwd_kernel[diag_grid](
-            q, k, gc, beta, aqk, x, flags, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.diag_bk)), IS_VARLEN=varlen,
-            PRECISION=precision, OFFSET64=offset64, qg=qg if kb is not None else None,
-            kg=kg if kb is not None else None, kb=kb, MAKE_QK=kb is not None, num_warps=tiles.diag_warps,
-            SUB_FIRST=sub_first, FTZ=ftz, NAN_LAST=bool(tiles.diag_nan_last), **(dict(gl=gl, **gate_kw) if from_g else {}),
-        )
-        # step 34: X for W / U in its dots' operand dtype, the diagonal blocks too (x keeps them in float32 for
-        # the off-diagonal kernel's substitution)
-        xw = torch.empty(B, T, H, BT, device=device, dtype=w.dtype if low_dots else torch.float32) \
-            if tiles.x_w else None
-        kda_intra_offdiag_fwd_kernel[intra_grid](
-            q, k, gc, beta, aqk, x, cu, chunk_indices, chunk_offsets, T,
-            H=H, K=K, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, tiles.off_bk)), IS_VARLEN=varlen,
-            PRECISION=precision, OFFSET64=offset64, num_warps=tiles.off_warps,
-            FTZ=bool(tiles.off_ftz) and not interpreted(), xw=xw, X_W=xw is not None,
-            LOWER_ONLY=lower_only, **gate_kw,
-        )
-        kda_intra_wu_split_fwd_kernel[intra_grid](
-            q, k, v, None if from_g else gc, beta, x if xw is None else xw, qg, kg, w, u, gl, cu, chunk_indices,
-            chunk_offsets, T,
-            H=H, K=K, V=V, BT=BT, BC=SUB_CHUNK, BK=_tile(min(BK, 64)),
-            BV=_tile(min(triton.next_power_of_2(V), 64)), IS_VARLEN=varlen, PRECISION=precision,
-            OFFSET64=offset64, LOW_DOTS=low_dots, kb=kb, FROM_KB=kb is not None, GL_DONE=from_g, FTZ=ftz,
-            num_warps=tiles.wu_warps,
-        )
+        if not pieces:
+            split_pass(0, T)
     elif NC_total:
         if g_cumsum:
             g = gamma()
         run_intra(False)
-
-    o = torch.empty(B, T, H, V, device=device, dtype=v.dtype)
-    final = torch.empty(N, H, K, V, device=device, dtype=torch.float32)
-    hb = torch.empty(B, T // BT, H, K, V, device=device, dtype=torch.float32) if not varlen else \
-        torch.empty(NB_total, H, K, V, device=device, dtype=torch.float32)
-    NTmax = max(lens) if varlen else T
-    cfg_bv, cfg_nseg, cfg_warps = _state_config(device, H, triton.cdiv(NTmax, BT), K, V)
-    BV = bv or cfg_bv
-    NSEG = 1 if varlen else (nseg or cfg_nseg)
-    NSEG = max(1, min(NSEG, triton.cdiv(T, BT)))
-    CPS = triton.cdiv(triton.cdiv(T, BT), NSEG) if not varlen else max(triton.cdiv(NTmax, BT), 1)
-    NSEG = triton.cdiv(triton.cdiv(T, BT), CPS) if not varlen and T else NSEG
-    warps = num_warps or cfg_warps
 
     def run_state():
         h0 = state.contiguous() if state is not None else None
@@ -469,7 +529,43 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             **({"num_stages": stages} if stages else {}),
         )
 
-    run_state()
+    def state_piece(t0, t1, h0, fin):
+        """The state pass of one piece, rows t0:t1 of a B = 1 row (step 36): one program a (V-block, head), from
+        h0 (the previous piece's final state, or the call's), its final state to `fin`, its boundary states to
+        hb's chunks from t0 on."""
+        Tp = t1 - t0
+        kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, 1)](
+            *(rows(a, t0, t1) for a in (qg, kg, w, u, aqk)), gl[t0 // BT:triton.cdiv(t1, BT)], rows(o, t0, t1),
+            h0, fin, hb[:, t0 // BT:], None, None, None, Tp, 1, triton.cdiv(Tp, BT),
+            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
+            STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=False, IS_LOCAL=False,
+            PRECISION=precision, LOWER_ONLY=lower_only, BC=SUB_CHUNK, num_warps=warps,
+            **({"num_stages": stages} if stages else {}),
+        )
+
+    if pieces:
+        # step 36: piece p's state pass on the second stream beside piece p + 1's intra pass. Every buffer the
+        # second stream touches is held in `held` until the join: the allocator would hand a freed one to the
+        # next piece's intra pass while the state pass still reads it
+        main = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        second = _state_stream(device, tiles.piece_priority)
+        h, held = (state.contiguous() if state is not None else None), []
+        for i, (t0, t1) in enumerate(pieces):
+            split_pass(t0, t1)
+            fin = final if i == len(pieces) - 1 else torch.empty(N, H, K, V, device=device, dtype=torch.float32)
+            held += [h, fin]
+            if second is None:
+                state_piece(t0, t1, h, fin)
+            else:
+                second.wait_stream(main)
+                with torch.cuda.stream(second):
+                    state_piece(t0, t1, h, fin)
+            h = fin
+        if second is not None:
+            main.wait_stream(second)
+        del held
+    else:
+        run_state()
     if not sync:
         return o.to(out_dtype), final, (hb if boundary_states else None), flags[:2]
     # a host read of three ints: it syncs (chunked_ex leaves them on the device), but a pass over g would

@@ -102,7 +102,14 @@ VARIANTS = {"ours": {},
             "st_w8_ex": dict(intra="split", num_warps=8, sync=False),
             "st_s2_ex": dict(intra="split", stages=2, sync=False),
             "st_s4_ex": dict(intra="split", stages=4, sync=False),
-            "st_bv32_ex": dict(intra="split", bv=32, sync=False)}
+            "st_bv32_ex": dict(intra="split", bv=32, sync=False),
+            # step 36: a B = 1 row in pieces along its tokens, each piece's state pass on a second stream beside
+            # the next piece's intra pass (impl.candidates.kda_pieces: 4); p0 the second stream at the default
+            # priority instead of a high one
+            "pieces2_ex": dict(intra="split", split=dict(pieces=2), sync=False),
+            "pieces4_ex": dict(intra="split", split=dict(pieces=4), sync=False),
+            "pieces8_ex": dict(intra="split", split=dict(pieces=8), sync=False),
+            "pieces4_p0_ex": dict(intra="split", split=dict(pieces=4, piece_priority=0), sync=False)}
 
 
 class _WithoutPairs:
