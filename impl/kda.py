@@ -635,7 +635,7 @@ def _value_splits(B: int, H: int, blocks: int, device) -> int:
 
 
 def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_warps: Optional[int] = None,
-           bv: Optional[int] = None, num_stages: int = 0, vs: Optional[int] = None, early_h: bool = False):
+           bv: Optional[int] = None, num_stages: int = 0, vs: Optional[int] = None):
     """One token per sequence in ONE kernel; must match oracle.kda.decode.
 
     Args:
@@ -644,9 +644,7 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
         inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
         num_warps, bv, num_stages, vs: launch overrides (the bench sweeps them). vs: programs a head's value
             blocks are split over: None one (ours until issue 14 step 16's GPU gate), "auto" as many as
-            `_value_splits` picks (impl.candidates.kda_decode_split), or an int. early_h (issue 14 step 37, a
-            probe): each program's state block loaded before the conv windows (the same bits); needs one value
-            block a program (vs = the head's blocks) and num_stages 0.
+            `_value_splits` picks (impl.candidates.kda_decode_split), or an int.
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -681,15 +679,12 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     if isinstance(VS, bool) or not isinstance(VS, int) or not 1 <= VS <= blocks:
         raise ValueError(f"vs: {vs!r}, expected None, \"auto\" or an int in [1, {blocks}] (the head's value "
                          f"blocks of {BV})")
-    if early_h and not (VS == blocks and num_stages == 0):
-        raise ValueError(f"early_h: needs one value block a program (vs = {blocks}, the head's blocks of {BV}) "
-                         f"and num_stages 0; got vs {VS}, num_stages {num_stages}")
     kda_decode_fused_fwd_kernel[(H, B, VS)](
         z.contiguous(), f.contiguous(), b.contiguous(), w.conv1d.contiguous(), w.A_log.contiguous(),
         c_in, c_out, h_in, h_out, o, _arrivals(z.device, B * H), 0.0 if lb is None else float(lb), K ** -0.5,
         H=H, K=K, W=W, BK=triton.next_power_of_2(max(K, 16)), BV=BV,
         BW=triton.next_power_of_2(W), NUM_STAGES=num_stages,
-        USE_LOWER_BOUND=lb is not None, VS=VS, num_warps=num_warps or 4, EARLY_H=bool(early_h),
+        USE_LOWER_BOUND=lb is not None, VS=VS, num_warps=num_warps or 4,
     )
     canary.verify("kda_decode_fused_fwd_kernel", o=o, **({} if inplace else {"state.recurrent": h_out,
                                                                             "state.conv": c_out}))

@@ -1291,24 +1291,14 @@ def _conv_window(z, conv_w, conv_in, i_b, ch, mask_ch, C, W: tl.constexpr, BW: t
 
 
 @triton.jit
-def _state_tile(h_in, s_h, i_v, o_k, mask_k, K: tl.constexpr, BV: tl.constexpr):
-    """The state's value columns [i_v BV, i_v BV + BV) of one head, [BK, BV] float32."""
-    o_v = i_v * BV + tl.arange(0, BV)
-    return tl.load(h_in + s_h + o_k[:, None] * K + o_v[None, :], mask=mask_k[:, None] & (o_v < K)[None, :],
-                   other=0.)
-
-
-@triton.jit
 def _decode_block(h_in, h_out, o, s_h, i_bh, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta, o_k, mask_k,
-                  K: tl.constexpr, BV: tl.constexpr, b_h=None):
-    """Value columns [i_v BV, i_v BV + BV) of one head's decode step: read (unless `b_h` holds them already),
-    update, write the state."""
+                  K: tl.constexpr, BV: tl.constexpr):
+    """Value columns [i_v BV, i_v BV + BV) of one head's decode step: read, update, write the state."""
     o_v = i_v * BV + tl.arange(0, BV)
     mask_v = o_v < K
     mask_h = mask_k[:, None] & mask_v[None, :]
     p_h = s_h + o_k[:, None] * K + o_v[None, :]
-    if b_h is None:
-        b_h = _state_tile(h_in, s_h, i_v, o_k, mask_k, K, BV)
+    b_h = tl.load(h_in + p_h, mask=mask_h, other=0.)
     # this block's values: a register vector cannot be sliced, select it instead ([BK, BV] work,
     # the same order as the tile arithmetic below)
     b_vb = tl.sum(tl.where(o_k[:, None] == o_v[None, :], b_v[:, None], 0.), 0)
@@ -1325,7 +1315,7 @@ def kda_decode_fused_fwd_kernel(
     lower_bound, scale,
     H: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, BW: tl.constexpr, NUM_STAGES: tl.constexpr,
-    USE_LOWER_BOUND: tl.constexpr, VS: tl.constexpr = 1, EARLY_H: tl.constexpr = False,
+    USE_LOWER_BOUND: tl.constexpr, VS: tl.constexpr = 1,
 ):
     """One token per (head, sequence): conv window step, SiLU, L2 (q scaled), gate, beta, delta step.
 
@@ -1337,11 +1327,6 @@ def kda_decode_fused_fwd_kernel(
     blocks, so a program keeps small tiles live and several programs share an SM: that is what keeps
     enough bytes in flight. NUM_STAGES = 0 unrolls the blocks; >= 1 is a tl.range loop (1 = no software
     pipelining, which measured fastest: NOTES.md).
-
-    EARLY_H (issue 14 step 37; one value block a program, unrolled): the program's state block is loaded first,
-    before the conv windows, the barrier and the window stores, so its DRAM latency runs beside theirs instead
-    of after them (the compiler does not move a load above a barrier or a store). The same values, the same
-    arithmetic: the same bits.
     """
     i_h, i_b = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_s = tl.program_id(2)
@@ -1349,12 +1334,6 @@ def kda_decode_fused_fwd_kernel(
     o_k = tl.arange(0, BK)
     mask_k = o_k < K
     ch = i_h * K + o_k
-    # this program's value column blocks: [i_s NBS, i_s NBS + NBS) of the head's NB
-    NB: tl.constexpr = (K + BV - 1) // BV
-    NBS: tl.constexpr = (NB + VS - 1) // VS
-    if EARLY_H:
-        tl.static_assert(NBS == 1 and NUM_STAGES == 0, "EARLY_H: one unrolled value block a program")
-        b_h0 = _state_tile(h_in, (i_b * H + i_h) * K * K, i_s, o_k, mask_k, K, BV)
     w_q, b_q = _conv_window(z, conv_w, conv_in, i_b, ch, mask_k, C, W, BW)
     w_k, b_k = _conv_window(z, conv_w, conv_in, i_b, H * K + ch, mask_k, C, W, BW)
     w_v, b_v = _conv_window(z, conv_w, conv_in, i_b, 2 * H * K + ch, mask_k, C, W, BW)
@@ -1390,10 +1369,10 @@ def kda_decode_fused_fwd_kernel(
     b_qe = b_eg * b_q
     b_kq = tl.sum(b_k * b_q, 0)
     s_h = (i_b * H + i_h) * K * K
-    if EARLY_H:
-        _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_s, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
-                      o_k, mask_k, K, BV, b_h0)
-    elif NUM_STAGES == 0 and VS == 1:
+    # this program's value column blocks: [i_s NBS, i_s NBS + NBS) of the head's NB
+    NB: tl.constexpr = (K + BV - 1) // BV
+    NBS: tl.constexpr = (NB + VS - 1) // VS
+    if NUM_STAGES == 0 and VS == 1:
         # fully unrolled: the compiler can issue every block's state load up front
         for i_v in tl.static_range(0, NB):
             _decode_block(h_in, h_out, o, s_h, i_b * H + i_h, i_v, b_v, b_k, b_ke, b_qe, b_eg, b_kq, b_beta,
