@@ -8,7 +8,7 @@
 #  gate36   side by side: the GPU tests (the bits of one piece in bf16, eager and from a captured graph); glmgate
 #           gate of the candidate against ours, 20 examples a check: KDA head dim 128 bounded (core seed 40, layer
 #           seed 42), softplus (core seed 41)
-#  scale36  alone: the gate on kda.scale (its pins: B = 1 rows of 16K and 64K tokens, pieced, each equal bit for bit
+#  scale36  alone (not run: bench36 refuted the step on the H100 first): the gate on kda.scale (its pins: B = 1 rows of 16K and 64K tokens, pieced, each equal bit for bit
 #           to itself in an unpieced batch of 2), then the GPU zoo of the two pieces mutants on it
 #   OUT=/tmp/out PARTS="bench36 gate36 scale36" bash scripts/gpu_stop44b.sh
 set -u

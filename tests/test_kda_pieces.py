@@ -44,11 +44,10 @@ def test_piece_bounds_are_whole_chunks_and_cover_the_row():
     assert ik._piece_bounds(64, 4) == [] and ik._piece_bounds(100, 1) == []
 
 
-@pytest.mark.parametrize("T,lo,state,boundary", [(321, -1.0, True, True), (130, -5.0, False, True),
-                                                 (256, -20.0, True, False), (200, -0.1, False, True)])
+@pytest.mark.parametrize("T,lo,state,boundary", [(200, -0.1, True, True), (130, -20.0, False, False)])
 def test_on_the_cpu_the_same_bits_as_one_piece(nan_empty, monkeypatch, T, lo, state, boundary):
     # 4 heads: the interpreter's state pass then runs one program a head without segments (4 stand-in SMs)
-    _, work = _inputs(1, T, 4, 32, 16, lo=lo, seed=5, state=state)
+    _, work = _inputs(1, T, 4, 16, 16, lo=lo, seed=5, state=state)
     args = (*work[:5], work[5], 64, None, boundary)
     whole = ik._chunked(*args, split=_WHOLE)
     assert all(bool(torch.isfinite(a).all()) for a in whole if a is not None)
@@ -56,15 +55,15 @@ def test_on_the_cpu_the_same_bits_as_one_piece(nan_empty, monkeypatch, T, lo, st
     assert _same(ik._chunked(*args, split=_PIECES), whole)
     bounds = ik._piece_bounds(T, 4)
     assert [t for _, t in spy.launches] == [t1 - t0 for t0, t1 in bounds] and len(bounds) >= 2
-    ex, ex_whole = cand.chunked_ex(*args), ik._chunked(*args, split=_WHOLE, sync=False)
-    assert _same(ex, ex_whole)
+    ex = cand.chunked_ex(*args)
+    assert _same(ex[:3], whole) and ex[3].tolist() == [0, 0]
 
 
-@pytest.mark.parametrize("B,H,cu,nseg", [(2, 4, None, None), (1, 2, None, None), (1, 4, [0, 70, 200], None),
-                                         (1, 4, None, 2)])
+@pytest.mark.parametrize("B,H,cu,nseg", [(2, 4, None, None), (1, 4, [0, 70, 140], None), (1, 4, None, 2)])
 def test_rows_that_are_not_cut_run_as_before(monkeypatch, B, H, cu, nseg):
-    """Two rows, segments (2 heads on 4 stand-in SMs, or forced), packed documents: one state launch, ours' bits."""
-    _, work = _inputs(B, 200, H, 16, 16, lo=-1.0, seed=6, state=cu is None)
+    """Two rows, packed documents, segments (forced here; 3 heads or fewer on the interpreter's 4 stand-in SMs
+    take them too): no piece, ours' bits."""
+    _, work = _inputs(B, 140, H, 16, 16, lo=-1.0, seed=6, state=cu is None)
     cu_t = None if cu is None else torch.tensor(cu)
     args = (*work[:5], work[5], 64, cu_t, True)
     whole = ik._chunked(*args, split=_WHOLE, nseg=nseg)
@@ -73,9 +72,9 @@ def test_rows_that_are_not_cut_run_as_before(monkeypatch, B, H, cu, nseg):
     assert len({t for _, t in spy.launches}) == 1
 
 
-@pytest.mark.parametrize("where", [10, 150, 300])
-def test_a_nan_in_any_piece_is_reported(where):
-    _, work = _inputs(1, 321, 4, 16, 16, lo=-1.0, seed=7)
+@pytest.mark.parametrize("where", [150])
+def test_a_nan_in_a_later_piece_is_reported(where):
+    _, work = _inputs(1, 200, 4, 16, 16, lo=-1.0, seed=7)
     g = work[3].clone()
     g[0, where, 1, 3] = float("nan")
     args = (work[0], work[1], work[2], g, work[4], None, 64, None, False)

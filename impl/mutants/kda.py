@@ -271,67 +271,6 @@ class StateAqkLowerDropsDiagonal(TritonKDA):
             return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, intra="split")
 
 
-class _StreamWithoutFork(torch.cuda.Stream):
-    """A stream whose wait_stream does nothing: work put on it does not wait for the stream it forks from."""
-
-    def wait_stream(self, stream):
-        pass
-
-
-class _StateFromEntry:
-    """The state kernel as launched, each launch of one call handed the first launch's initial state."""
-
-    def __init__(self, kernel):
-        self.kernel, self.entry = kernel, []
-
-    def __getitem__(self, grid):
-        def launch(*args, **kwargs):
-            if not self.entry:
-                self.entry.append((args[7], kwargs["USE_INITIAL_STATE"]))
-            args = list(args)
-            args[7], kwargs["USE_INITIAL_STATE"] = self.entry[0]
-            return self.kernel[grid](*args, **kwargs)
-        return launch
-
-
-_PIECES4 = ik.SplitTiles(pieces=4)
-
-
-# GPU only, as kda.scale's pins are where a row is cut (16 chunks a piece at least on a GPU; the interpreter's
-# drawn rows of <= 3 heads run segments, never pieces): a row alone is pieced, the same row in a batch is not
-@mutant("kda.scale", "per_sample", base="triton", device="cuda")
-class PiecesStateBeforeIntra(TritonKDA):
-    """The pieced prefill's second stream (issue 14 step 36) does not wait for the main one: a piece's state pass can start before its intra pass has written W, U, q e^Γ, k e^(Γ_last - Γ) and aqk, and reads what the allocator left there."""
-
-    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        streams = {}
-
-        def no_fork(device, priority):
-            if device.type != "cuda":
-                return None
-            if device not in streams:
-                streams[device] = _StreamWithoutFork(device=device, priority=priority)
-            return streams[device]
-        real, ik._state_stream = ik._state_stream, no_fork
-        try:
-            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, split=_PIECES4)
-        finally:
-            ik._state_stream = real
-
-
-@mutant("kda.scale", "per_sample", base="triton", device="cuda")
-class PiecesStateFromEntry(TritonKDA):
-    """Each piece of a pieced prefill (issue 14 step 36) starts its state pass from the call's initial state instead of the previous piece's final state: the tokens after the first piece forget everything before it."""
-
-    def chunked(self, q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_states=True):
-        real = ik.kda_state_chunked_fwd_kernel
-        ik.kda_state_chunked_fwd_kernel = _StateFromEntry(real)
-        try:
-            return ik._chunked(q, k, v, g, beta, state, chunk, cu_seqlens, boundary_states, split=_PIECES4)
-        finally:
-            ik.kda_state_chunked_fwd_kernel = real
-
-
 @mutant("kda.scale", "per_sample", base="triton", device="cuda")
 class IntraOffsetsInt32(TritonKDA):
     """The intra-chunk kernels compute their chunk base offsets in int32: past B*T*H*K = 2^31 they wrap (flash-linear-attention #1080)."""
