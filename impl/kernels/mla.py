@@ -11,12 +11,34 @@ import triton.language as tl
 
 
 @triton.jit
+def _selected(indices, i_bs, W, w_lo, w_hi, i_w, BW: tl.constexpr):
+    """The selection's entries of block i_w of a split [BW] int64 (-1 past the split's end)."""
+    o_w = w_lo + i_w * BW + tl.arange(0, BW)
+    return tl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(tl.int64)
+
+
+@triton.jit
+def _gather(c, block_table, i_b, b_idx, n_len, T, M, o_r, mask_r, R: tl.constexpr, PAGED: tl.constexpr,
+            PAGE: tl.constexpr):
+    """(the latent rows of entries b_idx [BW, BR], which entries are valid [BW]): -1 and out-of-row entries
+    read nothing and give zero rows."""
+    mask_w = (b_idx >= 0) & (b_idx < n_len)
+    if PAGED:
+        # the page id under the same mask as the row: a -1 or out-of-row entry reads no table entry
+        b_page = tl.load(block_table + i_b * M + b_idx // PAGE, mask=mask_w, other=0).to(tl.int64)
+        p_c = c + (b_page[:, None] * PAGE + b_idx[:, None] % PAGE) * R + o_r[None, :]
+    else:
+        p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
+    return tl.load(p_c, mask=mask_w[:, None] & mask_r[None, :], other=0.), mask_w
+
+
+@triton.jit
 def mla_sparse_absorbed_fwd_kernel(
     q, c, indices, lengths, out, lse, block_table,
     S, T, W, W_SPLIT, M, scale,
     H: tl.constexpr, R: tl.constexpr,
     BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = 0,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
 
@@ -31,6 +53,9 @@ def mla_sparse_absorbed_fwd_kernel(
     position t is read from page block_table[b, t // PAGE] (block_table [B, M] int), slot t % PAGE;
     only entries < lengths[b] are ever looked up, so no block-table entry past the row's pages is read.
     None and unused otherwise (T is then unused when PAGED).
+    PREFETCH (issue 14 step 38): 1 loads the next block's entries while this block's rows are used, 2 its
+    rows too (a second [BW, BR] tile held across the iteration): a block's chain (entries, then rows, then the
+    dots) no longer starts with its own DRAM round trips. The same loads and the same arithmetic.
     """
     i_bs, i_hb, i_sp = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     n_sp = tl.num_programs(2).to(tl.int64)
@@ -50,17 +75,23 @@ def mla_sparse_absorbed_fwd_kernel(
     b_acc = tl.zeros([BH, BR], dtype=tl.float32)
     w_lo = i_sp * W_SPLIT
     w_hi = tl.minimum(w_lo + W_SPLIT, W)
+    if PREFETCH >= 1:
+        b_idx_next = _selected(indices, i_bs, W, w_lo, w_hi, 0, BW)
+    if PREFETCH == 2:
+        b_c_next, mask_next = _gather(c, block_table, i_b, b_idx_next, n_len, T, M, o_r, mask_r, R, PAGED, PAGE)
     for i_w in range(0, tl.cdiv(W_SPLIT, BW)):
-        o_w = w_lo + i_w * BW + tl.arange(0, BW)
-        b_idx = tl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(tl.int64)  # [BW]
-        mask_w = (b_idx >= 0) & (b_idx < n_len)
-        if PAGED:
-            # the page id under the same mask as the row: a -1 or out-of-row entry reads no table entry
-            b_page = tl.load(block_table + i_b * M + b_idx // PAGE, mask=mask_w, other=0).to(tl.int64)
-            p_c = c + (b_page[:, None] * PAGE + b_idx[:, None] % PAGE) * R + o_r[None, :]
+        if PREFETCH == 2:
+            b_c, mask_w = b_c_next, mask_next
+            b_idx_next = _selected(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW)
+            b_c_next, mask_next = _gather(c, block_table, i_b, b_idx_next, n_len, T, M, o_r, mask_r, R, PAGED,
+                                          PAGE)
+        elif PREFETCH == 1:
+            b_idx = b_idx_next
+            b_idx_next = _selected(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW)
+            b_c, mask_w = _gather(c, block_table, i_b, b_idx, n_len, T, M, o_r, mask_r, R, PAGED, PAGE)
         else:
-            p_c = c + (i_b * T + b_idx[:, None]) * R + o_r[None, :]
-        b_c = tl.load(p_c, mask=mask_w[:, None] & mask_r[None, :], other=0.)               # [BW, BR]
+            b_idx = _selected(indices, i_bs, W, w_lo, w_hi, i_w, BW)                          # [BW]
+            b_c, mask_w = _gather(c, block_table, i_b, b_idx, n_len, T, M, o_r, mask_r, R, PAGED, PAGE)
         b_s = tl.dot(b_q, tl.trans(b_c), input_precision=PRECISION) * scale               # [BH, BW]
         b_s = tl.where(mask_w[None, :], b_s, float("-inf"))
         b_mn = tl.maximum(b_m, tl.max(b_s, 1))

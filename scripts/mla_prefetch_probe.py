@@ -1,0 +1,75 @@
+"""Issue 14 step 38's probe: the sparse absorbed MLA decode kernel with the next block's selection entries
+(prefetch 1) or entries and latent rows (prefetch 2) loaded a block ahead, against ours (prefetch 0) in the same
+run, at the bench's decode shapes (H = 64, r_kv = 512, 2051 selected rows of a 32K cache, gate.bench_mla).
+
+Each variant is first compared bit for bit with ours on the same inputs (the kernel's float32 output), then
+timed (CUDA-graph replays of impl.mla.sparse_absorbed alone) in `--repeats` alternating rounds, each the median of
+a do_bench loop; prints median [min-max], the percentage of copy speed (the selected rows' bytes at the copy
+ceiling measured in the same run) and the ratio to ours.
+
+    PYTHONPATH=. python3 scripts/mla_prefetch_probe.py [--batches 1,32,128] [--repeats 5] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+VARIANTS = (("ours", {}), ("prefetch1", dict(prefetch=1)), ("prefetch2", dict(prefetch=2)),
+            ("prefetch1_s1", dict(prefetch=1, num_stages=1)), ("prefetch2_s1", dict(prefetch=2, num_stages=1)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batches", default="1,32,128")
+    p.add_argument("--cache", type=int, default=32768)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    from gate.bench_mla import DN, H, R, W, _mla_weights, _selection
+    from gate.benchlib import copy_ceiling, do_bench, graph
+    from impl import mla as im
+    copy_bw = copy_ceiling()
+    print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s")
+    out = {}
+    T = args.cache
+    for B in (int(x) for x in args.batches.split(",")):
+        gen = torch.Generator(device="cuda").manual_seed(B * 7 + T)
+        w = _mla_weights(gen)
+        latent = torch.randn(B, T, R, device="cuda", generator=gen, dtype=torch.bfloat16)
+        q = torch.randn(B, 1, H, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
+        idx = _selection(B, T, gen)
+        lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
+        q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
+        ref = im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5)
+        fns, differ = {}, []
+        for name, cfg in VARIANTS:
+            o = im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5, None, cfg)
+            if not torch.equal(o, ref):
+                differ.append(name)
+                print(f"B={B} {name}: NOT ours' bits (max |difference| {float((o - ref).abs().max()):.2e})")
+            fns[name] = graph(lambda cfg=cfg: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5, None, cfg))
+        times = {n: [] for n in fns}
+        for _ in range(args.repeats):
+            for n, fn in fns.items():
+                times[n].append(do_bench(fn) * 1e3)
+        floor_us = 1e6 * B * W * R * 2 / copy_bw
+        res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
+               for n, t in times.items()}
+        for n, r in res.items():
+            print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
+                  f"{100 * floor_us / r['median_us']:5.1f} % of copy  ours/this {res['ours']['median_us'] / r['median_us']:.3f}x")
+        out[B] = {"results": res, "floor_us": floor_us, "not_ours_bits": differ}
+        del latent, q, q_abs, idx, ref
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
