@@ -149,7 +149,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
             (flash-decoding: few query rows, e.g. decode at small batch, fill the SMs by splitting the
             selection and merging the partial softmaxes); None picks from the SM count;
         config: launch overrides {bh, bw, num_warps, num_stages, prefetch} (the benchmark sweeps them;
-            prefetch, issue 14 step 38: 1 the next block's entries a block ahead, 2 its rows too);
+            prefetch, issue 14 step 38: the next block's entries a block ahead, ours; False before it);
         block_table: [B, M] int64 (validated), or None: latent is then the page pool [N, page_size, R]
             and the kernel reads row b's position t from page block_table[b, t // page_size]
     Returns:
@@ -175,12 +175,13 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     BW = cfg.pop("bw", 16 if interpreted() else 64)
     warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
     stages = cfg.pop("num_stages", None if interpreted() else 2)
-    prefetch = cfg.pop("prefetch", 0)
+    # issue 14 step 38: the next block's entries a block ahead (the same bits; 4-6 % faster on an H100)
+    prefetch = cfg.pop("prefetch", True)
     if cfg:
         raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages, prefetch)")
-    if prefetch not in (0, 1, 2):
-        raise ValueError(f"config: prefetch {prefetch!r}, expected 0, 1 (the next block's entries) or 2 (its rows "
-                         f"too)")
+    if not isinstance(prefetch, bool):
+        raise ValueError(f"config: prefetch {prefetch!r}, expected a bool (the next block's entries a block "
+                         f"ahead)")
     n_hb = triton.cdiv(H, BH)
     NS = _splits(q_abs.device, B * S, B * S * n_hb, W, BW) if splits is None else int(splits)
     if NS < 1:
@@ -188,7 +189,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     W_SPLIT = triton.cdiv(max(W, 1), NS)
     NS = triton.cdiv(max(W, 1), W_SPLIT)
     meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
-                PAGED=paged, PAGE=int(page_size) if paged else 1, PREFETCH=int(prefetch), num_warps=warps,
+                PAGED=paged, PAGE=int(page_size) if paged else 1, PREFETCH=prefetch, num_warps=warps,
                 **({} if stages is None else {"num_stages": stages}))
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()

@@ -448,6 +448,12 @@ PATHS: tuple[Path, ...] = (
          why="the tiny geometry's 2 MLA heads fit one block of 16; the full geometry's 64 heads take several "
              "on a GPU (scripts/gpu_kernel_paths.sh)"),
     Path("mla_sparse_absorbed_fwd_kernel", "tf32 dots", lambda a: a["PRECISION"] == "tf32", why=GPU_BF16),
+    Path("mla_sparse_absorbed_fwd_kernel", "the next block's entries loaded a block ahead (step 38)",
+         lambda a: a.get("PREFETCH", False), by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
+    Path("mla_sparse_absorbed_fwd_kernel", "each block's entries loaded in its own iteration (before step 38)",
+         lambda a: not a.get("PREFETCH", False),
+         why="ours before step 38 (config prefetch=False): the same bits as ours (tests/test_mla_prefetch.py, on "
+             "the CPU and the GPU), timed beside it by scripts/mla_prefetch_probe.py"),
     Path("mla_combine_kernel", "two splits merged", lambda a: a["NS"] == 2,
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
     Path("mla_combine_kernel", "three or more splits merged (a running rescale)", lambda a: a["NS"] >= 3,

@@ -156,6 +156,15 @@ class MlaOnlineSoftmaxNoRescale(TritonMLA):
             return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
+@mutant("mla.absorbed", "output", base="triton")
+class MlaPrefetchSkipsABlock(TritonMLA):
+    """The gather loop's entries loaded a block ahead (issue 14 step 38) are those of the block after next: from a split's second block on, every block attends over the entries of the one after it, and the last two read none."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "w_lo, w_hi, i_w + 1, BW)", "w_lo, w_hi, i_w + 2, BW)"):
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
