@@ -1,0 +1,90 @@
+"""The KDA decode's launch variants against fla's fused_recurrent_kda, each a CUDA-graph replay, at H = 64,
+K = V = 128 (issue 14 steps 37 and 39): ours (since step 39 a head's value blocks split over programs while
+B·H < 2 · SMs, vs "auto"), ours before it (one program a head, vs=1) and the split over value blocks of 32.
+
+Every variant is first compared with ours (output, state and window after one in-place step from the same state:
+the same bits, or the largest difference) and timed either way, in `--repeats` alternating rounds, each the
+median of a do_bench loop; prints median [min-max] and the ratio to fla measured in the same run. (Step 37's
+early state loads, measured with this script's first form at commit 71fed39, were reverted.)
+
+    PYTHONPATH=. python3 scripts/kda_decode_probe.py [--batches 1,2,4,16,64,256] [--repeats 5] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+
+# (name, decode options)
+VARIANTS = (("ours", {}), ("one_program", dict(vs=1)), ("split_bv32", dict(bv=32, vs="auto")))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batches", default="1,2,4,16,64,256")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    from gate.bench_kda import K, _decode_setup
+    H = 64
+    from gate.benchlib import do_bench, graph
+    from impl import kda as ik
+    from oracle.types import KDAState
+    try:
+        from fla.ops.kda import fused_recurrent_kda
+    except ImportError:
+        fused_recurrent_kda = None
+        print("fla not importable: no peer", file=sys.stderr)
+    out = {}
+    for B in (int(x) for x in args.batches.split(",")):
+        w, z, f, b, state = _decode_setup(B, H)
+        fns, bad = {}, []
+        for name, opt in VARIANTS:
+            if opt:
+                s1 = KDAState(state.recurrent.clone(), state.conv.clone())
+                s2 = KDAState(state.recurrent.clone(), state.conv.clone())
+                o1, _ = ik.decode(w, z, f, b, s1, inplace=True)
+                o2, _ = ik.decode(w, z, f, b, s2, inplace=True, **opt)
+                diff = {n: float((x.float() - y.float()).abs().max() / y.float().abs().max().clamp_min(1e-30))
+                        for n, x, y in (("output", o2, o1), ("state", s2.recurrent, s1.recurrent),
+                                        ("window", s2.conv, s1.conv))}
+                same = not any(diff.values())
+                print(f"B={B} {name}: {'the same bits' if same else 'NOT THE SAME BITS'} as ours "
+                      f"(max |difference| / max |value|: " + ", ".join(f"{n} {d:.2e}" for n, d in diff.items()) + ")")
+                if not same:
+                    bad.append(name)
+            fns[name] = graph(lambda opt=opt: ik.decode(w, z, f, b, state, inplace=True, **opt))
+        if fused_recurrent_kda is not None:
+            gen = torch.Generator(device="cuda").manual_seed(1)
+            qf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
+            kf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
+            qf, kf = (qf * K ** -0.5).bfloat16(), kf.bfloat16()
+            vf = torch.randn(B, 1, H, K, device="cuda", generator=gen).bfloat16()
+            gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
+            bf = torch.rand(B, 1, H, device="cuda", generator=gen)
+            hf = state.recurrent.clone()
+            fns["fla"] = graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
+                                                           output_final_state=True))
+        times = {n: [] for n in fns}
+        for _ in range(args.repeats):
+            for n, fn in fns.items():
+                times[n].append(do_bench(fn) * 1e3)
+        res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
+               for n, t in times.items()}
+        for n, r in res.items():
+            extra = f"  fla/this {res['fla']['median_us'] / r['median_us']:.3f}x" if "fla" in res else ""
+            print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]{extra}")
+        out[B] = {"results": res, "not_the_same_bits": bad}
+        del w, z, f, b, state
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
