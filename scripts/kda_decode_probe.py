@@ -1,6 +1,7 @@
 """The KDA decode's launch variants against fla's fused_recurrent_kda, each a CUDA-graph replay, at H = 64,
-K = V = 128 (issue 14 steps 37 and 39): ours (since step 39 a head's value blocks split over programs while
-B·H < 2 · SMs, vs "auto"), ours before it (one program a head, vs=1) and the split over value blocks of 32.
+K = V = 128 (issue 14 steps 37 and 39): ours (one program a head), step 39's candidate (a head's value blocks split
+over programs while B·H < 2 · SMs, vs "auto": impl.candidates.kda_decode_split) and the split over value blocks of
+32.
 
 Every variant is first compared with ours (output, state and window after one in-place step from the same state:
 the same bits, or the largest difference) and timed either way, in `--repeats` alternating rounds, each the
@@ -19,7 +20,7 @@ import sys
 import torch
 
 # (name, decode options)
-VARIANTS = (("ours", {}), ("one_program", dict(vs=1)), ("split_bv32", dict(bv=32, vs="auto")))
+VARIANTS = (("ours", {}), ("split", dict(vs="auto")), ("split_bv32", dict(bv=32, vs="auto")))
 
 
 def main(argv=None) -> int:
