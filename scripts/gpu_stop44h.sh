@@ -18,7 +18,7 @@ if has verify39; then
   export OMP_NUM_THREADS=2
   step tests39 "${T_TESTS:-200}" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kda_decode_split.py \
       tests/test_kda_gpu.py &
-  DEC="--check kda.decode --check kda.paths --check kda.sublayer --check kda.batch --check kda.graph_replay"
+  DEC="--check kda.decode --check kda.paths --check kda.sublayer --check kda.batch"
   G="--device cuda --candidate impl.candidates.kda_decode_split:Candidate --baseline triton --examples ${EX:-20}"
   step gate39_k128_s49 "${T_GATE:-200}" python3 -m gate.cli gate $G --config /tmp/k128 $DEC --seed 49 &
   step gate39_tiny_s50 "${T_GATE:-200}" python3 -m gate.cli gate $G $DEC --seed 50 &
