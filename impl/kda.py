@@ -149,12 +149,12 @@ class SplitTiles(NamedTuple):
     dtype (bf16 on a bf16 run with low_dots, else float32), all ten lower blocks, where the W / U kernel rounded
     the float32 X on load before: the same bits, half of X's bytes on that hand-over; aqk_lower (step 35): the
     off-diagonal kernel stores no zero blocks right of aqk's diagonal and the state pass reads none (their value
-    is the load's 0): the same bits, ~3/8 of aqk's bytes neither written nor read; pieces (step 36): a B = 1 row
-whose state pass is one program a (V-block, head) (no segments) runs as that many pieces along the tokens, each
-piece's state pass on a second stream (of priority piece_priority) beside the next piece's intra pass, from the
-previous piece's final state: the same launches on fewer chunks each and the same bits (the state pass's float32
-state is handed over exactly), with the state pass overlapped with the intra pass where it was serial after it
-(`_piece_bounds`, `_state_stream`)."""
+    is the load's 0): the same bits, ~3/8 of aqk's bytes neither written nor read; pieces (step 36, refuted: 16-201
+    us slower at H = 64, T = 16K on an H100): a B = 1 row whose state pass is one program a (V-block, head) (no
+    segments) runs as that many pieces along the tokens, each piece's state pass on a second stream (of priority
+    piece_priority) beside the next piece's intra pass, from the previous piece's final state: the same launches
+    on fewer chunks each and the same bits (the float32 state is handed over exactly) (`_piece_bounds`,
+    `_state_stream`)."""
     diag_bk: int = 64         # step 29 (32 before: 150 us slower at H = 64, T = 16K on an H100)
     diag_warps: int = 2
     off_bk: int = 32          # step 27 (16 in step 26: 27 us slower at H = 64, T = 16K on an H100)
@@ -324,6 +324,9 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         raise ValueError("split: the SplitTiles of intra='split' only")
     if split is not None and not isinstance(split, SplitTiles):
         raise ValueError(f"split: expected an impl.kda.SplitTiles or None, got {type(split).__name__}")
+    if split is not None and (isinstance(split.pieces, bool) or not isinstance(split.pieces, int)
+                              or split.pieces < 1):
+        raise ValueError(f"split: SplitTiles(pieces={split.pieces!r}), expected an int >= 1 (1: one piece, ours)")
     if split is not None and split.diag_gamma and not (split.diag_qk and split.diag_sub_first):
         raise ValueError("split: SplitTiles(diag_gamma=True) needs diag_qk=True and diag_sub_first=True: without "
                          "diag_qk the W / U kernel reads Γ, which diag_gamma never stores; without "

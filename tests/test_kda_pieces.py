@@ -105,3 +105,10 @@ def test_on_the_gpu_in_bf16_the_same_bits_as_one_piece(T, lo):
         graph.replay()
         torch.cuda.synchronize()
         assert _same(captured, ex_whole), (T, lo)
+
+
+@pytest.mark.parametrize("pieces", [0, -2, 2.0, True])
+def test_a_bad_piece_count_is_refused(pieces):
+    _, work = _inputs(1, 70, 1, 16, 16)
+    with pytest.raises(ValueError, match="pieces"):
+        ik._chunked(*work[:5], None, 64, None, False, split=ik.SplitTiles(pieces=pieces))
