@@ -401,6 +401,10 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
         """a's rows t0:t1 along the tokens (a piece of a B = 1 row: contiguous), or a itself for all of them."""
         return a if (t0, t1) == (0, T) else a[:, t0:t1]
 
+    def chunk_rows(a, t0, t1):
+        """a's chunks of rows t0:t1 (a [chunks, ...] array: gl), or a itself for all of them."""
+        return a if (t0, t1) == (0, T) else a[t0 // BT:triton.cdiv(t1, BT)]
+
     def piece_grid(t0, t1):
         return intra_grid if (t0, t1) == (0, T) else (triton.cdiv(t1 - t0, BT), H, 1)
 
@@ -431,15 +435,14 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
     warps = num_warps or cfg_warps
 
     # step 36: a B = 1 row whose state pass runs one program a (V-block, head) in pieces along its tokens
-    pieces = _piece_bounds(T, tiles.pieces) if (intra == "split" and B == 1 and not varlen and NSEG == 1
-                                                 and tiles.pieces > 1) else []
+    pieces = _piece_bounds(T, tiles.pieces) if intra == "split" and B == 1 and not varlen and NSEG == 1 else []
 
     def split_pass(t0, t1):
         """The split intra pass (step 26) of rows t0:t1: Γ, the diagonal blocks, the off-diagonal blocks and X's
         merge, W / U (and q e^Γ, k e^(Γ_last - Γ)); all rows, or one piece of a B = 1 row (step 36)."""
         Tp = t1 - t0
         qp, kp, betap, aqkp, qgp, kgp = (rows(a, t0, t1) for a in (q, k, beta, aqk, qg, kg))
-        glp = gl if (t0, t1) == (0, T) else gl[t0 // BT:triton.cdiv(t1, BT)]
+        glp = chunk_rows(gl, t0, t1)
         from_g = bool(tiles.diag_gamma)
         # step 30: the intra kernels make Γ from g (f with a gate) themselves
         gc = rows(g, t0, t1) if from_g else gamma(t0, t1)
@@ -524,24 +527,17 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
                 h0, hl, hs, NSEG, H=H, K=K, V=V, BK=BK, BV=BV, USE_INITIAL_STATE=h0 is not None, num_warps=4,
             )
             h0 = hs
-        kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * NSEG)](
-            qg, kg, w, u, aqk, gl, o, h0, final, hb, cu, chunk_offsets, boundary_offsets, T, NSEG, CPS,
+        state_pass(0, T, h0, final, NSEG, CPS)
+
+    def state_pass(t0, t1, h0, fin, nseg, cps):
+        """The state pass's output launch over rows t0:t1 (all of them, or one piece of a B = 1 row: step 36,
+        one segment), from h0, its final state to `fin`, its boundary states to hb's chunks from t0 on."""
+        kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, N * nseg)](
+            *(rows(a, t0, t1) for a in (qg, kg, w, u, aqk)), chunk_rows(gl, t0, t1), rows(o, t0, t1), h0, fin,
+            hb[:, t0 // BT:], cu, chunk_offsets, boundary_offsets,
+            t1 - t0, nseg, cps,
             H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
             STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=varlen, IS_LOCAL=False,
-            PRECISION=precision, LOWER_ONLY=lower_only, BC=SUB_CHUNK, num_warps=warps,
-            **({"num_stages": stages} if stages else {}),
-        )
-
-    def state_piece(t0, t1, h0, fin):
-        """The state pass of one piece, rows t0:t1 of a B = 1 row (step 36): one program a (V-block, head), from
-        h0 (the previous piece's final state, or the call's), its final state to `fin`, its boundary states to
-        hb's chunks from t0 on."""
-        Tp = t1 - t0
-        kda_state_chunked_fwd_kernel[(triton.cdiv(V, BV), H, 1)](
-            *(rows(a, t0, t1) for a in (qg, kg, w, u, aqk)), gl[t0 // BT:triton.cdiv(t1, BT)], rows(o, t0, t1),
-            h0, fin, hb[:, t0 // BT:], None, None, None, Tp, 1, triton.cdiv(Tp, BT),
-            H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, VS=V, USE_INITIAL_STATE=h0 is not None,
-            STORE_BOUNDARY=bool(boundary_states), STORE_FINAL=True, IS_VARLEN=False, IS_LOCAL=False,
             PRECISION=precision, LOWER_ONLY=lower_only, BC=SUB_CHUNK, num_warps=warps,
             **({"num_stages": stages} if stages else {}),
         )
@@ -558,11 +554,11 @@ def _chunked(q, k, v, g, beta, state=None, chunk=64, cu_seqlens=None, boundary_s
             fin = final if i == len(pieces) - 1 else torch.empty(N, H, K, V, device=device, dtype=torch.float32)
             held += [h, fin]
             if second is None:
-                state_piece(t0, t1, h, fin)
+                state_pass(t0, t1, h, fin, 1, triton.cdiv(t1 - t0, BT))
             else:
                 second.wait_stream(main)
                 with torch.cuda.stream(second):
-                    state_piece(t0, t1, h, fin)
+                    state_pass(t0, t1, h, fin, 1, triton.cdiv(t1 - t0, BT))
             h = fin
         if second is not None:
             main.wait_stream(second)
