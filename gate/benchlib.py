@@ -6,6 +6,7 @@ compares against a peer timed in the same process (the repository rule: ratios, 
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Callable, Optional
 
 import numpy as np
@@ -24,6 +25,19 @@ def do_bench(fn: Callable, warmup: int = 25, rep: int = 100) -> float:
     """Median milliseconds per call (triton.testing.do_bench: flushes L2 between calls)."""
     import triton.testing
     return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def alternating(fns: dict, repeats: int, unit: str = "us", bench: Callable = do_bench) -> dict:
+    """Every fn of `fns` timed `repeats` times in alternating rounds (a round times each once, so a drift of the
+    machine reaches all alike): {name: {median_<unit>, min_<unit>, max_<unit>, runs_<unit>}}, each run the
+    median of one `bench` loop (milliseconds, converted to `unit`: "us" or "ms")."""
+    scale = {"us": 1e3, "ms": 1.0}[unit]
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(bench(fn) * scale)
+    return {name: {f"median_{unit}": statistics.median(t), f"min_{unit}": min(t), f"max_{unit}": max(t),
+                   f"runs_{unit}": t} for name, t in times.items()}
 
 
 def copy_ceiling(bench=do_bench) -> float:

@@ -13,8 +13,6 @@ early state loads, measured with this script's first form at commit 71fed39, wer
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 
 import torch
@@ -31,7 +29,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from gate.bench_kda import K, _decode_setup
     H = 64
-    from gate.benchlib import do_bench, graph
+    from gate.benchlib import alternating, graph, write_json
     from impl import kda as ik
     from oracle.types import KDAState
     try:
@@ -69,21 +67,14 @@ def main(argv=None) -> int:
             hf = state.recurrent.clone()
             fns["fla"] = graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
                                                            output_final_state=True))
-        times = {n: [] for n in fns}
-        for _ in range(args.repeats):
-            for n, fn in fns.items():
-                times[n].append(do_bench(fn) * 1e3)
-        res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
-               for n, t in times.items()}
+        res = alternating(fns, args.repeats)
         for n, r in res.items():
             extra = f"  fla/this {res['fla']['median_us'] / r['median_us']:.3f}x" if "fla" in res else ""
             print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]{extra}")
         out[B] = {"results": res, "not_the_same_bits": bad}
         del w, z, f, b, state
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out)
     return 0
 
 

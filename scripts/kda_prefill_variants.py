@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import functools
 import importlib.util
-import statistics
 import sys
 
 VARIANTS = {"ours": {},
@@ -164,7 +163,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--variants: unknown {unknown}; expected names among {', '.join(VARIANTS)}")
     from gate.bench_kda import _check_prefill, _prefill_inputs, bench_bound
-    from gate.benchlib import do_bench, header, kernel_times, write_json
+    from gate.benchlib import alternating, do_bench, header, kernel_times, write_json
     from impl import kda as ik
     from oracle import kda as ok
     try:
@@ -205,12 +204,7 @@ def main(argv=None) -> int:
             # a GLM-5.3-Flash deployment runs
             fns["fla_safe"] = lambda: chunk_kda(q, k, v, g, beta, scale=1.0, initial_state=None,
                                                 output_final_state=True, safe_gate=True, lower_bound=-5.0)
-        times = {n: [] for n in fns}
-        for _ in range(args.repeats):
-            for n, f in fns.items():
-                times[n].append(do_bench(f, warmup=5, rep=50))
-        res = {n: {"median_ms": statistics.median(t), "min_ms": min(t), "max_ms": max(t), "runs_ms": t}
-               for n, t in times.items()}
+        res = alternating(fns, args.repeats, "ms", functools.partial(do_bench, warmup=5, rep=50))
         for n, r in res.items():
             extra = f"  ours/this {res['ours']['median_ms'] / r['median_ms']:.3f}x"
             for peer in ("fla", "fla_safe"):

@@ -12,8 +12,6 @@ ceiling measured in the same run) and the ratio to ours.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 
 import torch
@@ -31,7 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     from gate.bench_mla import DN, H, R, W, _mla_weights, _selection
-    from gate.benchlib import copy_ceiling, do_bench, graph
+    from gate.benchlib import alternating, copy_ceiling, graph, write_json
     from impl import mla as im
     copy_bw = copy_ceiling()
     print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s")
@@ -53,22 +51,15 @@ def main(argv=None) -> int:
                 differ.append(name)
                 print(f"B={B} {name}: NOT ours' bits (max |difference| {float((o - ref).abs().max()):.2e})")
             fns[name] = graph(lambda cfg=cfg: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5, None, cfg))
-        times = {n: [] for n in fns}
-        for _ in range(args.repeats):
-            for n, fn in fns.items():
-                times[n].append(do_bench(fn) * 1e3)
         floor_us = 1e6 * B * W * R * 2 / copy_bw
-        res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
-               for n, t in times.items()}
+        res = alternating(fns, args.repeats)
         for n, r in res.items():
             print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
                   f"{100 * floor_us / r['median_us']:5.1f} % of copy  ours/this {res['ours']['median_us'] / r['median_us']:.3f}x")
         out[B] = {"results": res, "floor_us": floor_us, "not_ours_bits": differ}
         del latent, q, q_abs, idx, ref
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1)
+    write_json(args.json, out)
     return 0
 
 

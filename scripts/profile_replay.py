@@ -15,6 +15,7 @@ layer on our Triton implementation with the candidate's namespaces in place is t
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 
@@ -32,23 +33,18 @@ def _self_bytes(e) -> int:
 def compare(backends: dict, step, do_bench, graph, repeats: int) -> dict:
     """Each backend's step replayed from its own graph, timed `repeats` times alternating; the outputs
     (layer output and new cache) of the two replays compared. step(name, backend)."""
-    import statistics
     outs, replays = {}, {}
     for name, b in backends.items():
         got = []
         replays[name] = graph(lambda b=b, got=got, name=name: got.append(step(name, b)))
         outs[name] = got[-1]
-    times = {name: [] for name in backends}
-    for _ in range(repeats):
-        for name, r in replays.items():
-            times[name].append(do_bench(r, warmup=5, rep=50) * 1e3)
+    from gate.benchlib import alternating
+    res = alternating(replays, repeats, "us", functools.partial(do_bench, warmup=5, rep=50))
     for r in replays.values():
         r()
     torch.cuda.synchronize()
     a, b = (outs[n][0] for n in backends)
     rel = float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
-    res = {n: {"median_us": statistics.median(t), "min_us": min(t), "max_us": max(t), "runs_us": t}
-           for n, t in times.items()}
     res["ours_over_peer_speed"] = res["peer"]["median_us"] / res["ours"]["median_us"]
     res["output_rel_l2_ours_vs_peer"] = rel
     print("  compare (graph replay, us, %d runs): " % repeats + "; ".join(
