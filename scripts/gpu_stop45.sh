@@ -12,6 +12,13 @@ OMP_NUM_THREADS=2 step kda_tests "${T_TESTS:-300}" python3 -m pytest -q -p no:ca
 PARTS="verify39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/verify39.out" 2>&1
 wait
 PARTS="probe39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/probe39.out" 2>&1
+# Nsight Compute, alone after the probe: the sparse MLA kernel at B = 32; ours' KDA decode and fla's at B = 64
+if [ "${NCU:-1}" = 1 ]; then
+  N="ncu --clock-control none --launch-skip 1 --launch-count 1 --set full"
+  step ncu_mla 150 $N --kernel-name regex:mla_sparse_absorbed python3 scripts/ncu_stop45.py mla
+  step ncu_decode_ours 150 $N --kernel-name regex:kda_decode_fused python3 scripts/ncu_stop45.py decode
+  step ncu_decode_fla 150 $N --kernel-name regex:fused_recurrent python3 scripts/ncu_stop45.py decode
+fi
 tar czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME"
 echo "=== kda_tests"; tail -3 "$L/kda_tests.log" | cut -c1-200
 cat "$L/verify39.out" "$L/probe39.out"
