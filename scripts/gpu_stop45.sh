@@ -12,13 +12,22 @@ OMP_NUM_THREADS=2 step kda_tests "${T_TESTS:-300}" python3 -m pytest -q -p no:ca
 PARTS="verify39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/verify39.out" 2>&1
 wait
 PARTS="probe39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/probe39.out" 2>&1
+# the sparse MLA kernel with all 64 heads a program (the static compile spills 32-592 B: measured anyway)
+CFG='{"bh64_bw16_s3": {"bh": 64, "bw": 16, "num_warps": 8, "num_stages": 3},
+ "bh64_bw32": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 2},
+ "bh64_bw32_w16": {"bh": 64, "bw": 32, "num_warps": 16, "num_stages": 2},
+ "bh32_bw32_s3": {"bh": 32, "bw": 32, "num_warps": 8, "num_stages": 3}}'
+step mla_cfg 120 python3 scripts/mla_prefetch_probe.py --batches 32,128 --configs "$CFG" --json "$L/mla_cfg.json"
 # Nsight Compute, alone after the probe: the sparse MLA kernel at B = 32; ours' KDA decode and fla's at B = 64
 if [ "${NCU:-1}" = 1 ]; then
-  N="ncu --clock-control none --launch-skip 1 --launch-count 1 --set full"
-  step ncu_mla 150 $N --kernel-name regex:mla_sparse_absorbed python3 scripts/ncu_stop45.py mla
-  step ncu_decode_ours 150 $N --kernel-name regex:kda_decode_fused python3 scripts/ncu_stop45.py decode
-  step ncu_decode_fla 150 $N --kernel-name regex:fused_recurrent python3 scripts/ncu_stop45.py decode
+  N="ncu --clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy
+     --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats
+     --section ComputeWorkloadAnalysis"
+  step ncu_mla 90 $N --kernel-name regex:mla_sparse_absorbed python3 scripts/ncu_stop45.py mla
+  step ncu_decode_ours 90 $N --kernel-name regex:kda_decode_fused python3 scripts/ncu_stop45.py decode
+  step ncu_decode_fla 90 $N --kernel-name regex:fused_recurrent python3 scripts/ncu_stop45.py decode
 fi
 tar czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME"
 echo "=== kda_tests"; tail -3 "$L/kda_tests.log" | cut -c1-200
 cat "$L/verify39.out" "$L/probe39.out"
+echo "=== mla_cfg"; grep -E "B=|copy ceiling" "$L/mla_cfg.log" | cut -c1-170
