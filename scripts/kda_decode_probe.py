@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from gate.bench_kda import K, _decode_setup
     H = 64
-    from gate.benchlib import alternating, graph, write_json
+    from gate.benchlib import alternating, copy_ceiling, graph, write_json
     from impl import kda as ik
     from oracle.types import KDAState
     try:
@@ -37,7 +37,9 @@ def main(argv=None) -> int:
     except ImportError:
         fused_recurrent_kda = None
         print("fla not importable: no peer", file=sys.stderr)
-    out = {}
+    copy_bw = copy_ceiling()
+    print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s")
+    out = {"copy_bytes_per_s": copy_bw}
     for B in (int(x) for x in args.batches.split(",")):
         w, z, f, b, state = _decode_setup(B, H)
         fns, bad = {}, []
@@ -68,9 +70,18 @@ def main(argv=None) -> int:
             fns["fla"] = graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
                                                            output_final_state=True))
         res = alternating(fns, args.repeats)
+        # the floors: the recurrent state read and written (float32), the convention of the issue's "% of copy";
+        # ours also reads z, f, b and reads and writes the conv window, which fla's step does not
+        state_bytes = 2 * B * H * K * K * 4
+        ours_bytes = state_bytes + B * 3 * H * K * (2 + 2 * (2 * 4 - 1)) + B * H * K * 4 + B * H * 2 + B * H * K * 2
         for n, r in res.items():
             extra = f"  fla/this {res['fla']['median_us'] / r['median_us']:.3f}x" if "fla" in res else ""
-            print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]{extra}")
+            pct = 100 * state_bytes / (r["median_us"] * 1e-6) / copy_bw
+            print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]{extra}  "
+                  f"{pct:5.1f} % of copy (state bytes)")
+        print(f"  B={B} floors: state {1e6 * state_bytes / copy_bw:.2f} us, ours' bytes "
+              f"{1e6 * ours_bytes / copy_bw:.2f} us (+{100 * (ours_bytes / state_bytes - 1):.1f} %: z, f, b, the conv "
+              f"window read and written, o)")
         out[B] = {"results": res, "not_the_same_bits": bad}
         del w, z, f, b, state
         torch.cuda.empty_cache()
