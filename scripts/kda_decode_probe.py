@@ -1,7 +1,9 @@
 """The KDA decode's launch variants against fla's fused_recurrent_kda, each a CUDA-graph replay, at H = 64,
 K = V = 128 (issue 14 steps 37 and 39): ours (one program a head), step 39's candidate (a head's value blocks split
 over programs while B·H < 2 · SMs, vs "auto": impl.candidates.kda_decode_split) and the split over value blocks of
-32.
+32; the peers: fla's fused_recurrent_kda alone on prepared q, k, v, g, β (the issue's peer) and fla's step doing
+ours' work (`fla_step`: its three short-convolution updates, then fused_recurrent_kda_fwd with the norms, gate and
+β in the kernel), checked against ours before it is timed.
 
 Every variant is first compared with ours (output, state and window after one in-place step from the same state:
 the same bits, or the largest difference) and timed either way, in `--repeats` alternating rounds, each the
@@ -19,6 +21,32 @@ import torch
 
 # (name, decode options)
 VARIANTS = (("ours", {}), ("split", dict(vs="auto")), ("split_bv32", dict(bv=32, vs="auto")))
+
+
+def fla_step(w, z, f, b, state, H, K):
+    """fla's decode step doing ours' work, as its KDA layer composes it: the q, k and v short convolutions
+    (causal_conv1d_update, SiLU, each on its own [B, H·K, W] window: fla's layer keeps three), then
+    fused_recurrent_kda_fwd with the L2 norms, the bounded gate and β's sigmoid in the kernel, its state updated
+    in place. Returns (step(), (o [B, H, V], state, windows [B, 3·H·K, W])) on copies of `state`; four launches
+    where ours is one."""
+    import torch
+    from fla.modules.causal_conv1d.ops import causal_conv1d_update
+    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+    B, HK = z.shape[0], H * K
+    zs = [z[:, i * HK:(i + 1) * HK].contiguous() for i in range(3)]
+    ws = [w.conv1d[i * HK:(i + 1) * HK].contiguous() for i in range(3)]
+    caches = [state.conv[:, i * HK:(i + 1) * HK].contiguous() for i in range(3)]
+    h = state.recurrent.clone()
+    g, beta = f.view(B, 1, H, K).contiguous(), b.view(B, 1, H).contiguous()
+    o = torch.empty(B, 1, H, K, device=z.device, dtype=z.dtype)
+
+    def step():
+        q, k, v = (causal_conv1d_update(zs[i], caches[i], weight=ws[i], activation="silu")[0].view(B, 1, H, K)
+                   for i in range(3))
+        fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=w.A_log, initial_state=h, scale=K ** -0.5,
+                                inplace_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                                use_beta_sigmoid_in_kernel=True, lower_bound=w.lower_bound, out=o)
+    return step, (o, h, caches)
 
 
 def main(argv=None) -> int:
@@ -69,13 +97,29 @@ def main(argv=None) -> int:
             hf = state.recurrent.clone()
             fns["fla"] = graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
                                                            output_final_state=True))
+        if fused_recurrent_kda is not None:
+            # the same work as ours (check: from the same state, one step each, then compared), in fla's launches
+            step, (o_f, h_f, c_f) = fla_step(w, z, f, b, state, H, K)
+            s1 = KDAState(state.recurrent.clone(), state.conv.clone())
+            o1, _ = ik.decode(w, z, f, b, s1, inplace=True)
+            step()
+            diff = {n: float((x.float() - y.float()).abs().max() / y.float().abs().max().clamp_min(1e-30))
+                    for n, x, y in (("output", o_f.view_as(o1), o1), ("state", h_f, s1.recurrent),
+                                    ("window", torch.cat(c_f, 1), s1.conv))}
+            print(f"B={B} fla_step against ours (max |difference| / max |value|): "
+                  + ", ".join(f"{n} {d:.2e}" for n, d in diff.items()))
+            if max(diff.values()) > 2e-2:
+                print(f"B={B} fla_step: not ours' computation, not timed")
+            else:
+                fns["fla_step"] = graph(step)
         res = alternating(fns, args.repeats)
         # the floors: the recurrent state read and written (float32), the convention of the issue's "% of copy";
         # ours also reads z, f, b and reads and writes the conv window, which fla's step does not
         state_bytes = 2 * B * H * K * K * 4
         ours_bytes = state_bytes + B * 3 * H * K * (2 + 2 * (2 * 4 - 1)) + B * H * K * 4 + B * H * 2 + B * H * K * 2
         for n, r in res.items():
-            extra = f"  fla/this {res['fla']['median_us'] / r['median_us']:.3f}x" if "fla" in res else ""
+            extra = "".join(f"  {p}/this {res[p]['median_us'] / r['median_us']:.3f}x" for p in ("fla", "fla_step")
+                            if p in res)
             pct = 100 * state_bytes / (r["median_us"] * 1e-6) / copy_bw
             print(f"  B={B} {n:14s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]{extra}  "
                   f"{pct:5.1f} % of copy (state bytes)")
