@@ -24,8 +24,10 @@ if [ "${NCU:-1}" = 1 ]; then
      --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats
      --section ComputeWorkloadAnalysis"
   step ncu_mla 90 $N --kernel-name regex:mla_sparse_absorbed python3 scripts/ncu_stop45.py mla
-  step ncu_decode_ours 90 $N --kernel-name regex:kda_decode_fused python3 scripts/ncu_stop45.py decode
-  step ncu_decode_fla 90 $N --kernel-name regex:fused_recurrent python3 scripts/ncu_stop45.py decode
+  if [ "${NCU_DECODE:-0}" = 1 ]; then
+    step ncu_decode_ours 90 $N --kernel-name regex:kda_decode_fused python3 scripts/ncu_stop45.py decode
+    step ncu_decode_fla 90 $N --kernel-name regex:fused_recurrent python3 scripts/ncu_stop45.py decode
+  fi
 fi
 tar czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME"
 echo "=== kda_tests"; tail -3 "$L/kda_tests.log" | cut -c1-200
