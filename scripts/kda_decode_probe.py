@@ -23,39 +23,13 @@ import torch
 VARIANTS = (("ours", {}), ("split", dict(vs="auto")), ("split_bv32", dict(bv=32, vs="auto")))
 
 
-def fla_step(w, z, f, b, state, H, K):
-    """fla's decode step doing ours' work, as its KDA layer composes it: the q, k and v short convolutions
-    (causal_conv1d_update, SiLU, each on its own [B, H·K, W] window: fla's layer keeps three), then
-    fused_recurrent_kda_fwd with the L2 norms, the bounded gate and β's sigmoid in the kernel, its state updated
-    in place. Returns (step(), (o [B, H, V], state, windows [B, 3·H·K, W])) on copies of `state`; four launches
-    where ours is one."""
-    import torch
-    from fla.modules.causal_conv1d.ops import causal_conv1d_update
-    from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
-    B, HK = z.shape[0], H * K
-    zs = [z[:, i * HK:(i + 1) * HK].contiguous() for i in range(3)]
-    ws = [w.conv1d[i * HK:(i + 1) * HK].contiguous() for i in range(3)]
-    caches = [state.conv[:, i * HK:(i + 1) * HK].contiguous() for i in range(3)]
-    h = state.recurrent.clone()
-    g, beta = f.view(B, 1, H, K).contiguous(), b.view(B, 1, H).contiguous()
-    o = torch.empty(B, 1, H, K, device=z.device, dtype=z.dtype)
-
-    def step():
-        q, k, v = (causal_conv1d_update(zs[i], caches[i], weight=ws[i], activation="silu")[0].view(B, 1, H, K)
-                   for i in range(3))
-        fused_recurrent_kda_fwd(q, k, v, g, beta, A_log=w.A_log, initial_state=h, scale=K ** -0.5,
-                                inplace_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-                                use_beta_sigmoid_in_kernel=True, lower_bound=w.lower_bound, out=o)
-    return step, (o, h, caches)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batches", default="1,2,4,16,64,256")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    from gate.bench_kda import K, _decode_setup
+    from gate.bench_kda import K, _decode_setup, fla_decode_step
     H = 64
     from gate.benchlib import alternating, copy_ceiling, graph, write_json
     from impl import kda as ik
@@ -99,7 +73,7 @@ def main(argv=None) -> int:
                                                            output_final_state=True))
         if fused_recurrent_kda is not None:
             # the same work as ours (check: from the same state, one step each, then compared), in fla's launches
-            step, (o_f, h_f, c_f) = fla_step(w, z, f, b, state, H, K)
+            step, (o_f, h_f, c_f) = fla_decode_step(w, z, f, b, state)
             s1 = KDAState(state.recurrent.clone(), state.conv.clone())
             o1, _ = ik.decode(w, z, f, b, s1, inplace=True)
             step()
