@@ -8,15 +8,17 @@ export NAME=${NAME:-stop45}
 source "$(dirname "$0")/gpu_steps.sh"
 OMP_NUM_THREADS=2 step kda_tests "${T_TESTS:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_kda_pieces.py tests/test_kda_x_w.py tests/test_kda_aqk_lower.py tests/test_kda_intra_split.py \
-    tests/test_kda_off_ftz.py tests/test_kda_diag_nan_last.py tests/test_kda_gamma_diag.py &
+    tests/test_kda_off_ftz.py tests/test_kda_diag_nan_last.py tests/test_kda_gamma_diag.py tests/test_mla_rs.py &
 PARTS="verify39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/verify39.out" 2>&1
 wait
 PARTS="probe39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/probe39.out" 2>&1
-# the sparse MLA kernel with all 64 heads a program (the static compile spills 32-592 B: measured anyway)
+# the sparse MLA kernel with all 64 heads a program: as is (the static compile spills 32-184 B), and with the output's
+# columns in slices (config rs, step 40's probe: no spill)
 CFG='{"bh64_bw16_s3": {"bh": 64, "bw": 16, "num_warps": 8, "num_stages": 3},
  "bh64_bw32": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 2},
- "bh64_bw32_w16": {"bh": 64, "bw": 32, "num_warps": 16, "num_stages": 2},
- "bh32_bw32_s3": {"bh": 32, "bw": 32, "num_warps": 8, "num_stages": 3}}'
+ "bh64_bw32_s3_rs4": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 3, "rs": 4},
+ "bh64_bw64_rs4": {"bh": 64, "bw": 64, "num_warps": 8, "num_stages": 2, "rs": 4},
+ "rs2": {"rs": 2}}'
 step mla_cfg 120 python3 scripts/mla_prefetch_probe.py --batches 32,128 --configs "$CFG" --json "$L/mla_cfg.json"
 # Nsight Compute, alone after the probe: the sparse MLA kernel at B = 32; ours' KDA decode and fla's at B = 64
 if [ "${NCU:-1}" = 1 ]; then
