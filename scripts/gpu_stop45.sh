@@ -19,7 +19,7 @@ CFG='{"bh64_bw16_s3": {"bh": 64, "bw": 16, "num_warps": 8, "num_stages": 3},
  "bh64_bw32_s3_rs4": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 3, "rs": 4},
  "bh64_bw64_rs4": {"bh": 64, "bw": 64, "num_warps": 8, "num_stages": 2, "rs": 4},
  "rs2": {"rs": 2}}'
-step mla_cfg 120 python3 scripts/mla_prefetch_probe.py --batches 32,128 --configs "$CFG" --json "$L/mla_cfg.json"
+[ "${MLA:-1}" = 1 ] && step mla_cfg 120 python3 scripts/mla_prefetch_probe.py --batches 32,128 --configs "$CFG" --json "$L/mla_cfg.json"
 # Nsight Compute, alone after the probe: the sparse MLA kernel at B = 32; ours' KDA decode and fla's at B = 64
 if [ "${NCU:-0}" = 1 ]; then
   N="ncu --clock-control none --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy
