@@ -356,9 +356,9 @@ def main(argv=None) -> int:
                       f"state {err_m:.3e} (bound {bound_m:g}); not timing")
                 return 1
             sweep = {}
-            # vs: a head's value blocks over that many programs (ours: one program a head; "auto": issue 14
-            # step 16's candidate, split while B·H < 2 · SMs)
-            variants = [{}] + ([dict(vs="auto"), dict(bv=32, vs=2), dict(bv=32, vs=4), dict(bv=16, vs=8),
+            # vs: a head's value blocks over that many programs (ours since issue 14 step 39: split while
+            # B·H < 2 · SMs; vs=1 one program a head, ours before it)
+            variants = [{}] + ([dict(vs=1), dict(bv=32, vs=2), dict(bv=32, vs=4), dict(bv=16, vs=8),
                                 dict(num_stages=0, num_warps=8), dict(num_stages=0, bv=64),
                                 dict(bv=16), dict(bv=64), dict(num_warps=2), dict(num_stages=2)]
                                if args.sweep else [])

@@ -642,8 +642,10 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
         state: KDAState(recurrent [B, H, K, K] float32, conv [B, C, W]);
         inplace: update state's buffers instead of returning new ones (CUDA-graph serving);
         num_warps, bv, num_stages, vs: launch overrides (the bench sweeps them). vs: programs a head's value
-            blocks are split over: None one (ours until issue 14 step 16's GPU gate), "auto" as many as
-            `_value_splits` picks (impl.candidates.kda_decode_split), or an int.
+            blocks are split over: None (ours since issue 14 step 39) or "auto" as many as `_value_splits` picks
+            (more than one only while B·H < 2 · SMs: B <= 4 at H = 64 on 132 SMs), 1 one program a head (ours
+            before step 39), or an int. Every split gives the same bits (the same code on the same value
+            blocks), so a row's bits do not depend on its batch.
     Returns:
         o: [B, H, V] in z's dtype;  state: KDAState after the token (the same buffers when inplace).
     """
@@ -674,7 +676,8 @@ def decode(w: KDAWeights, z, f, b, state: KDAState, inplace: bool = False, num_w
     lb = w.lower_bound
     BV = bv or _tile(min(64, triton.next_power_of_2(K)))
     blocks = triton.cdiv(K, BV)
-    VS = 1 if vs is None else _value_splits(B, H, blocks, z.device) if vs == "auto" else vs
+    # step 39: at small B·H one program a head leaves most SMs idle behind each head's serial state stream
+    VS = _value_splits(B, H, blocks, z.device) if vs is None or vs == "auto" else vs
     if isinstance(VS, bool) or not isinstance(VS, int) or not 1 <= VS <= blocks:
         raise ValueError(f"vs: {vs!r}, expected None, \"auto\" or an int in [1, {blocks}] (the head's value "
                          f"blocks of {BV})")

@@ -358,10 +358,7 @@ PATHS: tuple[Path, ...] = (
     Path("kda_decode_fused_fwd_kernel", "a second value block", lambda a: _cdiv(a["K"], a["BV"]) >= 2,
          by=("kda.decode", "kda.paths")),
     Path("kda_decode_fused_fwd_kernel", "a head's value blocks over several programs (the last to arrive writes "
-         "the window)", lambda a: a["VS"] > 1,
-         why="ours runs one program a head until issue 14 step 16's GPU gate; impl.candidates.kda_decode_split "
-             "and the mutant kda_decode_first_arrival_writes_window run it, tests/test_kda_decode_split.py "
-             "holds every split bitwise to one program a head"),
+         "the window)", lambda a: a["VS"] > 1, by=("kda.decode", "kda.paths")),
     Path("kda_decode_fused_fwd_kernel", "a head in one program", lambda a: a["VS"] == 1, by=("kda.decode", "kda.paths")),
     Path("kda_decode_fused_fwd_kernel", "a head dim narrower than its tile (masked lanes)",
          lambda a: a["K"] < a["BK"], by=("kda.decode", "kda.paths")),

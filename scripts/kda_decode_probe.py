@@ -1,9 +1,10 @@
 """The KDA decode's launch variants against fla's fused_recurrent_kda, each a CUDA-graph replay, at H = 64,
-K = V = 128 (issue 14 steps 37 and 39): ours (one program a head), step 39's candidate (a head's value blocks split
-over programs while B·H < 2 · SMs, vs "auto": impl.candidates.kda_decode_split) and the split over value blocks of
-32; the peers: fla's fused_recurrent_kda alone on prepared q, k, v, g, β (the issue's peer) and fla's step doing
-ours' work (`fla_step`: its three short-convolution updates, then fused_recurrent_kda_fwd with the norms, gate and
-β in the kernel), checked against ours before it is timed.
+K = V = 128 (issue 14 steps 37 and 39): ours (since step 39 a head's value blocks split over programs while
+B·H < 2 · SMs), ours before step 39 (one program a head, vs=1) and value blocks of 32 (stop 45: 0.997x fla at B = 1,
+7-11 % slower than ours at B >= 16, so not batch-invariantly better). The peers: fla's fused_recurrent_kda alone
+on prepared q, k, v, g, β (the issue's peer) and fla's step doing ours' work (`fla_step`: its three
+short-convolution updates, then fused_recurrent_kda_fwd with the norms, gate and β in the kernel), checked against
+ours before it is timed.
 
 Every variant is first compared with ours (output, state and window after one in-place step from the same state:
 the same bits, or the largest difference) and timed either way, in `--repeats` alternating rounds, each the
@@ -20,7 +21,8 @@ import sys
 import torch
 
 # (name, decode options)
-VARIANTS = (("ours", {}), ("split", dict(vs="auto")), ("split_bv32", dict(bv=32, vs="auto")))
+# (ours since step 39 splits a head's value blocks over programs while B·H < 2 · SMs; vs=1 is ours before it)
+VARIANTS = (("ours", {}), ("one_program", dict(vs=1)), ("bv32", dict(bv=32)))
 
 
 def main(argv=None) -> int:

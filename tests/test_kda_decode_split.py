@@ -1,10 +1,11 @@
 """impl.kda.decode with a head's value blocks split over programs (issue 14 step 16's candidate,
-impl.candidates.kda_decode_split; ours keeps one program a head until its GPU gate): the same bits as one
+impl.candidates.kda_decode_split; ours since step 39 while B·H < 2 · SMs): the same bits as one
 program a head, in place and not, at every split; the arrival counters back at zero after every call; the
 kernel edit that lets the first arrival write the window fails it; bad splits refused.
 """
 from __future__ import annotations
 
+import functools
 import numpy as np
 import pytest
 import torch
@@ -55,14 +56,15 @@ def test_every_split_gives_the_bits_of_one_program_a_head_compiled():
         check_splits(B, H, K, device="cuda", bv=bv)
 
 
-def test_auto_splits_only_small_batches_and_ours_keeps_one_program_a_head():
+def test_auto_splits_only_small_batches_and_ours_splits_as_auto():
     dev = torch.device("cpu")   # the interpreter stands in for 4 SMs
     assert ik._value_splits(1, 2, 4, dev) == 4 and ik._value_splits(1, 2, 2, dev) == 2
     assert ik._value_splits(4, 2, 4, dev) == 1 and ik._value_splits(16, 64, 2, dev) == 1
     from impl.candidates import kda_decode_split
     from impl.launches import watching
     w, z, f, b, state = _inputs(1, 2, 32)
-    for fn, want in ((ik.decode, 1), (kda_decode_split.decode, 2)):
+    # ours since step 39 as the candidate; vs=1 is ours before it
+    for fn, want in ((ik.decode, 2), (kda_decode_split.decode, 2), (functools.partial(ik.decode, vs=1), 1)):
         seen = []
         with watching(lambda name, a: seen.append(a["VS"]) if name == "kda_decode_fused_fwd_kernel" else None):
             fn(w, z, f, b, KDAState(state.recurrent.clone(), state.conv.clone()))

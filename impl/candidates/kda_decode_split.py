@@ -1,6 +1,6 @@
 """Issue 14 step 16's candidate: our KDA decode with a head's value blocks split over several programs while
 B·H < 2 · SMs (impl.kda._value_splits; the in-place conv window written by the last program to arrive).
-Ours runs one program a head until this passes the gate on a GPU (docs/optimization_log.md step 16).
+Ours since issue 14 step 39 (docs/optimization_log.md steps 16 and 39): kept so its gate can be replayed.
 
 The namespace brings only `decode` (ours with vs="auto"); our sublayer composes over it. Every value block
 is computed by the same code either way, so outputs and states are the same bits
