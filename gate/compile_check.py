@@ -212,19 +212,13 @@ RECORDS = (
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
-                      PAGED=False, PAGE=1, PREFETCH=True, RS=1, BRO=512), dict(num_warps=8, num_stages=2)),
-    # issue 14 step 40's probe: 64 heads a program, the output's columns in 4 slices of 128
-    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
-                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=64, BW=32, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
-                      PAGED=False, PAGE=1, PREFETCH=True, RS=4, BRO=128), dict(num_warps=8, num_stages=3)),
+                      PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=2)),
     # the paged cache (64-token pages, vLLM's FlashMLA block size) read through the block table
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64,
-                      PREFETCH=True, RS=1, BRO=512), dict(num_warps=8, num_stages=2)),
+                      PREFETCH=True), dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
     # the GPU's partial (impl.mhc: a tf32x3 tl.dot over 16 rows, 64-wide sub-blocks, 2 warps) and finish

@@ -148,9 +148,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         lengths: [B] int64;  scale: the softmax scale (d_n^-1/2);  splits: selection splits
             (flash-decoding: few query rows, e.g. decode at small batch, fill the SMs by splitting the
             selection and merging the partial softmaxes); None picks from the SM count;
-        config: launch overrides {bh, bw, num_warps, num_stages, prefetch, rs} (the benchmark sweeps them;
-            prefetch, issue 14 step 38: the next block's entries a block ahead, ours; False before it; rs, step
-            40's probe: the output's columns over that many programs, each scoring the whole rows; ours 1);
+        config: launch overrides {bh, bw, num_warps, num_stages, prefetch} (the benchmark sweeps them;
+            prefetch, issue 14 step 38: the next block's entries a block ahead, ours; False before it);
         block_table: [B, M] int64 (validated), or None: latent is then the page pool [N, page_size, R]
             and the kernel reads row b's position t from page block_table[b, t // page_size]
     Returns:
@@ -178,13 +177,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     stages = cfg.pop("num_stages", None if interpreted() else 2)
     # issue 14 step 38: the next block's entries a block ahead (the same bits; 4-6 % faster on an H100)
     prefetch = cfg.pop("prefetch", True)
-    # issue 14 step 40's probe: the output's columns in rs slices, one program each (ours: 1)
-    rs = cfg.pop("rs", 1)
     if cfg:
-        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages, prefetch, rs)")
-    if isinstance(rs, bool) or not isinstance(rs, int) or rs < 1 or BR % rs or BR // rs < 16:
-        raise ValueError(f"config: rs {rs!r}, expected an int >= 1 dividing the latent tile {BR} into slices of "
-                         f">= 16 columns")
+        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages, prefetch)")
     if not isinstance(prefetch, bool):
         raise ValueError(f"config: prefetch {prefetch!r}, expected a bool (the next block's entries a block "
                          f"ahead)")
@@ -195,18 +189,17 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     W_SPLIT = triton.cdiv(max(W, 1), NS)
     NS = triton.cdiv(max(W, 1), W_SPLIT)
     meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
-                PAGED=paged, PAGE=int(page_size) if paged else 1, PREFETCH=prefetch, RS=rs, BRO=BR // rs,
-                num_warps=warps,
+                PAGED=paged, PAGE=int(page_size) if paged else 1, PREFETCH=prefetch, num_warps=warps,
                 **({} if stages is None else {"num_stages": stages}))
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()
     if NS == 1:
-        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb * rs, 1)](
+        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
             q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
         return out
     part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
     lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
-    mla_sparse_absorbed_fwd_kernel[(B * S, n_hb * rs, NS)](
+    mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
         q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
     mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
     return out

@@ -451,12 +451,6 @@ PATHS: tuple[Path, ...] = (
          lambda a: not a.get("PREFETCH", False),
          why="ours before step 38 (config prefetch=False): the same bits as ours (tests/test_mla_prefetch.py, on "
              "the CPU and the GPU), timed beside it by scripts/mla_prefetch_probe.py"),
-    Path("mla_sparse_absorbed_fwd_kernel", "the output's columns in one program", lambda a: a.get("RS", 1) == 1,
-         by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
-    Path("mla_sparse_absorbed_fwd_kernel", "the output's columns sliced over programs (step 40's probe)",
-         lambda a: a.get("RS", 1) > 1,
-         why="a probe's launch option (config rs), not ours: tests/test_mla_rs.py holds it to ours on the CPU "
-             "and the GPU"),
     Path("mla_combine_kernel", "two splits merged", lambda a: a["NS"] == 2,
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
     Path("mla_combine_kernel", "three or more splits merged (a running rescale)", lambda a: a["NS"] >= 3,
@@ -627,7 +621,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "dsa_score_fwd_kernel": ("H", "K", "BT", "BP", "BK"),
     "dsa_select_fwd_kernel": ("M", "BS", "BP", "BM", "BW",
                               "RB"),      # the search step: the same code at 1 to 32 bits a pass
-    "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE", "BRO"),
+    "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
     "mla_combine_kernel": ("H", "R", "BR"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),
     "mhc_coeff_partial_fwd_kernel": ("N", "D", "BR", "BN", "BK", "BKS"),

@@ -2,6 +2,9 @@
 # Stop 45's first GPU call: step 39's verdict (scripts/gpu_stop44h.sh: the split decode's GPU tests, its gate at
 # seeds 49 / 50, then scripts/kda_decode_probe.py) and, beside the gates, ours' KDA GPU tests after commit 31bb879
 # (the state pass's output launch made one function; it had not run on a GPU)
+# The sparse MLA configs with "rs" and tests/test_mla_rs.py need commit 9f6d1f1 (step 40's column slices: 2-3x
+# slower on the H100, reverted); bench_results/issue14_h100_2026-12-06_stop45/ holds the run (MLA=0, then the
+# MLA probe alone and scripts/mla_bh64_probe.py)
 #   OUT=/tmp/out bash scripts/gpu_stop45.sh
 set -u
 export NAME=${NAME:-stop45}

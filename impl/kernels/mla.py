@@ -38,8 +38,7 @@ def mla_sparse_absorbed_fwd_kernel(
     S, T, W, W_SPLIT, M, scale,
     H: tl.constexpr, R: tl.constexpr,
     BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = False, RS: tl.constexpr = 1,
-    BRO: tl.constexpr = 512,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
 
@@ -58,14 +57,8 @@ def mla_sparse_absorbed_fwd_kernel(
     used, so a block's chain (entries, then rows, then the dots) no longer starts with the entries' round trip.
     The same loads and the same arithmetic: the same bits. (Its rows a block ahead too, a second [BW, BR] tile
     held across the iteration, measured 5-9 % slower on an H100: not kept.)
-    RS (issue 14 step 40's probe; ours is 1): the output's R columns in RS slices of BRO, one program each (grid
-    axis 1 is head block x RS). Each slice's program scores its heads on the whole rows (the same scores and
-    softmax in every slice) and accumulates only its columns, gathered again from the rows the score read (L1 /
-    L2): a [BH, BRO] accumulator, so 64 heads a program fit the registers beside the dots.
     """
     i_bs, i_hb, i_sp = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
-    i_rs = i_hb % RS
-    i_hb = i_hb // RS
     n_sp = tl.num_programs(2).to(tl.int64)
     i_b = i_bs // S
     o_h = i_hb * BH + tl.arange(0, BH)
@@ -73,8 +66,6 @@ def mla_sparse_absorbed_fwd_kernel(
     mask_h = o_h < H
     mask_r = o_r < R
     mask_hr = mask_h[:, None] & mask_r[None, :]
-    o_ro = i_rs * BRO + tl.arange(0, BRO)        # this program's output columns (all of R where RS is 1)
-    mask_ro = o_ro < R
     p_q = q + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
     b_q = tl.load(p_q, mask=mask_hr, other=0.)                                             # [BH, BR]
     n_len = tl.load(lengths + i_b).to(tl.int64)
@@ -82,7 +73,7 @@ def mla_sparse_absorbed_fwd_kernel(
     # a finite floor: with -inf, a block with no valid entry would give exp(-inf - -inf) = NaN
     b_m = tl.full([BH], -1e30, dtype=tl.float32)
     b_l = tl.zeros([BH], dtype=tl.float32)
-    b_acc = tl.zeros([BH, BRO], dtype=tl.float32)
+    b_acc = tl.zeros([BH, BR], dtype=tl.float32)
     w_lo = i_sp * W_SPLIT
     w_hi = tl.minimum(w_lo + W_SPLIT, W)
     if PREFETCH:
@@ -101,21 +92,19 @@ def mla_sparse_absorbed_fwd_kernel(
         b_p = tl.exp(b_s - b_mn[:, None])
         b_alpha = tl.exp(b_m - b_mn)
         b_l = b_l * b_alpha + tl.sum(b_p, 1)
-        if RS > 1:
-            b_c, _ = _gather(c, block_table, i_b, b_idx, n_len, T, M, o_ro, mask_ro, R, PAGED, PAGE)
         b_acc = b_acc * b_alpha[:, None] + tl.dot(b_p.to(b_c.dtype), b_c, input_precision=PRECISION)
         b_m = b_mn
 
     b_o = b_acc / tl.where(b_l > 0, b_l, 1.)[:, None]
     if SPLIT:
         i_row = i_bs * n_sp + i_sp
-        p_o = out + (i_row * H + o_h[:, None]) * R + o_ro[None, :]
-        tl.store(p_o, b_o, mask=mask_h[:, None] & mask_ro[None, :])
+        p_o = out + (i_row * H + o_h[:, None]) * R + o_r[None, :]
+        tl.store(p_o, b_o, mask=mask_hr)
         b_lse = tl.where(b_l > 0, b_m + tl.log(tl.where(b_l > 0, b_l, 1.)), float("-inf"))
-        tl.store(lse + i_row * H + o_h, b_lse, mask=mask_h & (o_h * 0 + i_rs == 0))
+        tl.store(lse + i_row * H + o_h, b_lse, mask=mask_h)
     else:
-        p_o = out + (i_bs * H + o_h[:, None]) * R + o_ro[None, :]
-        tl.store(p_o, b_o, mask=mask_h[:, None] & mask_ro[None, :])
+        p_o = out + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+        tl.store(p_o, b_o, mask=mask_hr)
 
 
 @triton.jit
