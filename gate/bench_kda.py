@@ -12,8 +12,11 @@ time and exits non-zero.
       sublayer path (f + dt_bias and the gate in torch, then chunked), issue 14 step 24's candidate
       (impl.candidates.kda_gate_fused: the gate made inside the Γ kernel) and fla with the gate in its
       kernel (use_gate_in_kernel=True, bounded and general)
-  (b) decode: impl.kda.decode (inplace, one fused kernel) vs fla fused_recurrent_kda, both replayed
-      from CUDA graphs; bandwidth is counted against a device-to-device copy measured in the same run.
+  (b) decode: impl.kda.decode (inplace, one fused kernel) vs fla fused_recurrent_kda on prepared q, k, v, g,
+      beta, and vs fla's step doing ours' work (fla_decode_step: its three short-convolution updates, then
+      fused_recurrent_kda with the norms, gate and beta in its kernel; held to the oracle before it is timed;
+      fla's modules need einops), all replayed from CUDA graphs; bandwidth is counted against a
+      device-to-device copy measured in the same run.
 
     python -m gate.bench_kda --json out.json
 """
