@@ -60,6 +60,22 @@ def _selection(B: int, T: int, gen) -> torch.Tensor:
     return torch.cat([tok, tail], -1)[:, None, :].contiguous()
 
 
+def decode_inputs(B: int, T: int, gen=None):
+    """The decode shape's inputs, drawn from `gen` (None: a generator seeded by (B, T), as the bench's): (w,
+    latent [B, T, R] bf16, q [B, 1, H, DN] bf16, the selection idx [B, 1, W], lengths [B] (all T), q_abs
+    [B, 1, H, R]: q folded through W_UK, sparse_absorbed's query)."""
+    from impl import mla as im
+    if gen is None:
+        gen = torch.Generator(device="cuda").manual_seed(B * 7 + T)
+    w = _mla_weights(gen)
+    latent = torch.randn(B, T, R, device="cuda", generator=gen, dtype=torch.bfloat16)
+    q = torch.randn(B, 1, H, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
+    idx = _selection(B, T, gen)
+    lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
+    q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
+    return w, latent, q, idx, lengths, q_abs
+
+
 def _check_decode(w, q, latent, idx, lengths, rows) -> float:
     """rel-L2 of our output vs the float64 oracle (absorbed form) on `rows`, gathered rows only."""
     import numpy as np
@@ -78,12 +94,9 @@ def _check_decode(w, q, latent, idx, lengths, rows) -> float:
 
 def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     from impl import mla as im
+    # the dense peer's K / V come from the same generator after these
     gen = torch.Generator(device="cuda").manual_seed(B * 7 + T)
-    w = _mla_weights(gen)
-    latent = torch.randn(B, T, R, device="cuda", generator=gen, dtype=torch.bfloat16)
-    q = torch.randn(B, 1, H, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
-    idx = _selection(B, T, gen)
-    lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
+    w, latent, q, idx, lengths, q_abs = decode_inputs(B, T, gen)
     im.check_selection(idx, lengths, B, 1, T)                      # validated once, outside the graph
     bound = bench_bound("mla", "absorbed", "output", "bfloat16")
     err = _check_decode(w, q, latent, idx, lengths, rows=sorted({0, B - 1}))
@@ -98,7 +111,6 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     row["floor_us"] = 1e6 * sel_bytes / copy_bw
     attend = graph(lambda: im.attend(w, q, latent, idx, lengths))
     row["ours_us"] = do_bench(attend) * 1e3
-    q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
     kern = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
     row["kernel_us"] = do_bench(kern) * 1e3
     row["splits"] = im._splits(q.device, B, B * (H // (16 if B < 16 else 32)), W, 64)

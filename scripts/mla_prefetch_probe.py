@@ -33,7 +33,7 @@ def main(argv=None) -> int:
                         '"num_warps": 8, "num_stages": 3}}\' (impl.mla.sparse_absorbed\'s config keys)')
     args = p.parse_args(argv)
     variants = VARIANTS + (tuple(json.loads(args.configs).items()) if args.configs else ())
-    from gate.bench_mla import DN, H, R, W, _mla_weights, _selection
+    from gate.bench_mla import DN, R, W, decode_inputs
     from gate.benchlib import alternating, copy_ceiling, graph, write_json
     from impl import mla as im
     copy_bw = copy_ceiling()
@@ -41,13 +41,7 @@ def main(argv=None) -> int:
     out = {}
     T = args.cache
     for B in (int(x) for x in args.batches.split(",")):
-        gen = torch.Generator(device="cuda").manual_seed(B * 7 + T)
-        w = _mla_weights(gen)
-        latent = torch.randn(B, T, R, device="cuda", generator=gen, dtype=torch.bfloat16)
-        q = torch.randn(B, 1, H, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
-        idx = _selection(B, T, gen)
-        lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
-        q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
+        _, latent, q, idx, lengths, q_abs = decode_inputs(B, T)
         ref = im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5)
         fns, differ = {}, []
         for name, cfg in variants:

@@ -11,15 +11,9 @@ import torch
 
 
 def mla(B=32, T=32768):
-    from gate.bench_mla import DN, H, R, _mla_weights, _selection
+    from gate.bench_mla import DN, decode_inputs
     from impl import mla as im
-    gen = torch.Generator(device="cuda").manual_seed(B * 7 + T)
-    w = _mla_weights(gen)
-    latent = torch.randn(B, T, R, device="cuda", generator=gen, dtype=torch.bfloat16)
-    q = torch.randn(B, 1, H, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
-    idx = _selection(B, T, gen)
-    lengths = torch.full((B,), T, device="cuda", dtype=torch.int64)
-    q_abs = torch.einsum("bshn,hnr->bshr", q, im._split_kv_b(w)[0])
+    _, latent, _, idx, lengths, q_abs = decode_inputs(B, T)
     for _ in range(2):
         im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5)
     torch.cuda.synchronize()
