@@ -84,6 +84,35 @@ def _decode_setup(B, H, seed=0):
     return w, z, f, b, state
 
 
+def decode_bytes(z, f, b, state):
+    """(the recurrent state's bytes read and written: the issue's "% of copy" convention, every byte ours' fused
+    decode step moves): the state, z, f, β, the conv window (its W - 1 kept columns read, all W written) and o."""
+    rec, conv = state.recurrent, state.conv
+    B, C, W = conv.shape
+    state_bytes = 2 * rec.numel() * rec.element_size()
+    io = (z.numel() * z.element_size() + B * C * (2 * W - 1) * conv.element_size() + f.numel() * f.element_size()
+          + b.numel() * b.element_size() + rec.shape[0] * rec.shape[1] * rec.shape[3] * z.element_size())
+    return state_bytes, state_bytes + io
+
+
+def fla_decode_launch(B, H, state):
+    """fla's fused_recurrent_kda alone on prepared inputs (the issue's peer): q and k L2-normalized (q scaled by
+    K^-1/2), v, a decay g in (-1, 0) and β in (0, 1) drawn at seed 1, in bf16 / float32 as its layer hands them
+    over; a copy of `state`'s recurrent state. Returns a callable running one step."""
+    from fla.ops.kda import fused_recurrent_kda
+    K, V = state.recurrent.shape[2:]
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    qf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
+    qf = (qf / qf.norm(dim=-1, keepdim=True) * K ** -0.5).bfloat16()
+    kf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
+    kf = (kf / kf.norm(dim=-1, keepdim=True)).bfloat16()
+    vf = torch.randn(B, 1, H, V, device="cuda", generator=gen).bfloat16()
+    gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
+    bf = torch.rand(B, 1, H, device="cuda", generator=gen)
+    hf = state.recurrent.clone()
+    return lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf, output_final_state=True)
+
+
 def fla_decode_step(w, z, f, b, state):
     """fla's decode step doing ours' work, composed as fla's KDA layer composes it: the q, k and v short
     convolutions (causal_conv1d_update with SiLU, each on its own [B, H·K, W] window, as that layer keeps three),
@@ -369,28 +398,14 @@ def main(argv=None) -> int:
                 replay = _graph(lambda: impl_kda.decode(w, z, f, b, state, inplace=True, **var))
                 sweep[str(var)] = do_bench(replay) * 1e3
             us = sweep["{}"]
-            state_bytes = 2 * B * H * K * V * 4
-            io_bytes = state_bytes + 2 * state.conv.numel() * 2 + z.numel() * 2 + f.numel() * 4 + b.numel() * 2 \
-                + B * H * V * 2
+            state_bytes, io_bytes = decode_bytes(z, f, b, state)
             row = {"B": B, "H": H, "ours_us": us, "tokens_per_s": B / (us * 1e-6), "err_output": err_o,
                    "err_state": err_m, "state_bytes": state_bytes, "io_bytes": io_bytes,
                    "state_pct_copy": 100 * state_bytes / (us * 1e-6) / copy_bw,
                    "io_pct_copy": 100 * io_bytes / (us * 1e-6) / copy_bw, "sweep_us": sweep}
             fla_us = None
             if fla is not None:
-                fused_recurrent_kda = fla[1]
-                gen = torch.Generator(device="cuda").manual_seed(1)
-                qf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
-                qf = (qf / qf.norm(dim=-1, keepdim=True) * K ** -0.5).bfloat16()
-                kf = torch.randn(B, 1, H, K, device="cuda", generator=gen)
-                kf = (kf / kf.norm(dim=-1, keepdim=True)).bfloat16()
-                vf = torch.randn(B, 1, H, V, device="cuda", generator=gen).bfloat16()
-                gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
-                bf = torch.rand(B, 1, H, device="cuda", generator=gen)
-                hf = state.recurrent.clone()
-                replay_fla = _graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
-                                                                output_final_state=True))
-                fla_us = do_bench(replay_fla) * 1e3
+                fla_us = do_bench(_graph(fla_decode_launch(B, H, state))) * 1e3
                 row["fla_us"] = fla_us
                 row["speedup"] = fla_us / us
                 row["fla_state_pct_copy"] = 100 * state_bytes / (fla_us * 1e-6) / copy_bw
@@ -415,7 +430,7 @@ def main(argv=None) -> int:
                   f"{(fla_us / us) if fla_us else nan:>8.2f} {row.get('fla_step_us', nan):>9.2f} "
                   f"{row.get('speedup_step', nan):>8.2f} {B / us:>8.2f} "
                   f"{state_bytes / us / 1e3:>10.0f} {row['state_pct_copy']:>6.1f} "
-                  f"{row.get('fla_state_pct_copy', float('nan')):>9.1f} {err_o:>9.2e} {err_m:>9.2e}")
+                  f"{row.get('fla_state_pct_copy', nan):>9.1f} {err_o:>9.2e} {err_m:>9.2e}")
             del w, z, f, b, state, new
             torch.cuda.empty_cache()
 

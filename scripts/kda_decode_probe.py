@@ -25,21 +25,27 @@ import torch
 VARIANTS = (("ours", {}), ("one_program", dict(vs=1)), ("bv32", dict(bv=32)))
 
 
+def max_rel(pairs):
+    """{name: max |x - y| / max |y|} over (name, x, y) triples (0 where the bits agree)."""
+    return {n: float((x.float() - y.float()).abs().max() / y.float().abs().max().clamp_min(1e-30)) for n, x, y in pairs}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batches", default="1,2,4,16,64,256")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    from gate.bench_kda import K, _decode_setup, fla_decode_step
+    from gate.bench_kda import _decode_setup, decode_bytes, fla_decode_launch, fla_decode_step
     H = 64
     from gate.benchlib import alternating, copy_ceiling, graph, write_json
     from impl import kda as ik
     from oracle.types import KDAState
     try:
-        from fla.ops.kda import fused_recurrent_kda
+        import fla.ops.kda  # noqa: F401
+        has_fla = True
     except ImportError:
-        fused_recurrent_kda = None
+        has_fla = False
         print("fla not importable: no peer", file=sys.stderr)
     copy_bw = copy_ceiling()
     print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s")
@@ -53,35 +59,23 @@ def main(argv=None) -> int:
                 s2 = KDAState(state.recurrent.clone(), state.conv.clone())
                 o1, _ = ik.decode(w, z, f, b, s1, inplace=True)
                 o2, _ = ik.decode(w, z, f, b, s2, inplace=True, **opt)
-                diff = {n: float((x.float() - y.float()).abs().max() / y.float().abs().max().clamp_min(1e-30))
-                        for n, x, y in (("output", o2, o1), ("state", s2.recurrent, s1.recurrent),
-                                        ("window", s2.conv, s1.conv))}
+                diff = max_rel((("output", o2, o1), ("state", s2.recurrent, s1.recurrent),
+                                ("window", s2.conv, s1.conv)))
                 same = not any(diff.values())
                 print(f"B={B} {name}: {'the same bits' if same else 'NOT THE SAME BITS'} as ours "
                       f"(max |difference| / max |value|: " + ", ".join(f"{n} {d:.2e}" for n, d in diff.items()) + ")")
                 if not same:
                     bad.append(name)
             fns[name] = graph(lambda opt=opt: ik.decode(w, z, f, b, state, inplace=True, **opt))
-        if fused_recurrent_kda is not None:
-            gen = torch.Generator(device="cuda").manual_seed(1)
-            qf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
-            kf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
-            qf, kf = (qf * K ** -0.5).bfloat16(), kf.bfloat16()
-            vf = torch.randn(B, 1, H, K, device="cuda", generator=gen).bfloat16()
-            gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
-            bf = torch.rand(B, 1, H, device="cuda", generator=gen)
-            hf = state.recurrent.clone()
-            fns["fla"] = graph(lambda: fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf,
-                                                           output_final_state=True))
-        if fused_recurrent_kda is not None:
+        if has_fla:
+            fns["fla"] = graph(fla_decode_launch(B, H, state))
             # the same work as ours (check: from the same state, one step each, then compared), in fla's launches
             step, (o_f, h_f, c_f) = fla_decode_step(w, z, f, b, state)
             s1 = KDAState(state.recurrent.clone(), state.conv.clone())
             o1, _ = ik.decode(w, z, f, b, s1, inplace=True)
             step()
-            diff = {n: float((x.float() - y.float()).abs().max() / y.float().abs().max().clamp_min(1e-30))
-                    for n, x, y in (("output", o_f.view_as(o1), o1), ("state", h_f, s1.recurrent),
-                                    ("window", torch.cat(c_f, 1), s1.conv))}
+            diff = max_rel((("output", o_f.view_as(o1), o1), ("state", h_f, s1.recurrent),
+                            ("window", torch.cat(c_f, 1), s1.conv)))
             print(f"B={B} fla_step against ours (max |difference| / max |value|): "
                   + ", ".join(f"{n} {d:.2e}" for n, d in diff.items()))
             if max(diff.values()) > 2e-2:
@@ -90,9 +84,8 @@ def main(argv=None) -> int:
                 fns["fla_step"] = graph(step)
         res = alternating(fns, args.repeats)
         # the floors: the recurrent state read and written (float32), the convention of the issue's "% of copy";
-        # ours also reads z, f, b and reads and writes the conv window, which fla's step does not
-        state_bytes = 2 * B * H * K * K * 4
-        ours_bytes = state_bytes + B * 3 * H * K * (2 + 2 * (2 * 4 - 1)) + B * H * K * 4 + B * H * 2 + B * H * K * 2
+        # ours also reads z, f, b and reads and writes the conv window, which fla's launch does not
+        state_bytes, ours_bytes = decode_bytes(z, f, b, state)
         for n, r in res.items():
             extra = "".join(f"  {p}/this {res[p]['median_us'] / r['median_us']:.3f}x" for p in ("fla", "fla_step")
                             if p in res)

@@ -20,22 +20,14 @@ def mla(B=32, T=32768):
 
 
 def decode(B=64, H=64):
-    from gate.bench_kda import K, _decode_setup
+    from gate.bench_kda import _decode_setup, fla_decode_launch
     from impl import kda as ik
     w, z, f, b, state = _decode_setup(B, H)
     for _ in range(2):
         ik.decode(w, z, f, b, state, inplace=True)
-    from fla.ops.kda import fused_recurrent_kda
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    qf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
-    kf = torch.nn.functional.normalize(torch.randn(B, 1, H, K, device="cuda", generator=gen), dim=-1)
-    qf, kf = (qf * K ** -0.5).bfloat16(), kf.bfloat16()
-    vf = torch.randn(B, 1, H, K, device="cuda", generator=gen).bfloat16()
-    gf = -torch.rand(B, 1, H, K, device="cuda", generator=gen)
-    bf = torch.rand(B, 1, H, device="cuda", generator=gen)
-    hf = state.recurrent.clone()
+    fla = fla_decode_launch(B, H, state)
     for _ in range(2):
-        fused_recurrent_kda(qf, kf, vf, gf, bf, scale=1.0, initial_state=hf, output_final_state=True)
+        fla()
     torch.cuda.synchronize()
 
 
