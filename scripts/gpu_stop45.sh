@@ -2,26 +2,22 @@
 # Stop 45's first GPU call: step 39's verdict (scripts/gpu_stop44h.sh: the split decode's GPU tests, its gate at
 # seeds 49 / 50, then scripts/kda_decode_probe.py) and, beside the gates, ours' KDA GPU tests after commit 31bb879
 # (the state pass's output launch made one function; it had not run on a GPU)
-# The sparse MLA configs with "rs" and tests/test_mla_rs.py need commit 9f6d1f1 (step 40's column slices: 2-3x
-# slower on the H100, reverted); bench_results/issue14_h100_2026-12-06_stop45/ holds the run (MLA=0, then the
-# MLA probe alone and scripts/mla_bh64_probe.py)
+# bench_results/issue14_h100_2026-12-06_stop45/ holds the run (MLA=0, then the MLA probe alone and
+# scripts/mla_bh64_probe.py). That run's form, at commit 9f6d1f1, also ran tests/test_mla_rs.py and timed the
+# output's column slices (config "rs": 2-3x slower on the H100, reverted); both are gone from this form.
 #   OUT=/tmp/out bash scripts/gpu_stop45.sh
 set -u
 export NAME=${NAME:-stop45}
 source "$(dirname "$0")/gpu_steps.sh"
 OMP_NUM_THREADS=2 step kda_tests "${T_TESTS:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu \
     tests/test_kda_pieces.py tests/test_kda_x_w.py tests/test_kda_aqk_lower.py tests/test_kda_intra_split.py \
-    tests/test_kda_off_ftz.py tests/test_kda_diag_nan_last.py tests/test_kda_gamma_diag.py tests/test_mla_rs.py &
+    tests/test_kda_off_ftz.py tests/test_kda_diag_nan_last.py tests/test_kda_gamma_diag.py &
 PARTS="verify39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/verify39.out" 2>&1
 wait
 PARTS="probe39" bash "$(dirname "$0")/gpu_stop44h.sh" > "$L/probe39.out" 2>&1
-# the sparse MLA kernel with all 64 heads a program: as is (the static compile spills 32-184 B), and with the output's
-# columns in slices (config rs, step 40's probe: no spill)
+# the sparse MLA kernel with all 64 heads a program (the static compile spills 32-184 B)
 CFG='{"bh64_bw16_s3": {"bh": 64, "bw": 16, "num_warps": 8, "num_stages": 3},
- "bh64_bw32": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 2},
- "bh64_bw32_s3_rs4": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 3, "rs": 4},
- "bh64_bw64_rs4": {"bh": 64, "bw": 64, "num_warps": 8, "num_stages": 2, "rs": 4},
- "rs2": {"rs": 2}}'
+ "bh64_bw32": {"bh": 64, "bw": 32, "num_warps": 8, "num_stages": 2}}'
 [ "${MLA:-1}" = 1 ] && step mla_cfg 120 python3 scripts/mla_prefetch_probe.py --batches 32,128 --configs "$CFG" --json "$L/mla_cfg.json"
 # Nsight Compute, alone after the probe: the sparse MLA kernel at B = 32; ours' KDA decode and fla's at B = 64
 if [ "${NCU:-0}" = 1 ]; then
