@@ -23,6 +23,7 @@ import sys
 import time
 
 import torch
+import triton
 
 from gate.benchlib import copy_ceiling, do_bench, graph, header, kernel_times, rel_l2, to_np, write_json
 from invariants.contracts import bench_bound
@@ -76,13 +77,14 @@ def decode_inputs(B: int, T: int, gen=None):
     return w, latent, q, idx, lengths, q_abs
 
 
-def _check_decode(w, q, latent, idx, lengths, rows) -> float:
-    """rel-L2 of our output vs the float64 oracle (absorbed form) on `rows`, gathered rows only."""
+def _check_decode(w, q, latent, idx, lengths, rows, ns=None) -> float:
+    """rel-L2 of our output (ns: another MLA namespace's `attend`) vs the float64 oracle (absorbed form) on
+    `rows`, gathered rows only."""
     import numpy as np
 
     import oracle.mla as om
     from impl import mla as im
-    o, _ = im.attend(w, q, latent, idx, lengths)
+    o, _ = (ns or im).attend(w, q, latent, idx, lengths)
     errs = []
     for b in rows:
         sel = idx[b, 0]
@@ -113,7 +115,9 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     row["ours_us"] = do_bench(attend) * 1e3
     kern = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
     row["kernel_us"] = do_bench(kern) * 1e3
-    row["splits"] = im._splits(q.device, B, B * (H // (16 if B < 16 else 32)), W, 64)
+    launch = im._launch_config(B, R)
+    row["launch"] = {k: launch[k] for k in ("bh", "bw", "num_warps", "num_stages")}
+    row["splits"] = im._splits(q.device, B, B * triton.cdiv(H, launch["bh"]), W, launch["bw"])
     row["kernel_pct_copy"] = 100 * sel_bytes / (row["kernel_us"] * 1e-6) / copy_bw
     row["ours_pct_copy"] = 100 * sel_bytes / (row["ours_us"] * 1e-6) / copy_bw
     if args.sweep and T == min(DECODE_CACHES):

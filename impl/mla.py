@@ -139,6 +139,18 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
+def _launch_config(rows: int, BR: int) -> dict:
+    """sparse_absorbed's launch for B·S query rows: {bh, bw, num_warps, num_stages}. Heads share every
+    gathered row, so a program takes a block of BH heads (tl.dot needs >= 16 rows). On the GPU the H200
+    sweep's best at r_kv = 512 (bench_mla --sweep): 16 heads, entry blocks of 64, 8 warps, 2 stages below
+    16 query rows; 32 heads from there. The interpreter: 16 heads, blocks of 16 (its cost is per program
+    and per block, not per element)."""
+    warps = 4 if BR <= 128 else 8
+    if interpreted():
+        return dict(bh=16, bw=16, num_warps=warps, num_stages=None)
+    return dict(bh=16 if rows < 16 else 32, bw=64, num_warps=warps, num_stages=2)
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
                     config: Optional[dict] = None, block_table=None, page_size: int = 1):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
@@ -167,14 +179,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     q_abs = kernel_operand(q_abs)
     latent = kernel_operand(latent.to(q_abs.dtype))
     BR = triton.next_power_of_2(max(R, 16))
-    # heads share every gathered row: one block of 16 heads per program (tl.dot needs >= 16 rows)
-    # defaults: the H200 sweep's best at r_kv = 512 (bench_mla --sweep: BW 64, 8 warps, 2 stages; 16
-    # heads per program below 16 query rows, 32 from there)
-    cfg = dict(config or {})
-    BH = cfg.pop("bh", 16 if interpreted() or B * S < 16 else 32)
-    BW = cfg.pop("bw", 16 if interpreted() else 64)
-    warps = cfg.pop("num_warps", 4 if BR <= 128 else 8)
-    stages = cfg.pop("num_stages", None if interpreted() else 2)
+    cfg = {**_launch_config(B * S, BR), **(config or {})}
+    BH, BW, warps, stages = cfg.pop("bh"), cfg.pop("bw"), cfg.pop("num_warps"), cfg.pop("num_stages")
     # issue 14 step 38: the next block's entries a block ahead (the same bits; 4-6 % faster on an H100)
     prefetch = cfg.pop("prefetch", True)
     if cfg:

@@ -262,7 +262,11 @@ CHECKS = (
                     IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 24, 1, (0,), "none", "normal", 3)),
           # 2051 selected rows of the released geometry: 33 blocks of the online softmax, split across programs
           gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
-                        IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21))),
+                        IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21),
+                        # 16 query rows (a prefill chunk; two rows of 8): the GPU's launch for B·S >= 16
+                        # (issue 14 step 40: 64 heads a program, 8 splits on 132 SMs)
+                        IndexCase(GFULL, 1, 2400, 16, (0,), "none", "large", 22),
+                        IndexCase(GFULL, 2, 2200, 8, (0, 9), "none", "normal", 23))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows, pooled keys; a "
           "sibling continuation of the last call's state must not reach the caches compared",
