@@ -121,34 +121,43 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 
 
 def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
-    """Selection splits for flash-decoding, from the H200 sweep (bench_mla --sweep, H=64, 2051 rows,
-    NOTES.md): >= 128 query rows: none; >= 16 rows: 2; fewer: enough programs for four waves of the SMs,
-    each split at least 2 blocks of BW entries (B=1: 16 splits); never more splits than blocks (a split
-    of less than one block only adds a merge).
+    """Selection splits for flash-decoding (a row's selection split over programs, their partial softmaxes
+    merged). On the GPU, from ROWS_64 query rows on (issue 14 step 40): as many splits as keep the programs
+    within one wave of the SMs (H = 64, 132 SMs: B = 16: 8, 32: 4, 64: 2, >= 67: none); below that, the
+    H200 sweep's rule (bench_mla --sweep): enough programs for four waves of the SMs (B = 1: 16 splits).
+    Each split at least 2 blocks of BW entries (a split of less than one block only adds a merge).
 
-    The interpreter splits as a 1-SM device would: the split kernel and its combine run on the CPU too
-    (invariants/kernel_paths.py), with the fewest programs that still split (its cost is per program,
-    not per element); plain torch on a CPU never launches a kernel."""
+    The interpreter splits as a 1-SM device would below 16 rows, and in 2 from 16 to 127 rows: the split
+    kernel and its combine run on the CPU too (invariants/kernel_paths.py; mla.causal's 24-row pin), with
+    the fewest programs that still split (its cost is per program, not per element); plain torch on a CPU
+    never launches a kernel."""
     if device.type != "cuda" and not interpreted():
         return 1
-    if rows >= 128:
-        return 1
-    if rows >= 16:
-        return max(1, min(2, triton.cdiv(W, BW)))
+    if interpreted() and rows >= ROWS_64:
+        return 1 if rows >= 128 else max(1, min(2, triton.cdiv(W, BW)))
     sms = 1 if interpreted() else num_sms(device)
+    if rows >= ROWS_64:
+        return max(1, min(sms // programs, W // (2 * BW)))
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
+
+
+ROWS_64 = 16    # query rows (B·S) from which a GPU program takes 64 heads (issue 14 step 40)
 
 
 def _launch_config(rows: int, BR: int) -> dict:
     """sparse_absorbed's launch for B·S query rows: {bh, bw, num_warps, num_stages}. Heads share every
-    gathered row, so a program takes a block of BH heads (tl.dot needs >= 16 rows). On the GPU the H200
-    sweep's best at r_kv = 512 (bench_mla --sweep): 16 heads, entry blocks of 64, 8 warps, 2 stages below
-    16 query rows; 32 heads from there. The interpreter: 16 heads, blocks of 16 (its cost is per program
-    and per block, not per element)."""
+    gathered row, so a program takes a block of BH heads (tl.dot needs >= 16 rows). On the GPU from ROWS_64
+    rows on (issue 14 step 40): 64 heads, entry blocks of 32, 3 stages: each selected row is gathered once
+    for all 64 heads and the [64, 32] x [32, 512] dots take Hopper's warp-group MMA (1.35-1.88x the 32-head
+    launch at B = 16-256 on an H100; blocks of 16 or 64 and 2 or 4 stages were slower). Below it the H200
+    sweep's best (bench_mla --sweep): 16 heads, blocks of 64, 2 stages. The interpreter: 16 heads, blocks of
+    16 (its cost is per program and per block, not per element)."""
     warps = 4 if BR <= 128 else 8
     if interpreted():
         return dict(bh=16, bw=16, num_warps=warps, num_stages=None)
-    return dict(bh=16 if rows < 16 else 32, bw=64, num_warps=warps, num_stages=2)
+    if rows < ROWS_64:
+        return dict(bh=16, bw=64, num_warps=warps, num_stages=2)
+    return dict(bh=64, bw=32, num_warps=warps, num_stages=3)
 
 
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,

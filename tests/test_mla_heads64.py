@@ -1,5 +1,5 @@
-"""Issue 14 step 40's candidate (impl.candidates.mla_heads64): the sparse absorbed MLA kernel with 64 heads a
-program, entry blocks of 32 and selection splits for one wave of the SMs from 16 query rows on.
+"""Issue 14 step 40's candidate (impl.candidates.mla_heads64, ours since stop 46): the sparse absorbed MLA kernel
+with 64 heads a program, entry blocks of 32 and selection splits for one wave of the SMs from 16 query rows on.
 
 - The candidate is impl.mla loaded as its own module: ours' launch is untouched by it.
 - Its launch: ours' below 16 query rows and on the interpreter; from 16 rows on 64 heads and as many splits as
@@ -71,6 +71,12 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
     # never a split of fewer than 2 blocks: 100 entries are 1 split at 16 rows, not 8
     assert cand._splits(gpu, 16, 16, 100, 32) == 1
     assert cand._splits(gpu, 8, 32, 2051, 64) == im._splits(gpu, 8, 32, 2051, 64)
+    # ours since step 40: the same launch at every row count
+    for rows in (1, 8, 15, 16, 32, 100, 128, 4096):
+        assert im._launch_config(rows, 512) == cand._launch_config(rows, 512)
+        programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
+        bw = im._launch_config(rows, 512)["bw"]
+        assert im._splits(gpu, rows, programs, 2051, bw) == cand._splits(gpu, rows, programs, 2051, bw)
 
 
 @pytest.mark.parametrize("splits", [1, 3])

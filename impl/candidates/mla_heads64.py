@@ -1,6 +1,8 @@
 """Issue 14 step 40's candidate: the sparse absorbed MLA kernel with 64 heads a program from 16 query rows on,
 entry blocks of 32, 3 pipeline stages, and selection splits for about one program an SM
-(docs/optimization_log.md "Step 40").
+(docs/optimization_log.md "Step 40"). Ours since stop 46 (impl.mla._launch_config, _splits: the same launch),
+kept so its gate can be replayed; the launch before it is config dict(bh=32, bw=64, num_stages=2) with 2 splits
+below 128 rows (scripts/mla_step40_probe.py times both).
 
 Why: with 32 heads a program (ours), each selected latent row is gathered by both head blocks of a row; with
 64 it is gathered once, and the [64, BW] x [BW, 512] dots fill Hopper's warp-group MMA. The stop-45 probe (H100,
@@ -26,7 +28,7 @@ import types
 from impl import interpreted, num_sms
 from impl import mla as _ours
 
-ROWS_64 = 16   # query rows (B·S) from which a program takes 64 heads
+ROWS_64 = _ours.ROWS_64   # query rows (B·S) from which a program takes 64 heads
 
 
 def _launch_config(rows: int, BR: int) -> dict:
