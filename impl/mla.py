@@ -133,9 +133,11 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     never launches a kernel."""
     if device.type != "cuda" and not interpreted():
         return 1
-    if interpreted() and rows >= ROWS_64:
-        return 1 if rows >= 128 else max(1, min(2, triton.cdiv(W, BW)))
-    sms = 1 if interpreted() else num_sms(device)
+    if interpreted():
+        if rows >= 16:
+            return 1 if rows >= 128 else max(1, min(2, triton.cdiv(W, BW)))
+        return max(1, min(triton.cdiv(4, programs), W // (2 * BW)))
+    sms = num_sms(device)
     if rows >= ROWS_64:
         return max(1, min(sms // programs, W // (2 * BW)))
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))

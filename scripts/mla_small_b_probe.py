@@ -1,7 +1,8 @@
 """Issue 14 after step 40: the sparse absorbed MLA decode below 16 query rows (ours: 16 heads a program, entry
 blocks of 64, enough splits for four waves of the SMs) against 64- and 32-head programs at several split counts,
 at the bench's decode shape (H = 64, r_kv = 512, 2051 selected rows: gate.bench_mla.decode_inputs), B = 1 also at
-a 128K cache (the bench's row against dense SDPA).
+a 128K cache (the bench's row against dense SDPA); from B = 2 also step 41's candidate
+(impl.candidates.mla_heads64_small: 64 heads, its own split count).
 
 Each variant's kernel output is first held to ours' (rel-L2 printed; above 1e-2 it is not timed), then every
 variant is timed as CUDA-graph replays of impl.mla.sparse_absorbed in --repeats alternating rounds.
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     from gate.bench_mla import DN, R, W, decode_inputs
     from gate.benchlib import alternating, copy_ceiling, graph, rel_l2, to_np, write_json
     from impl import mla as im
+    from impl.candidates.mla_heads64_small import mla as sm
     copy_bw = copy_ceiling()
     print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s", flush=True)
     out, sc = {"copy_TBps": copy_bw / 1e12}, DN ** -0.5
@@ -43,6 +45,12 @@ def main(argv=None) -> int:
         _, latent, _, idx, lengths, q_abs = decode_inputs(B, T)
         ref = im.sparse_absorbed(q_abs, latent, idx, lengths, sc)
         fns = {"ours": graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, sc))}
+        if B >= 2:
+            # step 41's candidate (64 heads from 2 rows on, its own split count): its exact launch
+            e = rel_l2(to_np(sm.sparse_absorbed(q_abs, latent, idx, lengths, sc)), to_np(ref))
+            print(f"B={B} T={T} step41: rel-L2 to ours {e:.2e}", flush=True)
+            if e <= 1e-2:
+                fns["step41"] = graph(lambda: sm.sparse_absorbed(q_abs, latent, idx, lengths, sc))
         for name, cfg, ns in runs:
             e = rel_l2(to_np(im.sparse_absorbed(q_abs, latent, idx, lengths, sc, ns, cfg)), to_np(ref))
             print(f"B={B} T={T} {name}: rel-L2 to ours {e:.2e}", flush=True)

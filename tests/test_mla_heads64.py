@@ -6,6 +6,7 @@ with 64 heads a program, entry blocks of 32 and selection splits for one wave of
   keep the programs within one wave (checked with a stand-in for a 132-SM GPU, the H100's and H200's count).
 - The kernel at 64 heads a program (more heads than the tile is masked) against a float64 reference, on the CPU
   over splits and a paged cache, and on the GPU in bf16 at the released geometry's rank and selection width.
+- Step 41's candidate (impl.candidates.mla_heads64_small): the same launch from 2 query rows on.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from impl import mla as im
 from impl.candidates import mla_heads64 as cand
+from impl.candidates import mla_heads64_small as small
 
 HEADS64 = dict(bh=64, bw=32, num_warps=8, num_stages=3)
 
@@ -79,6 +81,19 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
         assert im._splits(gpu, rows, programs, 2051, bw) == cand._splits(gpu, rows, programs, 2051, bw)
 
 
+def test_step41s_candidate_takes_the_launch_down_to_2_rows(monkeypatch):
+    # impl.candidates.mla_heads64_small: ours' module with ROWS_64 = 2 (132-SM stand-in as above)
+    for mod in (small.mla, im):
+        monkeypatch.setattr(mod, "interpreted", lambda: False)
+        monkeypatch.setattr(mod, "num_sms", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert small.mla._launch_config(1, 512) == im._launch_config(1, 512) != HEADS64
+    for rows, splits in ((2, 32), (4, 32), (5, 26), (8, 16), (12, 11), (15, 8), (16, 8), (128, 1)):
+        assert small.mla._launch_config(rows, 512) == HEADS64
+        assert small.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
+    assert im._launch_config(8, 512)["bh"] == 16 and im.ROWS_64 == 16
+
+
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("paged", [False, True])
 def test_on_the_cpu_64_heads_a_program_agree_with_the_reference(splits, paged):
@@ -95,11 +110,12 @@ def test_on_the_cpu_64_heads_a_program_agree_with_the_reference(splits, paged):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("B,S", [(16, 1), (32, 1), (128, 1), (2, 8)])
-def test_on_the_gpu_in_bf16_the_candidate_agrees_with_the_reference(B, S):
+@pytest.mark.parametrize("B,S,ns", [(16, 1, cand), (32, 1, cand), (128, 1, cand), (2, 8, cand), (2, 1, small),
+                                    (4, 1, small), (8, 1, small), (1, 12, small)])
+def test_on_the_gpu_in_bf16_the_candidate_agrees_with_the_reference(B, S, ns):
     from invariants.contracts import bench_bound
     q, lat, idx, lengths = _case(B, S, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B)
-    got = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
+    got = ns.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
     ours = im.sparse_absorbed(q, lat, idx, lengths, 0.0625)
     rows = sorted({0, B - 1})
     ref = _reference(q[rows], lat[rows], idx[rows], lengths[rows], 0.0625)

@@ -48,18 +48,20 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     return max(1, min(num_sms(device) // programs, W // (2 * BW)))
 
 
-def _load():
-    """impl.mla executed again as `impl.candidates.mla_heads64.mla`, with the two launch functions above."""
-    name = f"{__name__}.mla"
+def module_copy(name: str, **replace):
+    """impl.mla executed again as module `name` (its own globals: its functions call each other, not ours),
+    then the globals in `replace` set; registered in sys.modules before it runs, as impl.mla reads its own
+    module object (_SELF) while it executes."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, _ours.__file__)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod      # impl.mla reads its own module object (_SELF) while it executes
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    mod._launch_config, mod._splits = _launch_config, _splits
+    for k, v in replace.items():
+        setattr(mod, k, v)
     return mod
 
 
-mla = _load()
+mla = module_copy(f"{__name__}.mla", _launch_config=_launch_config, _splits=_splits)
 Candidate = types.SimpleNamespace(mla=mla)
