@@ -391,5 +391,12 @@ CHECKS = (
           "ragged caches (stale rows past each row's length); wide selections split on a GPU",
           examples=(MLABatchCase(D0, (30, 7, 40), 2, 1, False, "normal", 0),
                     MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), (259, 100), 0, 2, True,
-                                 "normal", 1)), cpu_examples=1),
+                                 "normal", 1)),
+          # a row alone (2 query rows) against the row among 9 (18 rows) and 8 (8 rows): the GPU's launch
+          # changes with B·S (16 heads a program below 16 rows, 64 from there: impl.mla.ROWS_64), which the
+          # drawn batches (up to 3 rows of 1-2 queries) never cross
+          gpu_examples=(MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL),
+                                     (259, 100, 37, 200, 5, 180, 64, 120, 90), 4, 2, True, "normal", 2),
+                        MLABatchCase(D0, (30, 7, 40, 12, 25, 3, 38, 19), 2, 1, False, "large", 3)),
+          cpu_examples=1),
 )

@@ -6,7 +6,7 @@ with 64 heads a program, entry blocks of 32 and selection splits for one wave of
   keep the programs within one wave (checked with a stand-in for a 132-SM GPU, the H100's and H200's count).
 - The kernel at 64 heads a program (more heads than the tile is masked) against a float64 reference, on the CPU
   over splits and a paged cache, and on the GPU in bf16 at the released geometry's rank and selection width.
-- Step 41's candidate (impl.candidates.mla_heads64_small): the same launch from 2 query rows on.
+- Step 41's candidate (impl.candidates.mla_heads64_small): the same launch from 8 query rows on.
 """
 from __future__ import annotations
 
@@ -81,14 +81,16 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
         assert im._splits(gpu, rows, programs, 2051, bw) == cand._splits(gpu, rows, programs, 2051, bw)
 
 
-def test_step41s_candidate_takes_the_launch_down_to_2_rows(monkeypatch):
-    # impl.candidates.mla_heads64_small: ours' module with ROWS_64 = 2 (132-SM stand-in as above)
+def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
+    # impl.candidates.mla_heads64_small: ours' module with ROWS_64 = 8 (132-SM stand-in as above)
     for mod in (small.mla, im):
         monkeypatch.setattr(mod, "interpreted", lambda: False)
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
-    assert small.mla._launch_config(1, 512) == im._launch_config(1, 512) != HEADS64
-    for rows, splits in ((2, 32), (4, 32), (5, 26), (8, 16), (12, 11), (15, 8), (16, 8), (128, 1)):
+    for rows in (1, 2, 7):
+        assert small.mla._launch_config(rows, 512) == im._launch_config(rows, 512) != HEADS64
+        assert small.mla._splits(gpu, rows, 4 * rows, 2051, 64) == im._splits(gpu, rows, 4 * rows, 2051, 64)
+    for rows, splits in ((8, 16), (12, 11), (15, 8), (16, 8), (128, 1)):
         assert small.mla._launch_config(rows, 512) == HEADS64
         assert small.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
     assert im._launch_config(8, 512)["bh"] == 16 and im.ROWS_64 == 16
@@ -110,8 +112,8 @@ def test_on_the_cpu_64_heads_a_program_agree_with_the_reference(splits, paged):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("B,S,ns", [(16, 1, cand), (32, 1, cand), (128, 1, cand), (2, 8, cand), (2, 1, small),
-                                    (4, 1, small), (8, 1, small), (1, 12, small)])
+@pytest.mark.parametrize("B,S,ns", [(16, 1, cand), (32, 1, cand), (128, 1, cand), (2, 8, cand), (8, 1, small),
+                                    (12, 1, small), (1, 12, small), (2, 4, small)])
 def test_on_the_gpu_in_bf16_the_candidate_agrees_with_the_reference(B, S, ns):
     from invariants.contracts import bench_bound
     q, lat, idx, lengths = _case(B, S, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B)
