@@ -4,7 +4,7 @@
 #  gate41b  side by side: the GPU tests; glmgate gate of the candidate against ours, 20 examples a check: mla.batch
 #           (with its new pins crossing 8 and 16 rows) and mla.absorbed at seeds 56 and 57; mla.paths / causal /
 #           absorbed_paged / graph_replay / model.paths at 56
-#  kda      alone after: glmgate bench --mechanism kda --skip-prefill (fla's step held to the oracle from the
+#  kda      alone after: scripts/mla_b1_profile.py (where sparse MLA's B = 1 time goes); glmgate bench --mechanism kda --skip-prefill (fla's step held to the oracle from the
 #           state before the in-place timed launches)
 #   OUT=/tmp/out bash scripts/gpu_stop46c.sh
 set -u
@@ -21,9 +21,10 @@ if has gate41b; then
       --check mla.graph_replay --check model.paths --seed 56 &
   wait
 fi
+has kda && step b1_profile 60 python3 scripts/mla_b1_profile.py
 has kda && step bench_kda 200 python3 -m gate.cli bench --mechanism kda -- --skip-prefill --json "$L/bench_kda.json"
 echo "=== summary"; cat "$L/summary.txt"
 has gate41b && { tail -2 "$L/tests41.log" | cut -c1-200;
   for f in "$L"/gate41b_*.log; do echo "-- $f"; grep -E "│ (mla|model|dsa)|checks:|FAIL|Error|REGRESSION" "$f" | cut -c1-200; done; }
-has kda && { echo "=== bench_kda"; grep -vE "^\s*$|Warn|warn" "$L/bench_kda.log" | tail -20 | cut -c1-200; }
+has kda && { echo "=== b1_profile"; cut -c1-160 "$L/b1_profile.log"; echo "=== bench_kda"; grep -vE "^\s*$|Warn|warn" "$L/bench_kda.log" | tail -20 | cut -c1-200; }
 true
