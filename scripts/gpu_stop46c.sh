@@ -15,14 +15,14 @@ if has gate41b; then
   export OMP_NUM_THREADS=3
   step tests41 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_heads64.py &
   G="--device cuda --candidate impl.candidates.mla_heads64_small:Candidate --baseline triton --examples 20 --no-failures"
-  step gate41b_s56 200 python3 -m gate.cli gate $G --check mla.batch --check mla.absorbed --seed 56 &
-  step gate41b_s57 200 python3 -m gate.cli gate $G --check mla.batch --check mla.absorbed --seed 57 &
-  step gate41b_2_s56 200 python3 -m gate.cli gate $G --check mla.paths --check mla.causal --check mla.absorbed_paged \
+  step gate41b_s56 180 python3 -m gate.cli gate $G --check mla.batch --check mla.absorbed --seed 56 &
+  step gate41b_s57 180 python3 -m gate.cli gate $G --check mla.batch --check mla.absorbed --seed 57 &
+  step gate41b_2_s56 180 python3 -m gate.cli gate $G --check mla.paths --check mla.causal --check mla.absorbed_paged \
       --check mla.graph_replay --check model.paths --seed 56 &
   wait
 fi
-has kda && step b1_profile 60 python3 scripts/mla_b1_profile.py
-has kda && step bench_kda 100 python3 -m gate.cli bench --mechanism kda -- --skip-prefill --json "$L/bench_kda.json"
+has kda && [ "$SECONDS" -lt 230 ] && step b1_profile 40 python3 scripts/mla_b1_profile.py
+has kda && [ "$SECONDS" -lt 180 ] && step bench_kda 80 python3 -m gate.cli bench --mechanism kda -- --skip-prefill --json "$L/bench_kda.json"
 echo "=== summary"; cat "$L/summary.txt"
 has gate41b && { tail -2 "$L/tests41.log" | cut -c1-200;
   for f in "$L"/gate41b_*.log; do echo "-- $f"; grep -E "│ (mla|model|dsa)|checks:|FAIL|Error|REGRESSION" "$f" | cut -c1-200; done; }
