@@ -187,7 +187,11 @@ CHECKS = (
           examples=(IndexCase(D0, 2, 30, 1, (0, 2), "none", "normal", 0),), cpu_examples=1),
     Check("moe.rerun", "moe", MoECase, moe_rerun_cases, run_moe_rerun,
           "run-twice determinism of route, experts and forward, exact router ties at the cut included",
-          examples=(MoECase(32, 8, 2, 1, 1, 16, 12, "underflow", 0),), cpu_examples=1),
+          examples=(MoECase(32, 8, 2, 1, 1, 16, 12, "underflow", 0),
+                    # 16 experts, top 4, tied at the cut: a run-dependent tie order among more experts (the
+                    # first pin alone let moe_router_ties_raced escape 1 zoo run in 8 in stop 46, and 5 of 60
+                    # torch seeds; with this one, none of 60)
+                    MoECase(32, 16, 4, 1, 1, 16, 12, "underflow", 2)), cpu_examples=1),
     Check("mhc.rerun", "mhc", MHCCase, mhc_cases, run_mhc_rerun,
           "run-twice determinism of coefficients, collapse and write_back",
           examples=(MHCCase(4, 16, 1, 3, 2, "boosted", 0),), cpu_examples=1),
