@@ -24,7 +24,6 @@ import sys
 import time
 
 import torch
-import triton
 
 from gate.benchlib import copy_ceiling, do_bench, graph, header, kernel_times, rel_l2, to_np, write_json
 from invariants.contracts import bench_bound
@@ -117,9 +116,9 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     row["ours_us"] = do_bench(attend) * 1e3
     kern = graph(lambda: im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
     row["kernel_us"] = do_bench(kern) * 1e3
-    launch = im._launch_config(B, R)
+    launch = im._launch(q.device, B, H, W, R)
     row["launch"] = {k: launch[k] for k in ("bh", "bw", "num_warps", "num_stages")}
-    row["splits"] = im._splits(q.device, B, B * triton.cdiv(H, launch["bh"]), W, launch["bw"])
+    row["splits"] = launch["splits"]
     row["kernel_pct_copy"] = 100 * sel_bytes / (row["kernel_us"] * 1e-6) / copy_bw
     row["ours_pct_copy"] = 100 * sel_bytes / (row["ours_us"] * 1e-6) / copy_bw
     if args.sweep and T == min(DECODE_CACHES):

@@ -162,6 +162,29 @@ def _launch_config(rows: int, BR: int) -> dict:
     return dict(bh=64, bw=32, num_warps=warps, num_stages=3)
 
 
+def _launch(device, rows: int, H: int, W: int, R: int, splits: Optional[int] = None,
+            config: Optional[dict] = None) -> dict:
+    """sparse_absorbed's whole launch for `rows` (B·S) query rows of H heads over W-wide selections of rank R:
+    {bh, bw, num_warps, num_stages, prefetch, br, splits, w_split}: `_launch_config` with `config`'s overrides,
+    then the selection splits (`_splits`, or `splits`) as the kernel runs them (W_SPLIT entries each; a count
+    that leaves a split empty is reduced). The benchmark reports it."""
+    BR = triton.next_power_of_2(max(R, 16))
+    cfg = {**_launch_config(rows, BR), **(config or {})}
+    plan = {k: cfg.pop(k) for k in ("bh", "bw", "num_warps", "num_stages")}
+    # issue 14 step 38: the next block's entries a block ahead (the same bits; 4-6 % faster on an H100)
+    prefetch = cfg.pop("prefetch", True)
+    if cfg:
+        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages, prefetch)")
+    if not isinstance(prefetch, bool):
+        raise ValueError(f"config: prefetch {prefetch!r}, expected a bool (the next block's entries a block "
+                         f"ahead)")
+    NS = _splits(device, rows, rows * triton.cdiv(H, plan["bh"]), W, plan["bw"]) if splits is None else int(splits)
+    if NS < 1:
+        raise ValueError(f"splits: {splits}, expected >= 1")
+    W_SPLIT = triton.cdiv(max(W, 1), NS)
+    return dict(plan, prefetch=prefetch, br=BR, splits=triton.cdiv(max(W, 1), W_SPLIT), w_split=W_SPLIT)
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
                     config: Optional[dict] = None, block_table=None, page_size: int = 1):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
@@ -189,24 +212,12 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         return out
     q_abs = kernel_operand(q_abs)
     latent = kernel_operand(latent.to(q_abs.dtype))
-    BR = triton.next_power_of_2(max(R, 16))
-    cfg = {**_launch_config(B * S, BR), **(config or {})}
-    BH, BW, warps, stages = cfg.pop("bh"), cfg.pop("bw"), cfg.pop("num_warps"), cfg.pop("num_stages")
-    # issue 14 step 38: the next block's entries a block ahead (the same bits; 4-6 % faster on an H100)
-    prefetch = cfg.pop("prefetch", True)
-    if cfg:
-        raise ValueError(f"config: unknown keys {sorted(cfg)} (known: bh, bw, num_warps, num_stages, prefetch)")
-    if not isinstance(prefetch, bool):
-        raise ValueError(f"config: prefetch {prefetch!r}, expected a bool (the next block's entries a block "
-                         f"ahead)")
-    n_hb = triton.cdiv(H, BH)
-    NS = _splits(q_abs.device, B * S, B * S * n_hb, W, BW) if splits is None else int(splits)
-    if NS < 1:
-        raise ValueError(f"splits: {splits}, expected >= 1")
-    W_SPLIT = triton.cdiv(max(W, 1), NS)
-    NS = triton.cdiv(max(W, 1), W_SPLIT)
-    meta = dict(H=H, R=R, BH=BH, BW=BW, BR=BR, PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32",
-                PAGED=paged, PAGE=int(page_size) if paged else 1, PREFETCH=prefetch, num_warps=warps,
+    plan = _launch(q_abs.device, B * S, H, W, R, splits, config)
+    BR, NS, W_SPLIT, stages = plan["br"], plan["splits"], plan["w_split"], plan["num_stages"]
+    n_hb = triton.cdiv(H, plan["bh"])
+    meta = dict(H=H, R=R, BH=plan["bh"], BW=plan["bw"], BR=BR,
+                PRECISION="ieee" if q_abs.dtype == torch.float32 else "tf32", PAGED=paged,
+                PAGE=int(page_size) if paged else 1, PREFETCH=plan["prefetch"], num_warps=plan["num_warps"],
                 **({} if stages is None else {"num_stages": stages}))
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()

@@ -52,33 +52,34 @@ def _rel(a, b):
 
 def test_the_candidate_is_its_own_module_and_leaves_ours_alone():
     assert cand.mla is not im
-    assert cand.mla.attend.__globals__["_launch_config"] is cand._launch_config
+    assert cand.mla.attend.__globals__["_launch_config"] is cand.mla._launch_config
+    assert cand.mla._launch_config.__globals__ is vars(cand.mla)
     assert im.attend.__globals__["_launch_config"] is im._launch_config
-    assert cand.mla._SELF is cand.mla
+    assert cand.mla._SELF is cand.mla and cand.mla.ROWS_64 == 16
 
 
 def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
     # a stand-in for a GPU of 132 SMs (the H100's and the H200's count): the rule, not a device
-    for mod in (cand, im):
+    for mod in (cand.mla, im):
         monkeypatch.setattr(mod, "interpreted", lambda: False)
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
-    assert cand._launch_config(16, 512) == HEADS64
+    assert cand.mla._launch_config(16, 512) == HEADS64
     for rows in (1, 15):
-        assert cand._launch_config(rows, 512) == im._launch_config(rows, 512)
+        assert cand.mla._launch_config(rows, 512) == im._launch_config(rows, 512)
     # 2051 entries in blocks of 32, one head block: programs within one wave of 132
     for rows, splits in ((16, 8), (32, 4), (33, 4), (44, 3), (64, 2), (66, 2), (67, 1), (128, 1), (4096, 1)):
-        assert cand._splits(gpu, rows, rows, 2051, 32) == splits, rows
+        assert cand.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
         assert rows * splits <= 132 or splits == 1
     # never a split of fewer than 2 blocks: 100 entries are 1 split at 16 rows, not 8
-    assert cand._splits(gpu, 16, 16, 100, 32) == 1
-    assert cand._splits(gpu, 8, 32, 2051, 64) == im._splits(gpu, 8, 32, 2051, 64)
+    assert cand.mla._splits(gpu, 16, 16, 100, 32) == 1
+    assert cand.mla._splits(gpu, 8, 32, 2051, 64) == im._splits(gpu, 8, 32, 2051, 64)
     # ours since step 40: the same launch at every row count
     for rows in (1, 8, 15, 16, 32, 100, 128, 4096):
-        assert im._launch_config(rows, 512) == cand._launch_config(rows, 512)
+        assert im._launch_config(rows, 512) == cand.mla._launch_config(rows, 512)
         programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
         bw = im._launch_config(rows, 512)["bw"]
-        assert im._splits(gpu, rows, programs, 2051, bw) == cand._splits(gpu, rows, programs, 2051, bw)
+        assert im._splits(gpu, rows, programs, 2051, bw) == cand.mla._splits(gpu, rows, programs, 2051, bw)
 
 
 def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):

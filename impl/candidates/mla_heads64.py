@@ -8,15 +8,17 @@ Why: with 32 heads a program (ours), each selected latent row is gathered by bot
 64 it is gathered once, and the [64, BW] x [BW, 512] dots fill Hopper's warp-group MMA. The stop-45 probe (H100,
 r_kv 512, 2051 selected rows) measured 1.35x at B = 32 and 1.575x at B = 128.
 
-The namespace is impl.mla itself, loaded a second time as its own module with two functions replaced
-(`_launch_config`, `_splits`), so every MLA entry point (absorbed, absorbed_paged, attend, absorbed_graph and
-the sublayer composing them) launches the candidate's way while ours is untouched:
+The namespace is impl.mla itself, loaded a second time as its own module (`module_copy`) with ROWS_64 set, so
+every MLA entry point (absorbed, absorbed_paged, attend, absorbed_graph and the sublayer composing them)
+launches the candidate's way while ours is untouched. Its gate ran (stop 46) with `_launch_config` and `_splits`
+written out in this file; they gave the launch ours' functions give at ROWS_64 = 16 (they read ROWS_64 from
+their own module, so setting it in the copy is enough):
 
     python3 -m gate.cli gate --device cuda --candidate impl.candidates.mla_heads64:Candidate --baseline triton \\
         --check mla.absorbed --check mla.paths --check mla.causal --check mla.absorbed_paged --check mla.batch
 
-Below 16 query rows the launch ours had then; on the interpreter, ours' (the CPU runs the same programs as ours).
-Self-contained (ROWS_64 a literal, the launch below it written out), so it stays step 40's launch if ours moves.
+Below 16 query rows, and on the interpreter, the launch is ours' (the CPU runs the same programs as ours).
+ROWS_64 is a literal, so the candidate stays at 16 rows if ours moves its threshold (step 41).
 Not the same bits as ours on a GPU: the entry blocks of 32 change the online softmax's rescale points and the
 dots' accumulation order; held to contracts.d/mla.toml's bounds like ours (mla claims no batch invariance).
 """
@@ -26,33 +28,9 @@ import importlib.util
 import sys
 import types
 
-from impl import interpreted, num_sms
 from impl import mla as _ours
 
 ROWS_64 = 16   # query rows (B·S) from which a program takes 64 heads (step 40; a literal: ours may move)
-
-
-def _launch_config(rows: int, BR: int) -> dict:
-    """64 heads a program, entry blocks of 32, 3 stages from ROWS_64 query rows on (the stop-45 probe's
-    best at r_kv 512: blocks of 16 or 64 and 2 or 4 stages were slower); below that the launch ours had then
-    (16 heads, blocks of 64, 2 stages); the interpreter's, ours'."""
-    if interpreted():
-        return _ours._launch_config(rows, BR)
-    warps = 4 if BR <= 128 else 8
-    if rows < ROWS_64:
-        return dict(bh=16, bw=64, num_warps=warps, num_stages=2)
-    return dict(bh=64, bw=32, num_warps=warps, num_stages=3)
-
-
-def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
-    """From ROWS_64 query rows on, as many splits as keep the programs within one wave of the SMs (B = 32,
-    one head block: 4 splits on 132 SMs; B >= 67: none), each split at least 2 blocks of BW entries; below
-    that the rule ours had then (four waves); the interpreter's, ours'."""
-    if interpreted() or device.type != "cuda":
-        return _ours._splits(device, rows, programs, W, BW)
-    if rows >= ROWS_64:
-        return max(1, min(num_sms(device) // programs, W // (2 * BW)))
-    return max(1, min(-(-4 * num_sms(device) // programs), W // (2 * BW)))
 
 
 def module_copy(name: str, **replace):
@@ -70,5 +48,5 @@ def module_copy(name: str, **replace):
     return mod
 
 
-mla = module_copy(f"{__name__}.mla", _launch_config=_launch_config, _splits=_splits)
+mla = module_copy(f"{__name__}.mla", ROWS_64=ROWS_64)
 Candidate = types.SimpleNamespace(mla=mla)
