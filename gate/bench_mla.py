@@ -4,7 +4,7 @@ the float64 oracle.
 (a) decode: one query per sequence, H = 64 heads, r_kv = 512, d_n = d_v = 256 (GLM-5.3 full size), a
     selection of topk + kpool - 1 = 2051 latent rows (512 pools of 4 consecutive tokens + the 3-token
     tail, as the indexer makes them) out of a cache of T tokens, B in {1, 32, 128}, T in {32K, 128K}.
-    Ours: q folded through W_UK, the Triton gather kernel (64 heads a program from 16 rows on; flash-decoding
+    Ours: q folded through W_UK, the Triton gather kernel (64 heads a program from 8 rows on; flash-decoding
     splits for one wave of the SMs), W_UV;
     replayed from a CUDA graph. Peers in the same run: (i) the same attention in expanded form with
     torch SDPA over the dense cache (K, V of every cached token; run where it fits in memory), (ii) the
@@ -36,7 +36,7 @@ DECODE_CACHES = (32768, 131072)
 HI, DI, TI = 32, 128, 32768            # indexer heads, head dim, prefill length
 GiB = 1 << 30
 # launch variants the --sweep times (registers checked for sm_90 with gate/compile_check.py first:
-# 16 warps with a [64, 512] tile spill; the last is ours from 16 query rows on, issue 14 step 40)
+# 16 warps with a [64, 512] tile spill; the last is ours from 8 query rows on, issue 14 steps 40-41)
 SWEEP_CONFIGS = (
     dict(bh=16, bw=64, num_warps=8, num_stages=2), dict(bh=16, bw=64, num_warps=8, num_stages=3),
     dict(bh=16, bw=32, num_warps=8, num_stages=3), dict(bh=32, bw=64, num_warps=8, num_stages=2),

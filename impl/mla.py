@@ -122,8 +122,8 @@ def _check_attention(w: MLAWeights, q, latent, indices, lengths):
 
 def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     """Selection splits for flash-decoding (a row's selection split over programs, their partial softmaxes
-    merged). On the GPU, from ROWS_64 query rows on (issue 14 step 40): as many splits as keep the programs
-    within one wave of the SMs (H = 64, 132 SMs: B = 16: 8, 32: 4, 64: 2, >= 67: none); below that, the
+    merged). On the GPU, from ROWS_64 query rows on (issue 14 steps 40, 41): as many splits as keep the programs
+    within one wave of the SMs (H = 64, 132 SMs: B = 8: 16, 16: 8, 32: 4, 64: 2, >= 67: none); below that, the
     H200 sweep's rule (bench_mla --sweep): enough programs for four waves of the SMs (B = 1: 16 splits).
     Each split at least 2 blocks of BW entries (a split of less than one block only adds a merge).
 
@@ -143,15 +143,18 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
-ROWS_64 = 16    # query rows (B·S) from which a GPU program takes 64 heads (issue 14 step 40)
+# query rows (B·S) from which a GPU program takes 64 heads: 16 in step 40, 8 since step 41 (1.7x the 16-head
+# launch at B = 8-12 on an H100); from 2 rows on it was 0.81x at B = 2
+ROWS_64 = 8
 
 
 def _launch_config(rows: int, BR: int) -> dict:
     """sparse_absorbed's launch for B·S query rows: {bh, bw, num_warps, num_stages}. Heads share every
     gathered row, so a program takes a block of BH heads (tl.dot needs >= 16 rows). On the GPU from ROWS_64
-    rows on (issue 14 step 40): 64 heads, entry blocks of 32, 3 stages: each selected row is gathered once
-    for all 64 heads and the [64, 32] x [32, 512] dots take Hopper's warp-group MMA (1.35-1.88x the 32-head
-    launch at B = 16-256 on an H100; blocks of 16 or 64 and 2 or 4 stages were slower). Below it the H200
+    rows on (issue 14 steps 40, 41): 64 heads, entry blocks of 32, 3 stages: each selected row is gathered
+    once for all 64 heads and the [64, 32] x [32, 512] dots take Hopper's warp-group MMA (1.35-1.88x the
+    32-head launch at B = 16-256 on an H100, 1.7x the 16-head one at B = 8-12; blocks of 16 or 64 and 2 or 4
+    stages were slower). Below it the H200
     sweep's best (bench_mla --sweep): 16 heads, blocks of 64, 2 stages. The interpreter: 16 heads, blocks of
     16 (its cost is per program and per block, not per element)."""
     warps = 4 if BR <= 128 else 8

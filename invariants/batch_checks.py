@@ -392,11 +392,14 @@ CHECKS = (
           examples=(MLABatchCase(D0, (30, 7, 40), 2, 1, False, "normal", 0),
                     MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), (259, 100), 0, 2, True,
                                  "normal", 1)),
-          # a row alone (2 query rows) against the row among 9 (18 rows) and 8 (8 rows): the GPU's launch
-          # changes with B·S (16 heads a program below 16 rows, 64 from there: impl.mla.ROWS_64), which the
-          # drawn batches (up to 3 rows of 1-2 queries) never cross
+          # a wide row alone (2 and 1 query rows) against the row among 9 (18 query rows) and 8 (8): the GPU's
+          # launch changes with B·S (16 heads a program and entry blocks of 64 below impl.mla.ROWS_64 = 8 rows,
+          # 64 heads and blocks of 32 from there, other split counts), which the drawn batches (up to 3 rows
+          # of 1-2 queries) never cross; the row of interest selects all 259 slots, so every split holds
+          # entries (a short row would sit in the first block of either launch)
           gpu_examples=(MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL),
-                                     (259, 100, 37, 200, 5, 180, 64, 120, 90), 4, 2, True, "normal", 2),
-                        MLABatchCase(D0, (30, 7, 40, 12, 25, 3, 38, 19), 2, 1, False, "large", 3)),
+                                     (259, 100, 37, 200, 5, 180, 64, 120, 90), 0, 2, True, "normal", 2),
+                        MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL),
+                                     (259, 7, 40, 12, 25, 3, 38, 19), 0, 1, True, "large", 3)),
           cpu_examples=1),
 )

@@ -65,21 +65,23 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
     assert cand.mla._launch_config(16, 512) == HEADS64
-    for rows in (1, 15):
+    for rows in (1, 7):
         assert cand.mla._launch_config(rows, 512) == im._launch_config(rows, 512)
+    assert cand.mla._launch_config(15, 512) == im._launch_config(7, 512)
     # 2051 entries in blocks of 32, one head block: programs within one wave of 132
     for rows, splits in ((16, 8), (32, 4), (33, 4), (44, 3), (64, 2), (66, 2), (67, 1), (128, 1), (4096, 1)):
         assert cand.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
         assert rows * splits <= 132 or splits == 1
     # never a split of fewer than 2 blocks: 100 entries are 1 split at 16 rows, not 8
     assert cand.mla._splits(gpu, 16, 16, 100, 32) == 1
-    assert cand.mla._splits(gpu, 8, 32, 2051, 64) == im._splits(gpu, 8, 32, 2051, 64)
-    # ours since step 40: the same launch at every row count
-    for rows in (1, 8, 15, 16, 32, 100, 128, 4096):
+    assert cand.mla._splits(gpu, 7, 28, 2051, 64) == im._splits(gpu, 7, 28, 2051, 64)
+    # ours since step 40 from 16 rows on (below that step 41 moved ours: the next test)
+    for rows in (1, 7, 16, 32, 100, 128, 4096):
         assert im._launch_config(rows, 512) == cand.mla._launch_config(rows, 512)
         programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
         bw = im._launch_config(rows, 512)["bw"]
         assert im._splits(gpu, rows, programs, 2051, bw) == cand.mla._splits(gpu, rows, programs, 2051, bw)
+    assert cand.mla._launch_config(8, 512) != HEADS64 == im._launch_config(8, 512)
 
 
 def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
@@ -94,7 +96,13 @@ def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
     for rows, splits in ((8, 16), (12, 11), (15, 8), (16, 8), (128, 1)):
         assert small.mla._launch_config(rows, 512) == HEADS64
         assert small.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
-    assert im._launch_config(8, 512)["bh"] == 16 and im.ROWS_64 == 16
+    # ours since step 41: the same launch at every row count
+    assert im.ROWS_64 == 8
+    for rows in (1, 7, 8, 12, 15, 16, 32, 100, 128, 4096):
+        assert im._launch_config(rows, 512) == small.mla._launch_config(rows, 512)
+        programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
+        bw = im._launch_config(rows, 512)["bw"]
+        assert im._splits(gpu, rows, programs, 2051, bw) == small.mla._splits(gpu, rows, programs, 2051, bw)
 
 
 @pytest.mark.parametrize("splits", [1, 3])
