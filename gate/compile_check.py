@@ -227,6 +227,12 @@ RECORDS = (
                       PREFETCH=True), dict(num_warps=8, num_stages=2)),
     KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
                  dict(H=64, R=512, BR=512), dict(num_warps=4)),
+    # issue 14 steps 42 / 43's candidates: the merge in tiles of 16 splits, written in bf16; with W_UV applied
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512, BJ=16), dict(num_warps=4)),
+    KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
+                 dict(NS="i32", stride_h="i32", stride_v="i32"),
+                 dict(H=64, R=512, V=256, BK=64, BV=64, BJ=16), dict(num_warps=4)),
     # the GPU's partial (impl.mhc: a tf32x3 tl.dot over 16 rows, 64-wide sub-blocks, 2 warps) and finish
     # (1 row, 1 warp); the broadcast-and-sum partial is the interpreter's, kept compiling at step 3's form
     KernelRecord("mhc", "mhc_coeff_partial_dot_fwd_kernel", dict(x=BF, fn=F32, part=F32), dict(R="i32"),

@@ -23,7 +23,8 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import dsa, interpreted, kernel_operand, num_sms, paged
 from impl.graph import capturing
-from impl.kernels.mla import mla_combine_kernel, mla_sparse_absorbed_fwd_kernel
+from impl.kernels.mla import (mla_combine_kernel, mla_merge_kernel, mla_merge_uv_kernel,
+                              mla_sparse_absorbed_fwd_kernel)
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -188,8 +189,18 @@ def _launch(device, rows: int, H: int, W: int, R: int, splits: Optional[int] = N
     return dict(plan, prefetch=prefetch, br=BR, splits=triton.cdiv(max(W, 1), W_SPLIT), w_split=W_SPLIT)
 
 
+# the selection splits' merge: "online" (mla_combine_kernel: one split at a time, a running rescale, float32 out
+# and a cast after it), or "tiles" (issue 14 step 42, mla_merge_kernel: the maximum first, then the splits'
+# loads in tiles at once, written in the caller's dtype)
+MERGE = "online"
+# at most this many query rows (B·S), the merge also applies W_UV (issue 14 step 43, mla_merge_uv_kernel; with
+# MERGE "tiles"): one launch for the merge, the cast and W_UV's GEMM; 0: never
+ROWS_UV = 0
+MERGE_UV_CONFIG = dict(BK=64, BV=64, num_warps=4)   # 167 registers, no spill (sm_90); BK 128 spilled
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
-                    config: Optional[dict] = None, block_table=None, page_size: int = 1):
+                    config: Optional[dict] = None, block_table=None, page_size: int = 1, w_uv=None):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
 
     Args:
@@ -200,9 +211,11 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         config: launch overrides {bh, bw, num_warps, num_stages, prefetch} (the benchmark sweeps them;
             prefetch, issue 14 step 38: the next block's entries a block ahead, ours; False before it);
         block_table: [B, M] int64 (validated), or None: latent is then the page pool [N, page_size, R]
-            and the kernel reads row b's position t from page block_table[b, t // page_size]
+            and the kernel reads row b's position t from page block_table[b, t // page_size];
+        w_uv: W_UV [H, V, R] (kv_b_proj's view, its rows contiguous), or None
     Returns:
-        out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection)
+        out: [B, S, H, R] float32, Σ_t p_h(s, t) c_t (0 for an empty selection); with w_uv, that folded back
+        through W_UV: [B, S, H, V] in w_uv's dtype
     """
     B, S, H, R = q_abs.shape
     T, W = latent.shape[1], indices.shape[-1]
@@ -210,9 +223,12 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     M = block_table.shape[1] if paged else 1
     if R > 1024:
         raise ValueError(f"latent: rank {R}, expected <= 1024 (the kernel holds a [BH, R] tile)")
+    if w_uv is not None and (w_uv.shape[0] != H or w_uv.shape[2] != R or w_uv.stride(2) != 1):
+        raise ValueError(f"w_uv: expected [H={H}, V, R={R}] with unit stride along R, got shape {tuple(w_uv.shape)} "
+                         f"strides {w_uv.stride()}")
     out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
     if out.numel() == 0:
-        return out
+        return out if w_uv is None else _fold_uv(out, w_uv)
     q_abs = kernel_operand(q_abs)
     latent = kernel_operand(latent.to(q_abs.dtype))
     plan = _launch(q_abs.device, B * S, H, W, R, splits, config)
@@ -227,13 +243,31 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     if NS == 1:
         mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
             q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
-        return out
+        return out if w_uv is None else _fold_uv(out, w_uv)
     part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
     lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
     mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
         q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
-    mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
-    return out
+    BJ = min(16, triton.next_power_of_2(NS))
+    if MERGE == "online":
+        mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
+        return out if w_uv is None else _fold_uv(out, w_uv)
+    if w_uv is not None and B * S <= ROWS_UV:
+        V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
+        o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)
+        BK, BV = min(cfg.pop("BK"), BR), min(cfg.pop("BV"), triton.next_power_of_2(V))
+        mla_merge_uv_kernel[(B * S, H, triton.cdiv(V, BV))](
+            part, lse, w_uv, o, NS, w_uv.stride(0), w_uv.stride(1), H=H, R=R, V=V, BK=BK, BV=BV, BJ=BJ, **cfg)
+        return o
+    if w_uv is not None:
+        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=w_uv.dtype)
+    mla_merge_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, BJ=BJ, num_warps=4)
+    return out if w_uv is None else _fold_uv(out, w_uv)
+
+
+def _fold_uv(lat, w_uv):
+    """lat [B, S, H, R] through W_UV [H, V, R] in w_uv's dtype: [B, S, H, V] (SPEC §7, the absorbed output)."""
+    return torch.einsum("bshr,hvr->bshv", lat.to(w_uv.dtype), w_uv)
 
 
 def _dense_scores(q_abs, latent, allowed, scale):
@@ -300,9 +334,9 @@ def absorbed_paged(w: MLAWeights, q, latent_pages, block_table, page_size: int, 
     idx, lengths = check_selection(indices, lengths, q.shape[0], q.shape[1], T)
     W_UK, W_UV = _split_kv_b(w)
     q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
-    lat = sparse_absorbed(q_abs, latent_pages, idx, lengths, w.nope_dim ** -0.5, splits,
-                          block_table=bt, page_size=page_size)                             # [B, S, H, R] f32
-    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    # W_UV in q's dtype: a float32 [H, V, R] copy per call would cost more bytes than the selected rows
+    o = sparse_absorbed(q_abs, latent_pages, idx, lengths, w.nope_dim ** -0.5, splits, block_table=bt,
+                        page_size=page_size, w_uv=W_UV.to(q.dtype))                        # [B, S, H, V]
     if not return_scores:
         return o, None
     latent = paged.gather(latent_pages, bt, page_size, lengths, left=False)[0]
@@ -314,9 +348,8 @@ def attend(w: MLAWeights, q, latent, idx, lengths, splits: Optional[int] = None)
     the caller has validated idx [B, S, W] int64 and lengths [B] int64). Returns (o, q_abs)."""
     W_UK, W_UV = _split_kv_b(w)
     q_abs = torch.einsum("bshn,hnr->bshr", q, W_UK.to(q.dtype))                          # [B, S, H, R]
-    lat = sparse_absorbed(q_abs, latent, idx, lengths, w.nope_dim ** -0.5, splits)       # [B, S, H, R] f32
     # W_UV in q's dtype: a float32 [H, V, R] copy per call would cost more bytes than the selected rows
-    o = torch.einsum("bshr,hvr->bshv", lat.to(q.dtype), W_UV.to(q.dtype))                # [B, S, H, V]
+    o = sparse_absorbed(q_abs, latent, idx, lengths, w.nope_dim ** -0.5, splits, w_uv=W_UV.to(q.dtype))
     return o, q_abs
 
 

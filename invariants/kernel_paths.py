@@ -152,6 +152,10 @@ GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes fl
 GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA GPU); the interpreter cannot run it, "
            "so the CPU checks its bit arithmetic's twin (tests/test_nvfp4_pairs.py) and `glmgate run --device cuda` "
            "the kernels")
+MLA_MERGE_CANDIDATE = ("only issue 14 step 42 / 43's candidates launch it (impl.candidates.mla_merge, mla_merge_uv; "
+                       "ours merges a split at a time: mla_combine_kernel); tests/test_mla_merge.py holds them on "
+                       "the CPU against the float64 truth over 1-20 splits (two tiles), empty splits and rows, "
+                       "1-3 query rows, and `glmgate gate --candidate` runs them on a GPU")
 NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
                    "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
                    "the float64 truth")
@@ -458,6 +462,11 @@ PATHS: tuple[Path, ...] = (
     Path("mla_combine_kernel", "an empty split merged (weight 0)",
          lambda a: bool(np.isneginf(a["lse"].detach().to("cpu").numpy()).any()),
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
+    Path("mla_merge_kernel", "one tile of splits", lambda a: a["NS"] <= a["BJ"], why=MLA_MERGE_CANDIDATE),
+    Path("mla_merge_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"], why=MLA_MERGE_CANDIDATE),
+    Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_CANDIDATE),
+    Path("mla_merge_uv_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"],
+         why=MLA_MERGE_CANDIDATE),
     # ---------------------------------------------------------------- paged caches
     Path("paged_gather_fwd_kernel", "a second row tile", lambda a: _cdiv(a["T"], a["BT"]) >= 2,
          by=("dsa.index_paged",)),
@@ -623,6 +632,8 @@ KERNELS: dict[str, tuple[str, ...]] = {
                               "RB"),      # the search step: the same code at 1 to 32 bits a pass
     "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
     "mla_combine_kernel": ("H", "R", "BR"),
+    "mla_merge_kernel": ("H", "R", "BR", "BJ"),
+    "mla_merge_uv_kernel": ("H", "R", "V", "BK", "BV", "BJ"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),
     "mhc_coeff_partial_fwd_kernel": ("N", "D", "BR", "BN", "BK", "BKS"),
     "mhc_coeff_partial_dot_fwd_kernel": ("N", "D", "BR", "BM", "BK", "BKS"),

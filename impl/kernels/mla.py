@@ -134,3 +134,84 @@ def mla_combine_kernel(
         b_m = b_mn
     b_o = b_acc / tl.where(b_l > 0, b_l, 1.)
     tl.store(out + (i_bs * H + i_h) * R + o_r, b_o, mask=mask_r)
+
+
+@triton.jit
+def _lse_max(lse, i_bs, i_h, NS, H: tl.constexpr, BJ: tl.constexpr):
+    """L = max_j lse_j over the NS splits of (query row i_bs, head i_h), -1e30 when every split is empty (a
+    finite floor: e^(-inf - L) is then 0, not NaN)."""
+    o_j = tl.arange(0, BJ)
+    b_m = tl.full([BJ], -1e30, dtype=tl.float32)
+    for j0 in range(0, NS, BJ):
+        b_x = tl.load(lse + (i_bs * NS + j0 + o_j) * H + i_h, mask=j0 + o_j < NS, other=float("-inf"))
+        b_m = tl.maximum(b_m, b_x)
+    return tl.max(b_m, 0)
+
+
+@triton.jit
+def _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H: tl.constexpr, R: tl.constexpr, BJ: tl.constexpr):
+    """(Σ_j e^(lse_j - L) part_j[o_r], Σ_j e^(lse_j - L)) over the NS splits, BJ splits' loads at a time."""
+    o_j = tl.arange(0, BJ)
+    b_acc = tl.zeros_like(o_r).to(tl.float32)
+    b_l = tl.zeros([BJ], dtype=tl.float32)
+    for j0 in range(0, NS, BJ):
+        mask_j = j0 + o_j < NS
+        i_row = i_bs * NS + j0 + o_j
+        b_p = tl.exp(tl.load(lse + i_row * H + i_h, mask=mask_j, other=float("-inf")) - L)    # 0: empty, past NS
+        b_o = tl.load(part + (i_row[:, None] * H + i_h) * R + o_r[None, :],
+                      mask=mask_j[:, None] & mask_r[None, :], other=0.)
+        b_acc += tl.sum(b_p[:, None] * b_o, 0)
+        b_l += b_p
+    return b_acc, tl.sum(b_l, 0)
+
+
+@triton.jit
+def mla_merge_kernel(
+    part, lse, out,
+    NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr, BJ: tl.constexpr,
+):
+    """The split merge in one pass (issue 14 step 42): out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L),
+    L = max_j lse_j first (0 where every split is empty). mla_combine_kernel takes a split at a time, a
+    dependent round trip each (16 at B = 1); here BJ splits' loads go out at once. out in its own dtype (the
+    caller's: no cast launch after it).
+
+    One program per (query row, head). part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
+    """
+    i_bs, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_r = tl.arange(0, BR)
+    mask_r = o_r < R
+    L = _lse_max(lse, i_bs, i_h, NS, H, BJ)
+    b_acc, b_l = _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H, R, BJ)
+    b_o = b_acc / tl.where(b_l > 0, b_l, 1.)
+    tl.store(out + (i_bs * H + i_h) * R + o_r, b_o.to(out.dtype.element_ty), mask=mask_r)
+
+
+@triton.jit
+def mla_merge_uv_kernel(
+    part, lse, w_uv, out,
+    NS, stride_h, stride_v,
+    H: tl.constexpr, R: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BJ: tl.constexpr,
+):
+    """The split merge with W_UV applied (issue 14 step 43): out[b, s, h, v] = Σ_r W_UV[h, v, r] lat[r] / l,
+    (lat, l) = mla_merge_kernel's sums over the splits, in float32 to the end (the unfused path rounds lat to
+    the caller's dtype before W_UV). For few query rows: one launch instead of the merge, a cast and a GEMM,
+    reading W_UV once over its programs.
+
+    One program per (query row, head, BV values); the rank in blocks of BK. part: [B·S, NS, H, R] f32,
+    lse: [B·S, NS, H], w_uv: [H, V, R] (strides stride_h, stride_v, 1: kv_b_proj's view), out: [B·S, H, V].
+    """
+    i_bs, i_h, i_v = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_v = o_v < V
+    L = _lse_max(lse, i_bs, i_h, NS, H, BJ)
+    b_o = tl.zeros([BV], dtype=tl.float32)
+    b_l = 0.
+    for k0 in range(0, R, BK):
+        o_k = k0 + tl.arange(0, BK)
+        mask_k = o_k < R
+        b_lat, b_l = _merged(part, lse, i_bs, i_h, NS, L, o_k, mask_k, H, R, BJ)            # [BK], []
+        b_w = tl.load(w_uv + i_h * stride_h + o_v[:, None] * stride_v + o_k[None, :],
+                      mask=mask_v[:, None] & mask_k[None, :], other=0.)                     # [BV, BK]
+        b_o += tl.sum(b_w.to(tl.float32) * b_lat[None, :], 1)
+    b_o = b_o / tl.where(b_l > 0, b_l, 1.)
+    tl.store(out + (i_bs * H + i_h) * V + o_v, b_o.to(out.dtype.element_ty), mask=mask_v)
