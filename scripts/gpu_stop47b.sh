@@ -24,7 +24,7 @@ PASS=1
 for f in "$L"/gate42_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || PASS=0; done
 echo "gate42 all passed: $PASS" | tee -a "$L/summary.txt"
 if has land && [ "$PASS" = 1 ]; then
-  git apply .whl/step42.patch && echo "landed on the device's tree" | tee -a "$L/summary.txt"
+  { git apply .whl/step42.patch || patch -p1 < .whl/step42.patch; } && echo "landed on the device's tree" | tee -a "$L/summary.txt"
   step tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py tests/test_mla_heads64.py \
       tests/test_mla_prefetch.py &
   step zoo 200 python3 -m gate.cli zoo --device cuda --mutant mla_combine_drops_last_split \
