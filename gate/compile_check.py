@@ -225,9 +225,8 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64,
                       PREFETCH=True), dict(num_warps=8, num_stages=2)),
-    KernelRecord("mla", "mla_combine_kernel", dict(part=F32, lse=F32, out=F32), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512), dict(num_warps=4)),
-    # issue 14 steps 42 / 43's candidates: the merge in tiles of 16 splits, written in bf16; with W_UV applied
+    # the split merge in tiles of 16 splits, written in bf16 (issue 14 step 42); with W_UV applied (step 43's
+    # refuted candidate)
     KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
                  dict(H=64, R=512, BR=512, BJ=16), dict(num_warps=4)),
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),

@@ -23,8 +23,7 @@ import triton
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
 from impl import dsa, interpreted, kernel_operand, num_sms, paged
 from impl.graph import capturing
-from impl.kernels.mla import (mla_combine_kernel, mla_merge_kernel, mla_merge_uv_kernel,
-                              mla_sparse_absorbed_fwd_kernel)
+from impl.kernels.mla import mla_merge_kernel, mla_merge_uv_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -189,12 +188,9 @@ def _launch(device, rows: int, H: int, W: int, R: int, splits: Optional[int] = N
     return dict(plan, prefetch=prefetch, br=BR, splits=triton.cdiv(max(W, 1), W_SPLIT), w_split=W_SPLIT)
 
 
-# the selection splits' merge: "online" (mla_combine_kernel: one split at a time, a running rescale, float32 out
-# and a cast after it), or "tiles" (issue 14 step 42, mla_merge_kernel: the maximum first, then the splits'
-# loads in tiles at once, written in the caller's dtype)
-MERGE = "online"
-# at most this many query rows (B·S), the merge also applies W_UV (issue 14 step 43, mla_merge_uv_kernel; with
-# MERGE "tiles"): one launch for the merge, the cast and W_UV's GEMM; 0: never
+# at most this many query rows (B·S), the split merge also applies W_UV (issue 14 step 43, mla_merge_uv_kernel:
+# the merge, the cast and W_UV's GEMM in one launch; refuted on an H100, 0.80x at B = 1: its GEMV is latency-bound
+# at 21.5 us where the merge and cuBLAS take 8.5), kept for its candidate impl.candidates.mla_merge_uv; 0: never
 ROWS_UV = 0
 MERGE_UV_CONFIG = dict(BK=64, BV=64, num_warps=4)   # 167 registers, no spill (sm_90); BK 128 spilled
 
@@ -248,10 +244,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
     mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
         q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
+    # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, in the caller's dtype
     BJ = min(16, triton.next_power_of_2(NS))
-    if MERGE == "online":
-        mla_combine_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, num_warps=4)
-        return out if w_uv is None else _fold_uv(out, w_uv)
     if w_uv is not None and B * S <= ROWS_UV:
         V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
         o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)

@@ -26,7 +26,7 @@ import numpy as np
 
 
 class Path(NamedTuple):
-    kernel: str                          # the @triton.jit kernel of impl/kernels/ ("mla_combine_kernel")
+    kernel: str                          # the @triton.jit kernel of impl/kernels/ ("mla_merge_kernel")
     name: str                            # what runs ("a second selection block")
     ran: Callable[[dict], bool]          # {parameter: argument} of one launch -> did it take this path
     by: tuple = ()                       # the checks whose ci examples reach it on the interpreter
@@ -152,10 +152,12 @@ GPU_BF16 = ("tf32 / bf16 dots are a GPU's bf16 path: the interpreter computes fl
 GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA GPU); the interpreter cannot run it, "
            "so the CPU checks its bit arithmetic's twin (tests/test_nvfp4_pairs.py) and `glmgate run --device cuda` "
            "the kernels")
-MLA_MERGE_CANDIDATE = ("only issue 14 step 42 / 43's candidates launch it (impl.candidates.mla_merge, mla_merge_uv; "
-                       "ours merges a split at a time: mla_combine_kernel); tests/test_mla_merge.py holds them on "
-                       "the CPU against the float64 truth over 1-20 splits (two tiles), empty splits and rows, "
-                       "1-3 query rows, and `glmgate gate --candidate` runs them on a GPU")
+MLA_MERGE_UV_CANDIDATE = ("only issue 14 step 43's refuted candidate launches it (impl.candidates.mla_merge_uv: ours' "
+                          "ROWS_UV is 0); tests/test_mla_merge.py holds it on the CPU against the float64 truth over "
+                          "1-20 splits (two tiles), empty splits and rows, 1-2 query rows, and on a GPU in bf16")
+MLA_MERGE_TILES = ("a selection of more than 16 splits: ours' rules give at most 16 at the released width (B = 1, "
+                   "2051 entries) and the interpreter at most 4; tests/test_mla_merge.py merges 20 (two tiles) on the "
+                   "CPU against the float64 truth")
 NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
                    "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
                    "the float64 truth")
@@ -455,18 +457,16 @@ PATHS: tuple[Path, ...] = (
          lambda a: not a.get("PREFETCH", False),
          why="ours before step 38 (config prefetch=False): the same bits as ours (tests/test_mla_prefetch.py, on "
              "the CPU and the GPU), timed beside it by scripts/mla_prefetch_probe.py"),
-    Path("mla_combine_kernel", "two splits merged", lambda a: a["NS"] == 2,
+    Path("mla_merge_kernel", "two splits merged", lambda a: a["NS"] == 2,
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
-    Path("mla_combine_kernel", "three or more splits merged (a running rescale)", lambda a: a["NS"] >= 3,
-         by=("mla.absorbed",)),
-    Path("mla_combine_kernel", "an empty split merged (weight 0)",
+    Path("mla_merge_kernel", "three or more splits merged", lambda a: a["NS"] >= 3, by=("mla.absorbed",)),
+    Path("mla_merge_kernel", "an empty split merged (weight 0)",
          lambda a: bool(np.isneginf(a["lse"].detach().to("cpu").numpy()).any()),
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
-    Path("mla_merge_kernel", "one tile of splits", lambda a: a["NS"] <= a["BJ"], why=MLA_MERGE_CANDIDATE),
-    Path("mla_merge_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"], why=MLA_MERGE_CANDIDATE),
-    Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_CANDIDATE),
+    Path("mla_merge_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"], why=MLA_MERGE_TILES),
+    Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_UV_CANDIDATE),
     Path("mla_merge_uv_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"],
-         why=MLA_MERGE_CANDIDATE),
+         why=MLA_MERGE_UV_CANDIDATE),
     # ---------------------------------------------------------------- paged caches
     Path("paged_gather_fwd_kernel", "a second row tile", lambda a: _cdiv(a["T"], a["BT"]) >= 2,
          by=("dsa.index_paged",)),
@@ -631,7 +631,6 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "dsa_select_fwd_kernel": ("M", "BS", "BP", "BM", "BW",
                               "RB"),      # the search step: the same code at 1 to 32 bits a pass
     "mla_sparse_absorbed_fwd_kernel": ("H", "R", "BH", "BW", "BR", "PAGE"),
-    "mla_combine_kernel": ("H", "R", "BR"),
     "mla_merge_kernel": ("H", "R", "BR", "BJ"),
     "mla_merge_uv_kernel": ("H", "R", "V", "BK", "BV", "BJ"),
     "paged_gather_fwd_kernel": ("PAGE", "BT", "BF"),

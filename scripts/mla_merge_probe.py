@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     from impl.candidates.mla_heads64 import module_copy
     from impl.candidates.mla_merge import mla as m42
     from impl.candidates.mla_merge_uv import mla as m43
-    tiles = {n: module_copy(f"probe_{n}", MERGE="tiles", ROWS_UV=2, MERGE_UV_CONFIG=cfg) for n, cfg in UV_TILES.items()}
+    tiles = {n: module_copy(f"probe_{n}", ROWS_UV=2, MERGE_UV_CONFIG=cfg) for n, cfg in UV_TILES.items()}
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)

@@ -1,9 +1,9 @@
-"""Issue 14 steps 42 and 43's candidates: the selection splits merged in one pass (impl.candidates.mla_merge:
-impl.mla.MERGE = "tiles", mla_merge_kernel) and, at up to 2 query rows, merged with W_UV applied
-(impl.candidates.mla_merge_uv: ROWS_UV = 2, mla_merge_uv_kernel).
+"""Issue 14 steps 42 and 43: the selection splits merged in one pass (mla_merge_kernel; impl.candidates.mla_merge,
+ours since stop 47) and, at up to 2 query rows, merged with W_UV applied (impl.candidates.mla_merge_uv: ROWS_UV = 2,
+mla_merge_uv_kernel; refuted, not landed).
 
-- Both are impl.mla loaded as their own modules: ours' merge (a split at a time) is untouched by them, and ours'
-  output with W_UV is the same bits as the float32 merge cast and folded by hand (what attend did before).
+- Both candidates are impl.mla loaded as their own modules; ours' output with W_UV is the same bits as its merge
+  cast and folded by hand (the split path) or its float32 output cast and folded (no split).
 - Against a float64 reference on the CPU: over 1 to 20 splits (20 is two tiles of 16), splits left empty by a
   short row, a row with no valid entry (0, not NaN), 1-3 query rows (the fused launch at <= 2, the merge then
   W_UV's GEMM at 3), and W_UV as kv_b_proj's strided view.
@@ -35,15 +35,15 @@ def _folded(ref, w_uv):
     return torch.einsum("bshr,hvr->bshv", ref, w_uv.double().cpu())
 
 
-def test_ours_with_w_uv_is_the_float32_merge_cast_and_folded():
+def test_ours_with_w_uv_is_its_merge_folded_by_hand():
     q, lat, idx, lengths = _case(1, 1, 300, 259, 2, 32)
     w_uv = _w_uv(2, 16, 32)
     for splits in (1, 4):
         lat_f32 = im.sparse_absorbed(q, lat, idx, lengths, 0.3, splits)
         by_hand = torch.einsum("bshr,hvr->bshv", lat_f32.to(w_uv.dtype), w_uv)
         assert torch.equal(im.sparse_absorbed(q, lat, idx, lengths, 0.3, splits, w_uv=w_uv), by_hand)
-    assert im.MERGE == "online" and im.ROWS_UV == 0
-    assert mla_merge.mla.MERGE == "tiles" and mla_merge_uv.mla.ROWS_UV == 2 and mla_merge.mla is not im
+    assert im.ROWS_UV == 0 and mla_merge.mla.ROWS_UV == 0 and mla_merge_uv.mla.ROWS_UV == 2
+    assert mla_merge.mla is not im and mla_merge_uv.mla is not im
 
 
 @pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv], ids=["merge", "merge_uv"])

@@ -48,7 +48,7 @@ def mla_sparse_absorbed_fwd_kernel(
     q: [B, S, H, R] (absorbed through W_UK), c: [B, T, R], indices: [B, S, W] int, lengths: [B] int.
     SPLIT False: out [B, S, H, R] float32, lse unused. SPLIT True: out [B, S, NS, H, R] holds each
     split's normalized partial output and lse [B, S, NS, H] its log-sum-exp (-inf when empty), for
-    mla_combine_kernel.
+    mla_merge_kernel (or mla_merge_uv_kernel).
     PAGED (a paged cache, docs/candidates.md section 13): c is the page pool [N, PAGE, R] and row b's
     position t is read from page block_table[b, t // PAGE] (block_table [B, M] int), slot t % PAGE;
     only entries < lengths[b] are ever looked up, so no block-table entry past the row's pages is read.
@@ -108,35 +108,6 @@ def mla_sparse_absorbed_fwd_kernel(
 
 
 @triton.jit
-def mla_combine_kernel(
-    part, lse, out,
-    NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr,
-):
-    """out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L), L = max_j lse_j (0 if all empty).
-
-    One program per (query row, head). part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
-    """
-    i_bs, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    o_r = tl.arange(0, BR)
-    mask_r = o_r < R
-    b_m = tl.full([1], -1e30, dtype=tl.float32)
-    b_l = tl.zeros([1], dtype=tl.float32)
-    b_acc = tl.zeros([BR], dtype=tl.float32)
-    for j in range(0, NS):
-        i_row = i_bs * NS + j
-        b_x = tl.load(lse + i_row * H + i_h + tl.zeros([1], dtype=tl.int64))             # [1]
-        b_mn = tl.maximum(b_m, b_x)
-        b_alpha = tl.exp(b_m - b_mn)
-        b_p = tl.exp(b_x - b_mn)                                                          # 0 for an empty split
-        b_o = tl.load(part + (i_row * H + i_h) * R + o_r, mask=mask_r, other=0.)
-        b_l = b_l * b_alpha + b_p
-        b_acc = b_acc * b_alpha + b_p * b_o
-        b_m = b_mn
-    b_o = b_acc / tl.where(b_l > 0, b_l, 1.)
-    tl.store(out + (i_bs * H + i_h) * R + o_r, b_o, mask=mask_r)
-
-
-@triton.jit
 def _lse_max(lse, i_bs, i_h, NS, H: tl.constexpr, BJ: tl.constexpr):
     """L = max_j lse_j over the NS splits of (query row i_bs, head i_h), -1e30 when every split is empty (a
     finite floor: e^(-inf - L) is then 0, not NaN)."""
@@ -171,9 +142,9 @@ def mla_merge_kernel(
     NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr, BJ: tl.constexpr,
 ):
     """The split merge in one pass (issue 14 step 42): out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L),
-    L = max_j lse_j first (0 where every split is empty). mla_combine_kernel takes a split at a time, a
-    dependent round trip each (16 at B = 1); here BJ splits' loads go out at once. out in its own dtype (the
-    caller's: no cast launch after it).
+    L = max_j lse_j first (0 where every split is empty). With L known every split's weight is, so BJ splits'
+    loads go out at once (the merge before step 42 took a split at a time with a running rescale: a dependent
+    round trip each, 16 at B = 1). out in its own dtype (the caller's: no cast launch after it).
 
     One program per (query row, head). part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
     """

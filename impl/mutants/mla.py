@@ -139,10 +139,10 @@ class MlaSplitEmptyLseZero(TritonMLA):
 
 @mutant("mla.absorbed", "output", base="triton")
 class MlaCombineDropsLastSplit(TritonMLA):
-    """The split-KV combine merges one split fewer than the kernel wrote, dropping the last (a stale split count: NVIDIA/recsys-examples #379)."""
+    """The split-KV merge is handed one split fewer than the kernel wrote (a stale split count: NVIDIA/recsys-examples #379): it drops the last split and reads each later query row's partial outputs from a stride one split short."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        with kernel_edited(im, "mla_combine_kernel", "for j in range(0, NS):", "for j in range(0, NS - 1):"):
+        with kernel_edited(im, "mla_merge_kernel", "_merged(part, lse, i_bs, i_h, NS, L,", "_merged(part, lse, i_bs, i_h, NS - 1, L,"):
             return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
