@@ -222,8 +222,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     if w_uv is not None and (w_uv.shape[0] != H or w_uv.shape[2] != R or w_uv.stride(2) != 1):
         raise ValueError(f"w_uv: expected [H={H}, V, R={R}] with unit stride along R, got shape {tuple(w_uv.shape)} "
                          f"strides {w_uv.stride()}")
-    out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
-    if out.numel() == 0:
+    if B * S * H * R == 0:
+        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
         return out if w_uv is None else _fold_uv(out, w_uv)
     q_abs = kernel_operand(q_abs)
     latent = kernel_operand(latent.to(q_abs.dtype))
@@ -237,25 +237,26 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()
     if NS == 1:
+        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
         mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
             q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
-        return out if w_uv is None else _fold_uv(out, w_uv)
-    part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
-    lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
-    mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
-        q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
-    # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, in the caller's dtype
-    BJ = min(16, triton.next_power_of_2(NS))
-    if w_uv is not None and B * S <= ROWS_UV:
-        V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
-        o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)
-        BK, BV = min(cfg.pop("BK"), BR), min(cfg.pop("BV"), triton.next_power_of_2(V))
-        mla_merge_uv_kernel[(B * S, H, triton.cdiv(V, BV))](
-            part, lse, w_uv, o, NS, w_uv.stride(0), w_uv.stride(1), H=H, R=R, V=V, BK=BK, BV=BV, BJ=BJ, **cfg)
-        return o
-    if w_uv is not None:
-        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=w_uv.dtype)
-    mla_merge_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, BJ=BJ, num_warps=4)
+    else:
+        part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
+        lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
+        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
+            q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
+        BJ = min(16, triton.next_power_of_2(NS))
+        if w_uv is not None and B * S <= ROWS_UV:
+            V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
+            o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)
+            BK, BV = min(cfg.pop("BK"), BR), min(cfg.pop("BV"), triton.next_power_of_2(V))
+            mla_merge_uv_kernel[(B * S, H, triton.cdiv(V, BV))](
+                part, lse, w_uv, o, NS, w_uv.stride(0), w_uv.stride(1), H=H, R=R, V=V, BK=BK, BV=BV, BJ=BJ, **cfg)
+            return o
+        # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, written in the caller's
+        # dtype (no cast launch before W_UV)
+        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
+        mla_merge_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, BJ=BJ, num_warps=4)
     return out if w_uv is None else _fold_uv(out, w_uv)
 
 

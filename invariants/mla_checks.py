@@ -263,8 +263,8 @@ CHECKS = (
           # 2051 selected rows of the released geometry: 33 blocks of the online softmax, split across programs
           gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
                         IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21),
-                        # 16 query rows (a prefill chunk; two rows of 8): the GPU's launch for B·S >= 16
-                        # (issue 14 step 40: 64 heads a program, 8 splits on 132 SMs)
+                        # 16 query rows (a prefill chunk; two rows of 8): 64 heads a program, 8 splits on 132 SMs
+                        # (issue 14 step 40's launch, from 8 query rows on since step 41)
                         IndexCase(GFULL, 1, 2400, 16, (0,), "none", "large", 22),
                         IndexCase(GFULL, 2, 2200, 8, (0, 9), "none", "normal", 23),
                         # 8 query rows (step 41: the same launch from 8 rows on, 16 splits on 132 SMs), and
