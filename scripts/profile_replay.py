@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from gate.bench_layer import _context, _streams, handoff, random_layer
-    from gate.benchlib import do_bench, graph, kernel_table, write_json
+    from gate.benchlib import copy_ceiling, do_bench, graph, kernel_table, write_json
     from gate.cost_layers import layer_predictions
     from gate.cost_measure import nvfp4_only
     from impl import registry
@@ -108,7 +108,10 @@ def main(argv=None) -> int:
         peer_module = importlib.import_module(args.peer.split(":")[0])
     g, dtype = Geometry.preset("full"), torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(7)
-    out = {}
+    # the bytes floor at this device's copy speed, measured in the same run (the "within 3x its floor")
+    copy_bw = copy_ceiling()
+    print(f"copy ceiling {copy_bw / 1e12:.2f} TB/s (a 2 GiB device-to-device copy, this run)")
+    out = {"copy_ceiling_bytes_per_s": copy_bw}
     for kind, pr in layer_predictions(g, 1, batch=1, context=args.context, hbm_bw=4.27e12).items():
         if args.kinds and kind not in args.kinds.split(","):
             continue
@@ -149,12 +152,16 @@ def main(argv=None) -> int:
         total = sum(r[2] for r in rows)
         print(f"\n=== {kind}: replay {ms * 1e3:.1f} us; kernel time {total:.1f} us per step ({src}); "
               f"{sum(r[1] for r in rows):.0f} kernels; gaps {ms * 1e3 - total:.1f} us")
+        floor_us = pr["bytes_per_step"] / copy_bw * 1e6
+        print(f"  bytes floor {pr['bytes_per_step'] / 1e6:.1f} MB a step: {floor_us:.1f} us at this run's copy "
+              f"speed; the replay is {ms * 1e3 / floor_us:.2f}x it")
         for n, c, us in rows[:30]:
             print(f"  {us:8.1f} us {100 * us / max(total, 1e-9):5.1f}%  x{c:4.1f}  {n[:150]}")
         print("  eager step, device memory allocated by op (self, allocated minus freed; top 12):")
         for k, b in mem:
             print(f"    {b / 2**20:9.1f} MiB  {k[:120]}")
         out[kind] = {"replay_us": ms * 1e3, "kernel_us": total, "source": src, "kernels": rows,
+                     "bytes_per_step": pr["bytes_per_step"], "floor_us": floor_us,
                      "memory_by_op": mem, "eager_kernels": eager_kernels}
         if args.peer:
             out[kind]["compare"] = compare(backends, step, do_bench, graph, args.repeats)
