@@ -16,7 +16,7 @@ import types
 import torch
 import triton
 
-import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
+from impl import interpreted  # (importing impl selects the interpreter on CPU-only machines first)
 from impl.kernels.norm import norm_fwd_kernel
 
 D_MAX = 16384          # one [BD] row tile a program
@@ -42,8 +42,12 @@ def _norm(x, w, eps: float, mode: int, zg=None):
     rows = xs.numel() // D
     if rows:
         g = zg.to(work).contiguous() if zg is not None else xs
-        norm_fwd_kernel[(rows,)](xs, w.contiguous(), g, y, D, float(eps), MODE=mode,
-                                 BD=triton.next_power_of_2(D), num_warps=4 if D >= 1024 else 1)
+        BD = triton.next_power_of_2(D)
+        # a row a program on the GPU (the form gated in issue 14 step 14); the interpreter's cost is per program,
+        # so there a block of rows (at most 2^16 elements) a program
+        BM = min(triton.next_power_of_2(rows), max(1, 65536 // BD)) if interpreted() else 1
+        norm_fwd_kernel[(triton.cdiv(rows, BM),)](xs, w.contiguous(), g, y, rows, D, float(eps), MODE=mode, BM=BM,
+                                                  BD=BD, num_warps=4 if D >= 1024 else 1)
     return y.to(out_dtype)
 
 
