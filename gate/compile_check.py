@@ -229,6 +229,9 @@ RECORDS = (
     # refuted candidate)
     KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
                  dict(H=64, R=512, BR=512, BJ=16), dict(num_warps=4)),
+    # the merge with the rank in chunks of 128 (issue 14 step 44's candidate)
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=128, BJ=16), dict(num_warps=4)),
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),
                  dict(H=64, R=512, V=256, BK=64, BV=64, BJ=16), dict(num_warps=4)),

@@ -195,6 +195,21 @@ ROWS_UV = 0
 MERGE_UV_CONFIG = dict(BK=64, BV=64, num_warps=4)   # 167 registers, no spill (sm_90); BK 128 spilled
 
 
+# the split merge's rank chunk a program (issue 14 step 44's candidate, impl.candidates.mla_merge_chunks: 128,
+# R = 512 over 4 programs a head); 0: the whole rank a program
+MERGE_BR = 0
+
+
+def _merge_chunk(BR: int) -> int:
+    """The merge's rank chunk: MERGE_BR on the GPU (0: the whole rank tile BR); under the interpreter half the
+    rank tile (at least 16), so the CPU checks run two chunks a head at the tiny geometry's rank too."""
+    if not MERGE_BR:
+        return BR
+    if interpreted():
+        return max(16, BR // 2)
+    return min(BR, MERGE_BR)
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
                     config: Optional[dict] = None, block_table=None, page_size: int = 1, w_uv=None):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
@@ -254,9 +269,10 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
                 part, lse, w_uv, o, NS, w_uv.stride(0), w_uv.stride(1), H=H, R=R, V=V, BK=BK, BV=BV, BJ=BJ, **cfg)
             return o
         # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, written in the caller's
-        # dtype (no cast launch before W_UV)
+        # dtype (no cast launch before W_UV); the rank in chunks of MERGE_BR over programs (step 44)
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
-        mla_merge_kernel[(B * S, H)](part, lse, out, NS, H=H, R=R, BR=BR, BJ=BJ, num_warps=4)
+        BRM = _merge_chunk(BR)
+        mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ, num_warps=4)
     return out if w_uv is None else _fold_uv(out, w_uv)
 
 

@@ -155,6 +155,9 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 MLA_MERGE_UV_CANDIDATE = ("only issue 14 step 43's refuted candidate launches it (impl.candidates.mla_merge_uv: ours' "
                           "ROWS_UV is 0); tests/test_mla_merge.py holds it on the CPU against the float64 truth over "
                           "1-20 splits (two tiles), empty splits and rows, 1-2 query rows, and on a GPU in bf16")
+MLA_MERGE_CHUNKS = ("only issue 14 step 44's candidate launches it (impl.candidates.mla_merge_chunks: ours' "
+                    "MERGE_BR is 0, the whole rank a program); tests/test_mla_merge.py holds it on the CPU against "
+                    "the float64 truth and ours' bits, and on a GPU in bf16")
 MLA_MERGE_TILES = ("a selection of more than 16 splits: ours' rules give at most 16 at the released width (B = 1, "
                    "2051 entries) and the interpreter at most 4; tests/test_mla_merge.py merges 20 (two tiles) on the "
                    "CPU against the float64 truth")
@@ -464,6 +467,7 @@ PATHS: tuple[Path, ...] = (
          lambda a: bool(np.isneginf(a["lse"].detach().to("cpu").numpy()).any()),
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
     Path("mla_merge_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"], why=MLA_MERGE_TILES),
+    Path("mla_merge_kernel", "the rank in two or more chunks", lambda a: a["R"] > a["BR"], why=MLA_MERGE_CHUNKS),
     Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_UV_CANDIDATE),
     Path("mla_merge_uv_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"],
          why=MLA_MERGE_UV_CANDIDATE),

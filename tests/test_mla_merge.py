@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from impl import mla as im
-from impl.candidates import mla_merge, mla_merge_uv
+from impl.candidates import mla_merge, mla_merge_chunks, mla_merge_uv
+from impl.candidates.mla_heads64 import module_copy
 from tests.test_mla_heads64 import _case, _reference
 
 N = 24   # W_UK's rows per head in kv_b_proj's view (keys first): W_UV is a strided slice after them
@@ -46,7 +47,7 @@ def test_ours_with_w_uv_is_its_merge_folded_by_hand():
     assert mla_merge.mla is not im and mla_merge_uv.mla is not im
 
 
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv], ids=["merge", "merge_uv"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
 @pytest.mark.parametrize("B,S", [(1, 1), (1, 2), (3, 1)])
 @pytest.mark.parametrize("splits", [1, 3, 20])
 def test_on_the_cpu_the_merge_agrees_with_the_reference(cand, B, S, splits):
@@ -61,12 +62,23 @@ def test_on_the_cpu_the_merge_agrees_with_the_reference(cand, B, S, splits):
     assert _rel(o, _folded(ref, w_uv)) < 1e-5
 
 
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv], ids=["merge", "merge_uv"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
 def test_a_row_with_no_valid_entry_gives_zero_not_nan(cand):
     q, lat, idx, lengths = _case(2, 1, 100, 90, 2, 32, seed=5)
     idx[1] = -1
     o = cand.mla.sparse_absorbed(q[1:], lat[1:], idx[1:], lengths[1:], 0.3, 4, w_uv=_w_uv(2, 16, 32))
     assert torch.equal(o, torch.zeros_like(o))
+
+
+def test_the_merge_in_rank_chunks_is_ours_bit_for_bit_on_the_cpu():
+    """Step 44 moves ranks between programs and changes no element's arithmetic (on the interpreter: two chunks
+    of a rank tile of 64, the second masked past R = 48)."""
+    whole = module_copy("test_mla_merge_whole_rank", MERGE_BR=0).sparse_absorbed
+    q, lat, idx, lengths = _case(2, 1, 300, 259, 3, 48, seed=9)
+    assert mla_merge_chunks.mla._merge_chunk(64) == 32
+    for splits in (3, 20):
+        assert torch.equal(mla_merge_chunks.mla.sparse_absorbed(q, lat, idx, lengths, 0.3, splits),
+                           whole(q, lat, idx, lengths, 0.3, splits))
 
 
 def test_a_w_uv_of_the_wrong_shape_or_layout_is_refused():
@@ -79,7 +91,7 @@ def test_a_w_uv_of_the_wrong_shape_or_layout_is_refused():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 1), (1, 2), (4, 1), (32, 1)])
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv], ids=["merge", "merge_uv"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
 def test_on_the_gpu_in_bf16_the_merge_agrees_with_the_reference(cand, B, S):
     from invariants.contracts import bench_bound
     q, lat, idx, lengths = _case(B, S, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B + S)

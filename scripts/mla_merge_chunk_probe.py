@@ -1,0 +1,120 @@
+"""Issue 14 step 44 timed: the sparse absorbed MLA decode (impl.mla.attend) of ours against the candidate whose
+split merge takes the rank in chunks of 128 over programs (impl.candidates.mla_merge_chunks), at the bench's decode
+shape (gate.bench_mla.decode_inputs), B = 1 at 128K and B = 2-32 at 32K; then, at B = 1 (128K), how the harness's
+L2 flush enters the time:
+
+- `zero`: triton.testing.do_bench, the bench's method: a 256 MB buffer zeroed before every call. Its writes leave
+  L2 full of dirty lines, written back to HBM while the timed call runs.
+- `read`: the same buffer READ before every call (a sum): L2 is as cold for the call's inputs, with clean lines.
+- `none`: no flush (the inputs may sit in the H100's 50 MB L2: W_UK and W_UV are 33.6 MB).
+
+Each with ours, the candidate and the dense SDPA peer of gate.bench_mla (the same K / V sizes), 5 alternating
+rounds each; and the profiler's kernel times inside the replays after each flush (their sum against the time).
+Every form is first held to the float64 oracle on its first and last row (gate.bench_mla._check_decode).
+
+    PYTHONPATH=. python3 scripts/mla_merge_chunk_probe.py [--repeats 5] [--json F]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+SHAPES = ((1, 131072), (2, 32768), (4, 32768), (8, 32768), (32, 32768))
+FLUSH_BYTES = 256 << 20
+
+
+def timed(fn, flush, reps: int = 100, warmup: int = 10) -> float:
+    """Median microseconds of fn() between CUDA events, `flush()` before each call (None: none)."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if flush is not None:
+            flush()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    from torch.profiler import ProfilerActivity, profile
+
+    from gate.bench_mla import DN, DV, H, _check_decode, decode_inputs
+    from gate.benchlib import alternating, graph, kernel_table, kernel_times, write_json
+    from impl import mla as im
+    from impl.candidates.mla_merge_chunks import mla as m44
+    out = {}
+    for B, T in SHAPES:
+        w, latent, q, idx, lengths, _ = decode_inputs(B, T)
+        forms = {"ours": im, "chunks": m44}
+        fns = {}
+        for name, ns in forms.items():
+            e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
+            print(f"B={B} T={T} {name}: rel-L2 {e:.2e} (oracle)", flush=True)
+            if e <= 2e-2:
+                fns[name] = graph(lambda ns=ns: ns.attend(w, q, latent, idx, lengths))
+        res = alternating(fns, args.repeats)
+        for n, r in res.items():
+            print(f"  B={B} T={T} {n:8s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
+                  f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
+        out[f"B{B}_T{T}"] = dict(times=res)
+        if B == 1:
+            for name, ns in forms.items():
+                print(f"  kernels of {name} (eager, no flush):", flush=True)
+                for k, us in kernel_times(lambda ns=ns: ns.attend(w, q, latent, idx, lengths), calls=20,
+                                          width=70).items():
+                    print(f"    {us:8.2f} us  {k}", flush=True)
+            buf = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
+            sink = torch.empty((), device="cuda", dtype=torch.float32)
+            flushes = {"zero": buf.zero_, "read": lambda: torch.sum(buf, out=sink), "none": None}
+            gen = torch.Generator(device="cuda").manual_seed(B * 7 + T + 1)
+            k = torch.randn(B, H, T, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
+            v = torch.randn(B, H, T, DV, device="cuda", generator=gen, dtype=torch.bfloat16)
+            qd = q.transpose(1, 2)
+            fns["dense"] = graph(lambda: torch.nn.functional.scaled_dot_product_attention(qd, k, v, scale=DN ** -0.5))
+            flush_res = {}
+            for fl, f in flushes.items():
+                runs = {n: [] for n in fns}
+                for _ in range(args.repeats):
+                    for n, fn in fns.items():
+                        runs[n].append(timed(fn, f))
+                med = {n: statistics.median(r) for n, r in runs.items()}
+                flush_res[fl] = dict(runs_us=runs, median_us=med)
+                print(f"  flush {fl:5s}: " + "; ".join(f"{n} {m:.2f} us [{min(runs[n]):.2f}-{max(runs[n]):.2f}]"
+                                                       for n, m in med.items())
+                      + f"; dense / ours {med['dense'] / med['ours']:.1f}x, dense / chunks "
+                        f"{med['dense'] / med['chunks']:.1f}x", flush=True)
+                for n in ("ours", "chunks"):
+                    with profile(activities=[ProfilerActivity.CUDA]) as pg:
+                        for _ in range(20):
+                            if f is not None:
+                                f()
+                            fns[n]()
+                        torch.cuda.synchronize()
+                    rows = [r for r in kernel_table(pg, 20) if "sum" not in r[0].lower()
+                            and "fill" not in r[0].lower() and "zero" not in r[0].lower()
+                            and "reduce" not in r[0].lower()]
+                    tot = sum(r[2] for r in rows)
+                    print(f"    {n} after flush {fl}: kernels {tot:.2f} us of {med[n]:.2f}: "
+                          + "; ".join(f"{r[0][:40]} {r[2]:.2f}" for r in rows[:6]), flush=True)
+                    flush_res[fl][f"kernels_{n}"] = rows
+            out[f"B{B}_T{T}"]["flush"] = flush_res
+            del k, v, buf
+        del fns
+        torch.cuda.empty_cache()
+    write_json(args.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
