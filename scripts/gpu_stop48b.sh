@@ -9,10 +9,15 @@
 #           kernel mutants; ours' matrix (glmgate run --device cuda) on the four checks at seed 84; then alone:
 #           the three layer kinds' decode-step replays, ours against impl.candidates.norms_torch (the torch
 #           norms), 5 alternating runs, the bytes floor at the run's copy speed
+#  gate44   beside land's checks: glmgate gate of step 44's candidate (impl.candidates.mla_merge_chunks: the split
+#           merge's rank in chunks of 128) against ours, 20 examples a check: mla.absorbed + mla.batch at seeds 86
+#           and 87, mla.absorbed_paged / graph_replay / paths / causal at 86
+#  probe44  alone, last: scripts/mla_merge_chunk_probe.py (attend, ours against the candidate, B = 1-32; at B = 1
+#           the harness's L2 flush: zeroed, read, none, with the dense SDPA peer)
 #   OUT=/tmp/out bash scripts/gpu_stop48b.sh
 set -u
 NAME=${NAME:-stop48b}
-PARTS=${PARTS:-gate14b land}
+PARTS=${PARTS:-gate14b land gate44 probe44}
 source "$(dirname "$0")/gpu_steps.sh"
 if has gate14b; then
   export OMP_NUM_THREADS=3
@@ -35,15 +40,27 @@ if has land && [ "$PASS" = 1 ]; then
   R="--device cuda --examples 20 --no-failures --seed 84"
   step ours_kda 240 python3 -m gate.cli run $R --check kda.sublayer --check kda.paths &
   step ours_model 240 python3 -m gate.cli run $R --check mla.paths --check model.paths &
-  wait
+fi
+if has gate44; then
+  G="--device cuda --candidate impl.candidates.mla_merge_chunks:Candidate --baseline triton --examples 20 --no-failures"
+  step gate44_s86 240 python3 -m gate.cli gate $G --check mla.absorbed --check mla.batch --seed 86 &
+  step gate44_s87 240 python3 -m gate.cli gate $G --check mla.absorbed --check mla.batch --seed 87 &
+  step gate44_2_s86 240 python3 -m gate.cli gate $G --check mla.absorbed_paged --check mla.graph_replay \
+      --check mla.paths --check mla.causal --seed 86 &
+fi
+wait
+if has land && [ "$PASS" = 1 ]; then
   [ "$SECONDS" -lt 420 ] && step replay 150 python3 scripts/profile_replay.py \
       --kinds kda+dense,kda+sparse,dsa-full+sparse --peer impl.candidates.norms_torch:Candidate --repeats 5 \
       --json "$L/replay.json"
 fi
+has probe44 && [ "$SECONDS" -lt 470 ] && step probe44 110 python3 scripts/mla_merge_chunk_probe.py --json "$L/probe44.json"
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate14b_*.log; do echo "-- $f"; grep -E "│ (kda|mla|model)|checks:|FAIL|Error|REGRESSION" "$f" | cut -c1-200; done
 [ -f "$L/tests.log" ] && tail -3 "$L/tests.log" | cut -c1-200
 [ -f "$L/zoo.log" ] && grep -E "caught|escaped|not run|error" "$L/zoo.log" | cut -c1-120 | tail -6
 for f in "$L"/ours_*.log; do [ -f "$f" ] && { echo "-- $f"; grep -E "│ (kda|mla|model)|checks:|FAIL|Error" "$f" | cut -c1-200; }; done
 [ -f "$L/replay.log" ] && grep -E "^copy|^===|bytes floor|compare" "$L/replay.log" | cut -c1-230
+for f in "$L"/gate44_*.log; do [ -f "$f" ] && { echo "-- $f"; grep -E "│ (mla|model)|checks:|FAIL|Error|REGRESSION" "$f" | cut -c1-200; }; done
+[ -f "$L/probe44.log" ] && grep -vE "Warn|warn" "$L/probe44.log" | cut -c1-250
 true
