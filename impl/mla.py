@@ -202,11 +202,11 @@ MERGE_BR = 0
 
 def _merge_chunk(BR: int) -> int:
     """The merge's rank chunk: MERGE_BR on the GPU (0: the whole rank tile BR); under the interpreter half the
-    rank tile (at least 16), so the CPU checks run two chunks a head at the tiny geometry's rank too."""
+    rank tile (at least 8), so the CPU checks run two chunks a head at the tiny geometry's rank (16) too."""
     if not MERGE_BR:
         return BR
     if interpreted():
-        return max(16, BR // 2)
+        return max(8, BR // 2)
     return min(BR, MERGE_BR)
 
 
