@@ -38,19 +38,19 @@ if [ "$P14" = 1 ]; then
   step zoo14 200 python3 -m gate.cli zoo --device cuda --mutant kda_norm_kernel_gate_dropped \
       --mutant kda_norm_kernel_mean_over_one_more --mutant mla_norm_kernel_latent_unweighted &
   wait
-  [ "$SECONDS" -lt 330 ] && step replay 120 python3 scripts/profile_replay.py \
+  [ "$SECONDS" -lt 280 ] && step replay 90 python3 scripts/profile_replay.py \
       --kinds kda+dense,kda+sparse,dsa-full+sparse --peer impl.candidates.norms_torch:Candidate --repeats 5 \
       --json "$L/replay.json"
 fi
-[ "$SECONDS" -lt 400 ] && step probe44 110 python3 scripts/mla_merge_chunk_probe.py --json "$L/probe44.json"
-if [ "$P14" = 1 ] && [ "$P44" = 1 ] && [ "$SECONDS" -lt 480 ]; then
+[ "$SECONDS" -lt 330 ] && step probe44 100 python3 scripts/mla_merge_chunk_probe.py --json "$L/probe44.json"
+if [ "$P14" = 1 ] && [ "$P44" = 1 ] && [ "$SECONDS" -lt 420 ]; then
   { git apply .whl/step44.patch || patch -p1 < .whl/step44.patch; } && echo "step 44 landed on the device's tree" | tee -a "$L/summary.txt"
-  step tests44 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py &
-  step zoo44 100 python3 -m gate.cli zoo --device cuda --mutant mla_merge_chunk_reads_the_first_chunk \
+  step tests44 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py &
+  step zoo44 60 python3 -m gate.cli zoo --device cuda --mutant mla_merge_chunk_reads_the_first_chunk \
       --mutant mla_combine_drops_last_split --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale \
       --mutant mla_prefetch_skips_a_block --mutant mla_paged_first_row_table &
   wait
-  [ "$SECONDS" -lt 570 ] && step bench_mla 25 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
+  [ "$SECONDS" -lt 480 ] && step bench_mla 25 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
 fi
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log; do echo "-- $f"; grep -E "│ (kda|mla|model)|checks:|FAIL|Error|REGRESSION" "$f" | cut -c1-170; done
