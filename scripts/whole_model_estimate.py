@@ -34,7 +34,8 @@ DEFAULT_REPLAY = ("bench_results/issue14_h200_2026-12-03/step8/replay.json",
                   "bench_results/issue14_h200_2026-12-04/step12/call3/replay.json",
                   "bench_results/issue14_h200_2026-12-04/step13/call2/replay.json")
 H200_BYTES = 139 * 2**30    # one H200's memory as the GPU machine reports it (about 139 GiB)
-COPY_CEILING = 4.27e12      # bytes/s, measured in the same runs as the layers (gate.benchlib.copy_ceiling)
+COPY_CEILING = 4.27e12      # bytes/s: the H200's, measured beside the default replays (a replay JSON that carries its
+                            # run's own copy speed, profile_replay.py since stop 48, replaces it)
 
 
 def main(argv=None) -> int:
@@ -52,8 +53,13 @@ def main(argv=None) -> int:
     g = Geometry.preset("full")
     replays = args.replay or list(DEFAULT_REPLAY)
     measured, source = {}, {}
+    copy_bw = COPY_CEILING
     for path in replays:
         for k, v in json.load(open(path)).items():
+            if k == "copy_ceiling_bytes_per_s":
+                # the run's own copy speed (profile_replay.py since stop 48): the floors of that device
+                copy_bw = v
+                continue
             measured[k] = v["compare"]["ours"]["median_us"] if "compare" in v else v["replay_us"]
             source[k] = path
     count = collections.Counter()
@@ -64,24 +70,25 @@ def main(argv=None) -> int:
     if missing:
         print(f"no measured replay for layer kind(s) {missing} in {', '.join(replays)}", file=sys.stderr)
         return 2
-    pred = layer_predictions(g, 1, context=args.context, hbm_bw=COPY_CEILING)
+    pred = layer_predictions(g, 1, context=args.context, hbm_bw=copy_bw)
     assert set(layer_kinds(g)) == set(count)
     cost = model_cost(g, Plan.make(g, 1, 1, "nvfp4"), batch=1, context=args.context)
-    ends = sum(cost.terms[k].hbm for k in ("embeddings", "norms", "lm_head")) / COPY_CEILING * 1e6
+    ends = sum(cost.terms[k].hbm for k in ("embeddings", "norms", "lm_head")) / copy_bw * 1e6
     rows, layers_us, floor_us = [], 0.0, 0.0
     for kind, n in sorted(count.items()):
-        f = pred[kind]["bytes_per_step"] / COPY_CEILING * 1e6
+        f = pred[kind]["bytes_per_step"] / copy_bw * 1e6
         rows.append({"kind": kind, "layers": n, "measured_us": measured[kind], "floor_us": f,
                      "total_us": n * measured[kind], "source": source[kind]})
         layers_us += n * measured[kind]
         floor_us += n * f
     mem = cost.memory()
     out = {"estimate": True, "geometry": "full", "layers": g.num_hidden_layers, "context": args.context,
-           "replay_source": replays, "rows": rows, "ends_us_floor_not_measured": ends,
+           "replay_source": replays, "copy_ceiling_bytes_per_s": copy_bw, "rows": rows,
+           "ends_us_floor_not_measured": ends,
            "token_us": layers_us + ends, "floor_us": floor_us + ends, "memory": mem,
            "fits_one_h200": mem["total"] <= H200_BYTES}
     print(f"ESTIMATE (not a measurement): full geometry, {g.num_hidden_layers} layers, NVFP4 experts, B = 1, "
-          f"context {args.context}, one H200")
+          f"context {args.context}, one GPU; floors at {copy_bw / 1e12:.2f} TB/s (the replays' copy speed)")
     print(f"{'kind':18s} {'layers':>6s} {'measured/layer':>15s} {'floor/layer':>12s} {'x floor':>8s} {'total':>10s}")
     for r in rows:
         print(f"{r['kind']:18s} {r['layers']:6d} {r['measured_us']:12.1f} us {r['floor_us']:9.1f} us "
