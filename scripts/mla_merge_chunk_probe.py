@@ -76,7 +76,7 @@ def main(argv=None) -> int:
                     print(f"    {us:8.2f} us  {k}", flush=True)
             buf = torch.empty(FLUSH_BYTES // 4, device="cuda", dtype=torch.float32)
             sink = torch.empty((), device="cuda", dtype=torch.float32)
-            flushes = {"zero": buf.zero_, "read": lambda: torch.sum(buf, out=sink), "none": None}
+            flushes = {"zero": buf.zero_, "read": lambda: torch.sum(buf, 0, out=sink), "none": None}
             gen = torch.Generator(device="cuda").manual_seed(B * 7 + T + 1)
             k = torch.randn(B, H, T, DN, device="cuda", generator=gen, dtype=torch.bfloat16)
             v = torch.randn(B, H, T, DV, device="cuda", generator=gen, dtype=torch.bfloat16)
