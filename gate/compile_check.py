@@ -289,7 +289,7 @@ RECORDS = (
     KernelRecord("moe", "moe_align_fwd_kernel", dict(ids="*i64", sorted_ids="*i64", block_expert="*i64"),
                  dict(P="i32", NB="i32"), dict(E=288, BM=16, BE=512, BP=32, BS=64, IDX="int32", FILL=True),
                  dict(num_warps=4)),
-    # the norms (impl.candidates.norms_fused, issue 14 step 14): hidden 4096, MLA's kv latent 512, a KDA head's 128
+    # the norms (impl/norm.py, ours since issue 14 step 14): hidden 4096, MLA's kv latent 512, a KDA head's 128
     KernelRecord("norm", "norm_fwd_kernel", dict(x=BF, w=BF, zg=BF, y=BF), dict(N="i32", D="i32", eps="fp32"),
                  dict(MODE=0, BM=1, BD=4096), dict(num_warps=4)),
     KernelRecord("norm", "norm_fwd_kernel", dict(x=BF, w=BF, zg=BF, y=BF), dict(N="i32", D="i32", eps="fp32"),

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import canary, interpreted, num_sms
+from impl import canary, interpreted, norm, num_sms
 from impl.kernels.kda import (
     kda_chunk_cumsum_fwd_kernel,
     kda_combine_chunked_fwd_kernel,
@@ -755,7 +755,15 @@ def conv(z, weight, conv_state=None, cu_seqlens=None):
 
 
 def gated_rmsnorm(o, zg, weight, eps):
-    """w · o · (mean(o²)+eps)^-1/2 · sigmoid(zg) over the last axis, float32, cast to o's dtype."""
+    """w · o · (mean(o²)+eps)^-1/2 · sigmoid(zg) over the last axis, float32, cast to o's dtype. One launch of
+    impl/kernels/norm.py wherever kernels run (issue 14 step 14), else `gated_rmsnorm_torch`."""
+    if norm.runs_kernel(o):
+        return norm.launch(o, weight, eps, norm.GATED, zg)
+    return gated_rmsnorm_torch(o, zg, weight, eps)
+
+
+def gated_rmsnorm_torch(o, zg, weight, eps):
+    """`gated_rmsnorm` in torch ops (ours before issue 14 step 14; the peer of impl.candidates.norms_torch)."""
     u = o.float()
     y = weight.float() * u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps) * torch.sigmoid(zg.float())
     return y.to(o.dtype)

@@ -21,14 +21,23 @@ import torch
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import dsa, interpreted, kernel_operand, num_sms, paged
+from impl import dsa, interpreted, kernel_operand, norm, num_sms, paged
 from impl.graph import capturing
 from impl.kernels.mla import mla_merge_kernel, mla_merge_uv_kernel, mla_sparse_absorbed_fwd_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
 def rmsnorm(x, weight, eps: float):
-    """SPEC §2: statistics in float32, cast back to x's dtype, THEN times the weight."""
+    """SPEC §2: statistics in float32, cast back to x's dtype, THEN times the weight. One launch of
+    impl/kernels/norm.py wherever kernels run (issue 14 step 14), else `rmsnorm_torch`."""
+    # a weight of another dtype promotes the product in torch (a float32 result from bf16 x): the torch form then
+    if norm.runs_kernel(x) and weight.dtype == x.dtype:
+        return norm.launch(x, weight, eps, norm.MLA)
+    return rmsnorm_torch(x, weight, eps)
+
+
+def rmsnorm_torch(x, weight, eps: float):
+    """`rmsnorm` in torch ops (ours before issue 14 step 14; the peer of impl.candidates.norms_torch)."""
     u = x.float()
     return (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 

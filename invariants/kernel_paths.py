@@ -161,9 +161,6 @@ MLA_MERGE_CHUNKS = ("only issue 14 step 44's candidate launches it (impl.candida
 MLA_MERGE_TILES = ("a selection of more than 16 splits: ours' rules give at most 16 at the released width (B = 1, "
                    "2051 entries) and the interpreter at most 4; tests/test_mla_merge.py merges 20 (two tiles) on the "
                    "CPU against the float64 truth")
-NORMS_CANDIDATE = ("only impl.candidates.norms_fused launches it (issue 14 step 14, not yet gated on a GPU: ours "
-                   "keeps the torch norms); tests/test_norms_fused.py holds each mode on the CPU against ours and "
-                   "the float64 truth")
 KDA_COLUMNS = ("ours before issue 14 step 26 (intra='columns', kept as the bench's baseline and the base of steps "
                "21, 23 and 24's candidates); tests/test_kda_intra_blocked.py, tests/test_kda_strong_decays.py and "
                "tests/test_kda_causal.py hold it on the CPU against the float64 truth on dense rows, packed documents "
@@ -600,12 +597,14 @@ PATHS += _grouped_gemm("moe_gate_up_fwd_kernel", "D", "I") + _grouped_gemm("moe_
     Path("dsa_select_fwd_kernel", "a query with fewer candidates than k_sel", _select_short, by=("dsa.index",)),
     Path("dsa_select_fwd_kernel", "a second block of the -1 fill", lambda a: _cdiv(a["W"], a["BW"]) >= 2,
          by=("dsa.index", "mla.paths")),
-    # ---------------------------------------------------------------- the norms (a candidate's, step 14)
+    # ---------------------------------------------------------------- the norms (ours since issue 14 step 14)
     Path("norm_fwd_kernel", "the decoder's norm (weight times the normalized row)", lambda a: a["MODE"] == 0,
-         why=NORMS_CANDIDATE),
+         by=("model.paths",)),
     Path("norm_fwd_kernel", "MLA's norm (normalized row in x's dtype, then the weight)", lambda a: a["MODE"] == 1,
-         why=NORMS_CANDIDATE),
-    Path("norm_fwd_kernel", "KDA's gated norm (times sigmoid(zg))", lambda a: a["MODE"] == 2, why=NORMS_CANDIDATE),
+         by=("mla.paths",)),
+    Path("norm_fwd_kernel", "KDA's gated norm (times sigmoid(zg))", lambda a: a["MODE"] == 2, by=("kda.sublayer",)),
+    Path("norm_fwd_kernel", "a block of rows past the last (masked rows)", lambda a: a["N"] % a["BM"] != 0,
+         by=("kda.sublayer",)),
     Path("nvfp4_qdq_fwd_kernel", "the W4A4 prologue alone", lambda a: True,
          why="`impl.nvfp4.qdq_activation` launches it, which the matrix calls only for a candidate without a fused "
              "NVFP4 path (our gate_up / down kernels run the same prologue inline); tests/test_w4a4.py holds it "
@@ -649,7 +648,7 @@ KERNELS: dict[str, tuple[str, ...]] = {
     "moe_align_fwd_kernel": ("E", "BM", "BE", "BP", "BS",
                              "IDX"),      # the bookkeeping's int type: the same code in int32 or int64
     "moe_combine_fwd_kernel": ("TOP_K", "BT", "BD"),
-    "norm_fwd_kernel": ("BD",),
+    "norm_fwd_kernel": ("BM", "BD"),
 }
 
 

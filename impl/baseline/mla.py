@@ -64,6 +64,9 @@ def _check_cache(cache: Optional[DSACache], kind: str):
 class TorchMLA:
     """Plain-torch MLA + DSA sublayer; every public method matches the oracle.mla function of the same name."""
 
+    # the decoder composing this baseline keeps its own norm in torch ops too (impl.model.TorchDecoder._rmsnorm)
+    PLAIN_TORCH = True
+
     def __init__(self, indexer: Optional[TorchDSA] = None):
         self.dsa = TorchDSA() if indexer is None else indexer
 

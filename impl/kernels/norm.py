@@ -1,5 +1,5 @@
-"""Triton kernel of the model's RMSNorms (SPEC §2) in one launch each. Host wrappers: the candidate
-impl/candidates/norms_fused.py (issue 14 step 14: gated on a GPU before ours takes it).
+"""Triton kernel of the model's RMSNorms (SPEC §2) in one launch each. Host wrapper: impl/norm.py (ours since
+issue 14 step 14, gated on a GPU).
 
 One program per BM rows of D (a token's hidden vector, or one KDA head's K values; BM = 1 on the GPU, a
 block under the interpreter, whose cost is per program), float32 arithmetic,

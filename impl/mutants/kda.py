@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import triton
 
 import impl.kda as ik
+import impl.norm as inorm
 from impl.baseline.kda import TorchKDA, compute_dtype
 from impl.graph import KDADecodeStep
 from impl.mutants.catalogue import edited_helper, kernel_edited, mutant
@@ -496,3 +497,21 @@ class CheckpointAlignedForUnaligned(TorchKDA):
 
     def _saved(self, boundary_states, state, depth, chunk):
         return super()._saved(boundary_states, state, depth, chunk)[0], depth
+
+
+@mutant("kda.sublayer", "output", base="triton")
+class NormKernelGateDropped(TritonKDA):
+    """The one-launch gated norm (issue 14 step 14) multiplies by sigmoid(0) = 1/2, not sigmoid(zg): the output gate lost inside the fused kernel."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        with kernel_edited(inorm, "norm_fwd_kernel", "* tl.sigmoid(b_g)", "* tl.sigmoid(b_g * 0.)"):
+            return ik.sublayer(w, x, state, mask, cu_seqlens)
+
+
+@mutant("kda.sublayer", "output", base="triton")
+class NormKernelMeanOverOneMore(TritonKDA):
+    """The one-launch norm (issue 14 step 14) divides the row's sum of squares by D + 1, not D (a mean over one element too many: a padded row length)."""
+
+    def sublayer(self, w, x, state=None, mask=None, cu_seqlens=None):
+        with kernel_edited(inorm, "norm_fwd_kernel", "/ D + eps", "/ (D + 1) + eps"):
+            return ik.sublayer(w, x, state, mask, cu_seqlens)

@@ -6,6 +6,7 @@ import torch
 
 from impl import dsa as _dsa_ours
 from impl import mla as im
+from impl import norm as inorm
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
 from impl.graph import MLAAbsorbedStep
@@ -178,3 +179,12 @@ class CacheInPlaceWithoutTheTipRule(TritonMLA):
 
     def sublayer(self, w, iw, a, cache=None, mask=None, prev=None, kind="full"):
         return im.sublayer(w, iw, a, cache, mask, prev, kind, ops=self)
+
+
+@mutant("mla.paths", "latent_cache", base="triton")
+class NormKernelLatentUnweighted(TritonMLA):
+    """MLA's one-launch norm (issue 14 step 14) drops its weight (q_a_layernorm, kv_a_layernorm): the cached latent is the normalized row unweighted."""
+
+    def sublayer(self, *args, **kwargs):
+        with kernel_edited(inorm, "norm_fwd_kernel", ".to(tl.float32) * b_w", ".to(tl.float32)"):
+            return im.sublayer(*args, **kwargs)
