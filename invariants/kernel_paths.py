@@ -155,9 +155,9 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 MLA_MERGE_UV_CANDIDATE = ("only issue 14 step 43's refuted candidate launches it (impl.candidates.mla_merge_uv: ours' "
                           "ROWS_UV is 0); tests/test_mla_merge.py holds it on the CPU against the float64 truth over "
                           "1-20 splits (two tiles), empty splits and rows, 1-2 query rows, and on a GPU in bf16")
-MLA_MERGE_CHUNKS = ("only issue 14 step 44's candidate launches it (impl.candidates.mla_merge_chunks: ours' "
+MLA_MERGE_CHUNKS = ("only issue 14 step 44's refuted candidate launches it (impl.candidates.mla_merge_chunks: ours' "
                     "MERGE_BR is 0, the whole rank a program); tests/test_mla_merge.py holds it on the CPU against "
-                    "the float64 truth and ours' bits, and on a GPU in bf16")
+                    "the float64 truth and the whole-rank merge's bits, and on a GPU in bf16")
 MLA_MERGE_TILES = ("a selection of more than 16 splits: ours' rules give at most 16 at the released width (B = 1, "
                    "2051 entries) and the interpreter at most 4; tests/test_mla_merge.py merges 20 (two tiles) on the "
                    "CPU against the float64 truth")

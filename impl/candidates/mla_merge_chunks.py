@@ -1,6 +1,8 @@
 """Issue 14 step 44's candidate: ours' sparse absorbed MLA with the split merge's rank in chunks of 128 over
 programs (impl.mla.MERGE_BR = 128: a program per (query row, head, 128 ranks), four a head at rank 512) instead
-of the whole rank a program. docs/optimization_log.md "Step 44".
+of the whole rank a program. docs/optimization_log.md "Step 44". Gated on an H100 (all pass) and REFUTED by its
+measurement: 1.005x the attention at B = 1 (the merge 3.3 -> 2.8 us), 0.97x at B = 4, 0.92x at B = 8, 0.82x at
+B = 32 (four times the programs, each re-reading the splits' log-sum-exps). Ours keeps MERGE_BR = 0.
 
 Why: at B = 1 the merge's 64 programs each pull a [16, 512] float32 tile (32 KB) of the splits' partial outputs
 through one SM (3.3 us of a 42 us attention on an H100, stop 47); four chunks put 256 programs on the 132 SMs,
