@@ -7,7 +7,9 @@ structure, not its sizes (the full geometry launches the same kernels, except fl
 count, chosen from the SM count: the combine kernel runs on both). Also prints the host syncs (none
 expected).
 
-    PYTHONPATH=. python3 scripts/launch_count.py [--batch 1] [--ops] [--impl impl.candidates.norms_fused:Candidate]
+    PYTHONPATH=. python3 scripts/launch_count.py [--batch 1] [--ops] [--impl impl.candidates.norms_torch:Candidate]
+
+(--impl impl.candidates.norms_torch:Candidate counts the torch norms ours had before issue 14 step 14.)
 """
 import argparse
 import sys
