@@ -8,7 +8,10 @@ Each variant is held to the float64 oracle on its first and last row first (abov
 timed as CUDA-graph replays in --repeats alternating rounds (gate.benchlib.alternating: each the median of a
 do_bench loop that flushes L2 between calls).
 
-    PYTHONPATH=. python3 scripts/mla_split_probe.py [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_split_probe.py [--repeats 5] [--json F] [--w-alone]
+
+--w-alone: the split count taken from W alone (33 one-block splits at every row count below 8, so a row's bits
+would not depend on its batch) against ours' 16, at B = 1, 2, 4, 7 (32K), nothing else.
 """
 from __future__ import annotations
 
@@ -28,7 +31,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument("--w-alone", action="store_true")
     args = p.parse_args(argv)
+    shapes, splits_by_b = SHAPES, SPLITS
+    if args.w_alone:
+        shapes = ((1, 32768), (2, 32768), (4, 32768), (7, 32768))
+        splits_by_b = {b: (16, 33) for b, _ in shapes}
     from gate.bench_mla import W, decode_inputs
     from gate.benchlib import alternating, graph, kernel_times, rel_l2, to_np, write_json
     import oracle.mla as om
@@ -38,15 +46,15 @@ def main(argv=None) -> int:
     bw32 = module_copy("probe_bw32", _launch_config=lambda rows, BR: dict(BW32) if rows < im.ROWS_64
                        else base_cfg(rows, BR))
     out = {}
-    for B, T in SHAPES:
+    for B, T in shapes:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
         refs = {}
         for b in sorted({0, B - 1}):
             sel = idx[b, 0]
             lat = to_np(latent[b, sel])[None]
             refs[b] = om.absorbed(w.map(to_np), to_np(q[b:b + 1]), lat, np.arange(W)[None, None])[0]
-        forms = {("ours" if s == SPLITS[B][0] else f"ns{s}"): (im, s) for s in SPLITS[B]}
-        if B < im.ROWS_64:
+        forms = {("ours" if s == splits_by_b[B][0] else f"ns{s}"): (im, s) for s in splits_by_b[B]}
+        if B < im.ROWS_64 and not args.w_alone:
             forms.update({f"bw32_ns{s}": (bw32, s) for s in BW32_SPLITS})
         fns, errs, plans = {}, {}, {}
         for name, (ns, s) in forms.items():
@@ -66,7 +74,7 @@ def main(argv=None) -> int:
             print(f"  B={B} T={T} {n:12s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
                   f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
         out[f"B{B}_T{T}"] = dict(times=res, errors=errs, plans=plans)
-        if B == 1 and T == SHAPES[0][1]:
+        if B == 1 and T == shapes[0][1] and not args.w_alone:
             for name in ("ours", "ns17", "ns33"):
                 ns, s = forms[name]
                 print(f"  kernels of {name}:", flush=True)
