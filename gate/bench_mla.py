@@ -78,21 +78,26 @@ def decode_inputs(B: int, T: int, gen=None):
     return w, latent, q, idx, lengths, q_abs
 
 
-def _check_decode(w, q, latent, idx, lengths, rows, ns=None) -> float:
-    """rel-L2 of our output (ns: another MLA namespace's `attend`) vs the float64 oracle (absorbed form) on
-    `rows`, gathered rows only."""
+def decode_refs(w, q, latent, idx, rows) -> dict:
+    """{b: the float64 oracle's output (absorbed form) of query row b} for b in `rows`, over its selected rows
+    alone (gathered and renumbered 0..W-1): what a decode form is held to before it is timed."""
     import numpy as np
 
     import oracle.mla as om
+    w64 = w.map(to_np)
+    refs = {}
+    for b in rows:
+        lat = to_np(latent[b, idx[b, 0]])[None]                            # the selected rows, renumbered
+        refs[b] = om.absorbed(w64, to_np(q[b:b + 1]), lat, np.arange(W)[None, None])[0]
+    return refs
+
+
+def _check_decode(w, q, latent, idx, lengths, rows, ns=None) -> float:
+    """rel-L2 of our output (ns: another MLA namespace's `attend`) vs the float64 oracle (absorbed form) on
+    `rows`, gathered rows only."""
     from impl import mla as im
     o, _ = (ns or im).attend(w, q, latent, idx, lengths)
-    errs = []
-    for b in rows:
-        sel = idx[b, 0]
-        lat = to_np(latent[b, sel])[None]                                  # the selected rows, renumbered
-        ref, _ = om.absorbed(w.map(to_np), to_np(q[b:b + 1]), lat, np.arange(W)[None, None])
-        errs.append(rel_l2(to_np(o[b:b + 1]), ref))
-    return max(errs)
+    return max(rel_l2(to_np(o[b:b + 1]), ref) for b, ref in decode_refs(w, q, latent, idx, rows).items())
 
 
 def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:

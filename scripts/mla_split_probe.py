@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 import torch
 
 SHAPES = ((1, 131072), (1, 32768), (2, 32768), (4, 32768), (16, 32768))
@@ -37,9 +36,8 @@ def main(argv=None) -> int:
     if args.w_alone:
         shapes = ((1, 32768), (2, 32768), (4, 32768), (7, 32768))
         splits_by_b = {b: (16, 33) for b, _ in shapes}
-    from gate.bench_mla import W, decode_inputs
+    from gate.bench_mla import W, decode_inputs, decode_refs
     from gate.benchlib import alternating, graph, kernel_times, rel_l2, to_np, write_json
-    import oracle.mla as om
     from impl import mla as im
     from impl.candidates.mla_heads64 import module_copy
     base_cfg = im._launch_config
@@ -48,11 +46,7 @@ def main(argv=None) -> int:
     out = {}
     for B, T in shapes:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
-        refs = {}
-        for b in sorted({0, B - 1}):
-            sel = idx[b, 0]
-            lat = to_np(latent[b, sel])[None]
-            refs[b] = om.absorbed(w.map(to_np), to_np(q[b:b + 1]), lat, np.arange(W)[None, None])[0]
+        refs = decode_refs(w, q, latent, idx, sorted({0, B - 1}))         # once a shape, for every form
         forms = {("ours" if s == splits_by_b[B][0] else f"ns{s}"): (im, s) for s in splits_by_b[B]}
         if B < im.ROWS_64 and not args.w_alone:
             forms.update({f"bw32_ns{s}": (bw32, s) for s in BW32_SPLITS})
