@@ -219,6 +219,12 @@ def _merge_chunk(BR: int) -> int:
     return min(BR, MERGE_BR)
 
 
+def _merge_plan(NS: int, BR: int) -> tuple:
+    """The split merge's tiles for NS splits of rank tile BR: (BJ, the splits loaded at once; BRM, the rank a
+    program). Ours: up to 16 splits a load (step 42), the rank chunk of `_merge_chunk` (the whole tile)."""
+    return min(16, triton.next_power_of_2(NS)), _merge_chunk(BR)
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
                     config: Optional[dict] = None, block_table=None, page_size: int = 1, w_uv=None):
     """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
@@ -269,7 +275,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
         mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
             q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
-        BJ = min(16, triton.next_power_of_2(NS))
+        BJ, BRM = _merge_plan(NS, BR)
         if w_uv is not None and B * S <= ROWS_UV:
             V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
             o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)
@@ -280,7 +286,6 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, written in the caller's
         # dtype (no cast launch before W_UV); the rank in chunks of MERGE_BR over programs (step 44)
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
-        BRM = _merge_chunk(BR)
         mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ, num_warps=4)
     return out if w_uv is None else _fold_uv(out, w_uv)
 

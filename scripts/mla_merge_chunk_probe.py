@@ -13,6 +13,12 @@ rounds each; and the profiler's kernel times inside the replays after each flush
 Every form is first held to the float64 oracle on its first and last row (gate.bench_mla._check_decode).
 
     PYTHONPATH=. python3 scripts/mla_merge_chunk_probe.py [--repeats 5] [--json F]
+
+Another candidate namespace against ours (step 45: impl.candidates.mla_splits_w:mla, label splits_w) and other
+shapes (B x T, comma-separated; the flush forms at the first B = 1 shape):
+
+    PYTHONPATH=. python3 scripts/mla_merge_chunk_probe.py --candidate impl.candidates.mla_splits_w:mla \
+        --label splits_w --shapes 1x131072,1x32768,2x32768,4x32768,7x32768,8x32768,32x32768
 """
 from __future__ import annotations
 
@@ -46,17 +52,24 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument("--candidate", default="impl.candidates.mla_merge_chunks:mla",
+                   help="module:attribute of the candidate's mla namespace")
+    p.add_argument("--label", default="chunks", help="the candidate's name in the printout")
+    p.add_argument("--shapes", default=",".join(f"{b}x{t}" for b, t in SHAPES), help="BxT,... (default: %(default)s)")
     args = p.parse_args(argv)
+    shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",")]
+    import importlib
     from torch.profiler import ProfilerActivity, profile
 
     from gate.bench_mla import DN, DV, H, _check_decode, decode_inputs
     from gate.benchlib import alternating, graph, kernel_table, kernel_times, write_json
     from impl import mla as im
-    from impl.candidates.mla_merge_chunks import mla as m44
-    out = {}
-    for B, T in SHAPES:
+    mod, attr = args.candidate.split(":")
+    cand, label = getattr(importlib.import_module(mod), attr), args.label
+    out, flushed = {}, False
+    for B, T in shapes:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
-        forms = {"ours": im, "chunks": m44}
+        forms = {"ours": im, label: cand}
         fns = {}
         for name, ns in forms.items():
             e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
@@ -68,7 +81,8 @@ def main(argv=None) -> int:
             print(f"  B={B} T={T} {n:8s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
                   f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
         out[f"B{B}_T{T}"] = dict(times=res)
-        if B == 1:
+        if B == 1 and not flushed:
+            flushed = True
             for name, ns in forms.items():
                 print(f"  kernels of {name} (eager, no flush):", flush=True)
                 for k, us in kernel_times(lambda ns=ns: ns.attend(w, q, latent, idx, lengths), calls=20,
@@ -92,9 +106,9 @@ def main(argv=None) -> int:
                 flush_res[fl] = dict(runs_us=runs, median_us=med)
                 print(f"  flush {fl:5s}: " + "; ".join(f"{n} {m:.2f} us [{min(runs[n]):.2f}-{max(runs[n]):.2f}]"
                                                        for n, m in med.items())
-                      + f"; dense / ours {med['dense'] / med['ours']:.1f}x, dense / chunks "
-                        f"{med['dense'] / med['chunks']:.1f}x", flush=True)
-                for n in ("ours", "chunks"):
+                      + f"; dense / ours {med['dense'] / med['ours']:.1f}x, dense / {label} "
+                        f"{med['dense'] / med[label]:.1f}x", flush=True)
+                for n in ("ours", label):
                     with profile(activities=[ProfilerActivity.CUDA]) as pg:
                         for _ in range(20):
                             if f is not None:

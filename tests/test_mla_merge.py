@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from impl import mla as im
-from impl.candidates import mla_merge, mla_merge_chunks, mla_merge_uv
+from impl.candidates import mla_merge, mla_merge_chunks, mla_merge_uv, mla_splits_w
 from impl.candidates.mla_heads64 import module_copy
 from tests.test_mla_heads64 import _case, _reference
 
@@ -47,7 +47,8 @@ def test_ours_with_w_uv_is_its_merge_folded_by_hand():
     assert mla_merge.mla is not im and mla_merge_uv.mla is not im
 
 
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks, mla_splits_w],
+                         ids=["merge", "merge_uv", "chunks", "splits_w"])
 @pytest.mark.parametrize("B,S", [(1, 1), (1, 2), (3, 1)])
 @pytest.mark.parametrize("splits", [1, 3, 20])
 def test_on_the_cpu_the_merge_agrees_with_the_reference(cand, B, S, splits):
@@ -62,7 +63,8 @@ def test_on_the_cpu_the_merge_agrees_with_the_reference(cand, B, S, splits):
     assert _rel(o, _folded(ref, w_uv)) < 1e-5
 
 
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks, mla_splits_w],
+                         ids=["merge", "merge_uv", "chunks", "splits_w"])
 def test_a_row_with_no_valid_entry_gives_zero_not_nan(cand):
     q, lat, idx, lengths = _case(2, 1, 100, 90, 2, 32, seed=5)
     idx[1] = -1
@@ -81,6 +83,21 @@ def test_the_merge_in_rank_chunks_is_ours_bit_for_bit_on_the_cpu():
                            whole(q, lat, idx, lengths, 0.3, splits))
 
 
+def test_step45_splits_come_from_w_alone_so_a_row_is_the_same_bits_alone_or_among_others():
+    """Step 45's candidate: one block of entries a split, counted from W (19 at W = 300, blocks of 16 under the
+    interpreter) at every row count below 16, its merge in rank chunks (BJ 32 x BRM 16 at R = 48); a row's output
+    is bitwise the same alone as among two others, and agrees with the reference."""
+    q, lat, idx, lengths = _case(3, 1, 300, 259, 3, 48, seed=11)
+    lengths[2] = 40
+    plans = {rows: mla_splits_w.mla._launch(q.device, rows, 3, 300, 48)["splits"] for rows in (1, 3, 15)}
+    assert plans == {1: 19, 3: 19, 15: 19} and mla_splits_w.mla._merge_plan(19, 64) == (32, 16)
+    together = mla_splits_w.mla.sparse_absorbed(q, lat, idx, lengths, 0.3)
+    for b in range(3):
+        alone = mla_splits_w.mla.sparse_absorbed(q[b:b + 1], lat[b:b + 1], idx[b:b + 1], lengths[b:b + 1], 0.3)
+        assert torch.equal(alone, together[b:b + 1])
+    assert _rel(together, _reference(q, lat, idx, lengths, 0.3)) < 1e-5
+
+
 def test_a_w_uv_of_the_wrong_shape_or_layout_is_refused():
     q, lat, idx, lengths = _case(1, 1, 100, 90, 2, 32)
     for bad in (torch.zeros(3, 16, 32), torch.zeros(2, 16, 31), torch.zeros(2, 32, 16).transpose(1, 2)):
@@ -91,7 +108,8 @@ def test_a_w_uv_of_the_wrong_shape_or_layout_is_refused():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("B,S", [(1, 1), (2, 1), (1, 2), (4, 1), (32, 1)])
-@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks], ids=["merge", "merge_uv", "chunks"])
+@pytest.mark.parametrize("cand", [mla_merge, mla_merge_uv, mla_merge_chunks, mla_splits_w],
+                         ids=["merge", "merge_uv", "chunks", "splits_w"])
 def test_on_the_gpu_in_bf16_the_merge_agrees_with_the_reference(cand, B, S):
     from invariants.contracts import bench_bound
     q, lat, idx, lengths = _case(B, S, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B + S)
