@@ -1,9 +1,12 @@
-"""Issue 14 step 45's B = 1 probe: the sparse absorbed MLA decode (impl.mla.attend) of ours against step 45's final
-candidate (impl.candidates.mla_splits_b1: 33 one-block splits at one query row, merged in one load of 64 splits,
-the rank in chunks of a 8192-element tile) and that candidate with merge tiles of 4096 (BJ 64 x 64 ranks: 512
-programs at rank 512) and 16384 (BJ 64 x 256 ranks; 4 warps as ours: 128 float32 a thread), at B = 1 (128K and 32K) and B = 2 (a control: ours'
-launch in every form). Each form held to the float64 oracle first (gate.bench_mla._check_decode), then timed as
-CUDA-graph replays in --repeats alternating rounds (the bench's zeroing L2 flush), then the profiler's kernel times.
+"""Issue 14 step 45's forms timed: the sparse absorbed MLA decode (impl.mla.attend) of ours against
+- `w`: the first form (impl.candidates.mla_splits_w: one-block splits from W below 8 query rows, 2 stages, as gated),
+- `w1`: the second (impl.candidates.mla_splits_w1: the same with one pipeline stage below 8 rows),
+- `b1`: the one-block splits at one query row only (impl.candidates.mla_splits_b1),
+- `w1_t4096`, `w1_t16384`: w1 with merge tiles of 4096 (BJ 64 x 64 ranks: 512 programs at rank 512, B = 1) and
+  16384 (BJ 64 x 256 ranks; 4 warps as ours: 128 float32 a thread) instead of 8192,
+at B = 1 (128K and 32K) and B = 2, 4, 7 (32K). Each form held to the float64 oracle first
+(gate.bench_mla._check_decode), then timed as CUDA-graph replays in --repeats alternating rounds (the bench's zeroing
+L2 flush), then, at the first shape, the profiler's kernel times.
 
     PYTHONPATH=. python3 scripts/mla_b1_merge_probe.py [--repeats 5] [--json F]
 """
@@ -15,7 +18,7 @@ import sys
 import torch
 import triton
 
-SHAPES = ((1, 131072), (1, 32768), (2, 32768))
+SHAPES = ((1, 131072), (1, 32768), (2, 32768), (4, 32768), (7, 32768))
 
 
 def _tile_plan(tile: int):
@@ -33,13 +36,14 @@ def main(argv=None) -> int:
     from gate.bench_mla import _check_decode, decode_inputs
     from gate.benchlib import alternating, graph, kernel_times, write_json
     from impl import mla as im
-    from impl.candidates import mla_splits_b1
+    from impl.candidates import mla_splits_b1, mla_splits_w, mla_splits_w1
     from impl.candidates.mla_heads64 import module_copy
-    forms = {"ours": im, "b1": mla_splits_b1.mla}
+    forms = {"ours": im, "w": mla_splits_w.mla, "w1": mla_splits_w1.mla, "b1": mla_splits_b1.mla}
     for tile in (4096, 16384):
-        m = module_copy(f"probe_b1_t{tile}")
-        m._splits, m._merge_plan = mla_splits_b1._splits, _tile_plan(tile)
-        forms[f"b1_t{tile}"] = m
+        m = module_copy(f"probe_w1_t{tile}")
+        m._launch_config, m._splits = mla_splits_w1._launch_config, mla_splits_w1._splits
+        m._merge_plan = _tile_plan(tile)
+        forms[f"w1_t{tile}"] = m
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
