@@ -5,7 +5,13 @@
 #           one-block splits from W below 8 rows with one pipeline stage) and impl.candidates.mla_splits_b1 (the
 #           one-block splits at one query row only)
 #  probe    alone: scripts/mla_b1_merge_probe.py (ours, w, w1, b1, w1's merge tile at 4096 and 16384; B = 1, 2, 4, 7)
-#   OUT=/tmp/out bash scripts/gpu_stop49b.sh
+#  land     the rule written before the run (docs/optimization_log.md, step 45): w1 if its gate passed, it is
+#           >= 1.03x ours at B = 1 (128K) and >= 0.98x at B = 2, 4, 7 (.whl/step45c.patch); else b1 if its gate
+#           passed and it is >= 1.03x at B = 1 (.whl/step45b.patch); else nothing. Then ours' GPU matrix at seeds
+#           94 and 95 (the six mla checks and model.paths, 20 examples), test_mla_merge's and test_mla_heads64's GPU
+#           tests, the cuda zoo on the four split-path kernel mutants; alone glmgate bench --mechanism mla and the
+#           dsa-full+sparse decode-step replay against ours before step 45 (impl.candidates.mla_splits_16)
+#   OUT=/tmp/out bash scripts/gpu_stop49b.sh   (carry .whl)
 set -u
 NAME=${NAME:-stop49b}
 source "$(dirname "$0")/gpu_steps.sh"
@@ -23,8 +29,42 @@ done
 wait
 passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 echo "gate w1 all passed: $(passed gate_w1); gate b1 all passed: $(passed gate_b1)" | tee -a "$L/summary.txt"
-[ "$SECONDS" -lt 420 ] && step probe 120 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
+[ "$SECONDS" -lt 300 ] && step probe 120 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
+PICK=$(python3 - "$L/probe.json" <<'PY' 2>/dev/null || echo none
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = lambda k, f: d[k]["times"]["ours"]["median_us"] / d[k]["times"][f]["median_us"]
+w1 = r("B1_T131072", "w1") >= 1.03 and all(r(f"B{b}_T32768", "w1") >= 0.98 for b in (2, 4, 7))
+print("w1" if w1 else "b1" if r("B1_T131072", "b1") >= 1.03 else "none")
+PY
+)
+PATCH=
+[ "$PICK" = w1 ] && [ "$(passed gate_w1)" = 1 ] && PATCH=.whl/step45c.patch
+[ -z "$PATCH" ] && [ "$(passed gate_b1)" = 1 ] && { [ "$PICK" = b1 ] || [ "$PICK" = w1 ]; } && \
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['B1_T131072']['times']; sys.exit(d['ours']['median_us']/d['b1']['median_us'] < 1.03)" "$L/probe.json" && PATCH=.whl/step45b.patch
+echo "timing pick: $PICK; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
+if [ -n "$PATCH" ] && [ "$SECONDS" -lt 390 ]; then
+  { git apply "$PATCH" || patch -p1 < "$PATCH"; } && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
+  R="--device cuda --examples 20 --no-failures"
+  for s in 94 95; do
+    step matrix_s$s 200 python3 -m gate.cli run $R --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
+        --check mla.graph_replay --seed $s &
+    step matrix_2_s$s 200 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths --seed $s &
+  done
+  step testsl 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py tests/test_mla_heads64.py &
+  step zoo 150 python3 -m gate.cli zoo --device cuda --mutant mla_combine_drops_last_split \
+      --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale --mutant mla_prefetch_skips_a_block &
+  wait
+  [ "$SECONDS" -lt 540 ] && step bench_mla 30 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
+  [ "$SECONDS" -lt 545 ] && step replay 45 python3 scripts/profile_replay.py --kinds dsa-full+sparse \
+      --peer impl.candidates.mla_splits_16:Candidate --repeats 5 --json "$L/replay.json"
+fi
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log; do echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; grep -E "REGRESSION|FAIL|regression" "$f" | head -3 | cut -c1-220; done
+for f in "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
+[ -f "$L/testsl.log" ] && tail -1 "$L/testsl.log" | cut -c1-200
+[ -f "$L/zoo.log" ] && grep -E "caught|escaped|not run|error" "$L/zoo.log" | cut -c1-100 | tail -5
 [ -f "$L/probe.log" ] && grep -vE "Warn|warn|rel-L2" "$L/probe.log" | cut -c1-400
+[ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -9 | cut -c1-200
+[ -f "$L/replay.log" ] && grep -E "^copy|^===|bytes floor|compare|mla_" "$L/replay.log" | cut -c1-200
 true
