@@ -21,6 +21,8 @@ G="--device cuda --baseline triton --examples 20 --no-failures"
 for c in w1 b1; do
   C="--candidate impl.candidates.mla_splits_$c:Candidate"
   seeds="92 93"; [ "$c" = b1 ] && seeds=92           # b1 is the fallback: one seed (the device budget)
+  # SHORT=1 (a device budget near its end): w1 at seed 92 alone, no b1; ours' matrix at seed 94 alone, no replay
+  [ "${SHORT:-0}" = 1 ] && { [ "$c" = b1 ] && continue; seeds=92; }
   for s in $seeds; do
     step gate_${c}_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed --check mla.batch --seed $s &
     step gate_${c}_2_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed_paged --check mla.graph_replay \
@@ -47,7 +49,8 @@ echo "timing pick: $PICK; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
 if [ -n "$PATCH" ] && [ "$SECONDS" -lt 390 ]; then
   { git apply "$PATCH" || patch -p1 < "$PATCH"; } && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
   R="--device cuda --examples 20 --no-failures"
-  for s in 94 95; do
+  MSEEDS="94 95"; [ "${SHORT:-0}" = 1 ] && MSEEDS=94
+  for s in $MSEEDS; do
     step matrix_s$s 200 python3 -m gate.cli run $R --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
         --check mla.graph_replay --seed $s &
     step matrix_2_s$s 200 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths --seed $s &
@@ -57,7 +60,7 @@ if [ -n "$PATCH" ] && [ "$SECONDS" -lt 390 ]; then
       --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale --mutant mla_prefetch_skips_a_block &
   wait
   [ "$SECONDS" -lt 540 ] && step bench_mla 30 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
-  [ "$SECONDS" -lt 545 ] && step replay 45 python3 scripts/profile_replay.py --kinds dsa-full+sparse \
+  [ "$SECONDS" -lt 545 ] && [ "${SHORT:-0}" != 1 ] && step replay 45 python3 scripts/profile_replay.py --kinds dsa-full+sparse \
       --peer impl.candidates.mla_splits_16:Candidate --repeats 5 --json "$L/replay.json"
 fi
 echo "=== summary"; cat "$L/summary.txt"
