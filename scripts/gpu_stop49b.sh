@@ -46,20 +46,22 @@ PATCH=
 [ -z "$PATCH" ] && [ "$(passed gate_b1)" = 1 ] && { [ "$PICK" = b1 ] || [ "$PICK" = w1 ]; } && \
   python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['B1_T131072']['times']; sys.exit(d['ours']['median_us']/d['b1']['median_us'] < 1.03)" "$L/probe.json" && PATCH=.whl/step45b.patch
 echo "timing pick: $PICK; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
-if [ -n "$PATCH" ] && [ "$SECONDS" -lt 330 ]; then
+LAND_BY=330 MT=150 BENCH_BY=470
+[ "${SHORT:-0}" = 1 ] && { LAND_BY=200 MT=110 BENCH_BY=290; }
+if [ -n "$PATCH" ] && [ "$SECONDS" -lt $LAND_BY ]; then
   { git apply "$PATCH" || patch -p1 < "$PATCH"; } && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
   R="--device cuda --examples 20 --no-failures"
   MSEEDS="94 95"; [ "${SHORT:-0}" = 1 ] && MSEEDS=94
   for s in $MSEEDS; do
-    step matrix_s$s 150 python3 -m gate.cli run $R --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
+    step matrix_s$s $MT python3 -m gate.cli run $R --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
         --check mla.graph_replay --seed $s &
-    step matrix_2_s$s 150 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths --seed $s &
+    step matrix_2_s$s $MT python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths --seed $s &
   done
-  step testsl 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py tests/test_mla_heads64.py &
-  step zoo 150 python3 -m gate.cli zoo --device cuda --mutant mla_combine_drops_last_split \
+  step testsl $MT python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py tests/test_mla_heads64.py &
+  step zoo $MT python3 -m gate.cli zoo --device cuda --mutant mla_combine_drops_last_split \
       --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale --mutant mla_prefetch_skips_a_block &
   wait
-  [ "$SECONDS" -lt 470 ] && step bench_mla 30 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
+  [ "$SECONDS" -lt $BENCH_BY ] && step bench_mla 30 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
   [ "$SECONDS" -lt 470 ] && [ "${SHORT:-0}" != 1 ] && step replay 45 python3 scripts/profile_replay.py --kinds dsa-full+sparse \
       --peer impl.candidates.mla_splits_16:Candidate --repeats 5 --json "$L/replay.json"
 fi
