@@ -6,12 +6,12 @@
 #           one-block splits at one query row only)
 #  probe    alone: scripts/mla_b1_merge_probe.py (ours, w, w1, b1, w1's merge tile at 4096 and 16384; B = 1, 2, 4, 7)
 #  land     the rule written before the run (docs/optimization_log.md, step 45): w1 if its gate passed, it is
-#           >= 1.03x ours at B = 1 (128K) and >= 0.98x at B = 2, 4, 7 (.whl/step45c.patch); else b1 if its gate
-#           passed and it is >= 1.03x at B = 1 (.whl/step45b.patch); else nothing. Then ours' GPU matrix at seeds
+#           >= 1.03x ours at B = 1 (128K) and >= 0.98x at B = 2, 4, 7 (scripts/patches/step45c.patch); else b1 if its gate
+#           passed and it is >= 1.03x at B = 1 (scripts/patches/step45b.patch); else nothing. Then ours' GPU matrix at seeds
 #           94 and 95 (the six mla checks and model.paths, 20 examples), test_mla_merge's and test_mla_heads64's GPU
 #           tests, the cuda zoo on the four split-path kernel mutants; alone glmgate bench --mechanism mla and the
 #           dsa-full+sparse decode-step replay against ours before step 45 (impl.candidates.mla_splits_16)
-#   OUT=/tmp/out bash scripts/gpu_stop49b.sh   (carry .whl)
+#   OUT=/tmp/out bash scripts/gpu_stop49b.sh   (the patches are tracked: nothing to carry)
 set -u
 NAME=${NAME:-stop49b}
 source "$(dirname "$0")/gpu_steps.sh"
@@ -42,9 +42,9 @@ print("w1" if w1 else "b1" if r("B1_T131072", "b1") >= 1.03 else "none")
 PY
 )
 PATCH=
-[ "$PICK" = w1 ] && [ "$(passed gate_w1)" = 1 ] && PATCH=.whl/step45c.patch
+[ "$PICK" = w1 ] && [ "$(passed gate_w1)" = 1 ] && PATCH=scripts/patches/step45c.patch
 [ -z "$PATCH" ] && [ "$(passed gate_b1)" = 1 ] && { [ "$PICK" = b1 ] || [ "$PICK" = w1 ]; } && \
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['B1_T131072']['times']; sys.exit(d['ours']['median_us']/d['b1']['median_us'] < 1.03)" "$L/probe.json" && PATCH=.whl/step45b.patch
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['B1_T131072']['times']; sys.exit(d['ours']['median_us']/d['b1']['median_us'] < 1.03)" "$L/probe.json" && PATCH=scripts/patches/step45b.patch
 echo "timing pick: $PICK; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
 LAND_BY=330 MT=150 BENCH_BY=470
 [ "${SHORT:-0}" = 1 ] && { LAND_BY=200 MT=110 BENCH_BY=290; }
