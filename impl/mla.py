@@ -209,6 +209,11 @@ MERGE_UV_CONFIG = dict(BK=64, BV=64, num_warps=4)   # 167 registers, no spill (s
 MERGE_BR = 0
 
 
+# the split merge in one round of loads when every split fits one tile (issue 14 step 46's candidate,
+# impl.candidates.mla_merge_one_round; the same bits); False: L first, then the partials (step 42's two rounds)
+MERGE_ONE_ROUND = False
+
+
 def _merge_chunk(BR: int) -> int:
     """The merge's rank chunk: MERGE_BR on the GPU (0: the whole rank tile BR); under the interpreter half the
     rank tile (at least 8), so the CPU checks run two chunks a head at the tiny geometry's rank (16) too."""
@@ -286,7 +291,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, written in the caller's
         # dtype (no cast launch before W_UV); the rank in chunks of MERGE_BR over programs (step 44)
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
-        mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ, num_warps=4)
+        mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ,
+                                                          ONE_ROUND=MERGE_ONE_ROUND and NS <= BJ, num_warps=4)
     return out if w_uv is None else _fold_uv(out, w_uv)
 
 

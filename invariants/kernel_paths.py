@@ -465,6 +465,11 @@ PATHS: tuple[Path, ...] = (
          by=("mla.absorbed", "mla.paths", "mla.causal", "mla.absorbed_paged")),
     Path("mla_merge_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"], why=MLA_MERGE_TILES),
     Path("mla_merge_kernel", "the rank in two or more chunks", lambda a: a["R"] > a["BR"], why=MLA_MERGE_CHUNKS),
+    Path("mla_merge_kernel", "the splits' log-sum-exps and partials in one round of loads (step 46)",
+         lambda a: a.get("ONE_ROUND", False),
+         why="only issue 14 step 46's candidate launches it (impl.candidates.mla_merge_one_round: ours' "
+             "MERGE_ONE_ROUND is False); tests/test_mla_merge.py holds it bit for bit against ours' two-round merge "
+             "on the CPU (1-16 splits, empty splits, a row with no valid entry) and on a GPU in bf16"),
     Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_UV_CANDIDATE),
     Path("mla_merge_uv_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"],
          why=MLA_MERGE_UV_CANDIDATE),

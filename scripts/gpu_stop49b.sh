@@ -4,7 +4,9 @@
 #           mla.absorbed_paged + mla.graph_replay + mla.paths + mla.causal; for impl.candidates.mla_splits_w1 (the
 #           one-block splits from W below 8 rows with one pipeline stage) and impl.candidates.mla_splits_b1 (the
 #           one-block splits at one query row only)
-#  probe    alone: scripts/mla_b1_merge_probe.py (ours, w, w1, b1, w1's merge tile at 4096 and 16384; B = 1, 2, 4, 7)
+#           and step 46's (impl.candidates.mla_merge_one_round) at seed 92 with its GPU tests (same bits as ours)
+#  probe    alone: scripts/mla_b1_merge_probe.py (ours, w, w1, b1, one, w1_one, w1's merge tile at 4096 and 16384;
+#           B = 1, 2, 4, 7, 8, 32)
 #  land     the rule written before the run (docs/optimization_log.md, step 45): w1 if its gate passed, it is
 #           >= 1.03x ours at B = 1 (128K) and >= 0.98x at B = 2, 4, 7 (scripts/patches/step45c.patch); else b1 if its gate
 #           passed and it is >= 1.03x at B = 1 (scripts/patches/step45b.patch); else nothing. Then ours' GPU matrix at seeds
@@ -29,10 +31,15 @@ for c in w1 b1; do
         --check mla.paths --check mla.causal --seed $s &
   done
 done
+if [ "${SHORT:-0}" != 1 ]; then   # step 46 (the merge in one round of loads): its gate at one seed, its GPU tests
+  step gate46_s92 240 python3 -m gate.cli gate $G --candidate impl.candidates.mla_merge_one_round:Candidate \
+      --check mla.absorbed --check mla.batch --check mla.paths --seed 92 &
+  step tests46 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py -k one_round &
+fi
 wait
 passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 echo "gate w1 all passed: $(passed gate_w1); gate b1 all passed: $(passed gate_b1)" | tee -a "$L/summary.txt"
-[ "$SECONDS" -lt 300 ] && step probe 120 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
+[ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
 PICK=$(python3 - "$L/probe.json" <<'PY' 2>/dev/null || echo none
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -68,7 +75,7 @@ fi
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log; do echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; grep -E "REGRESSION|FAIL|regression" "$f" | head -3 | cut -c1-220; done
 for f in "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
-[ -f "$L/testsl.log" ] && tail -1 "$L/testsl.log" | cut -c1-200
+for f in "$L"/tests*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(tail -1 "$f" | cut -c1-200)"; done
 [ -f "$L/zoo.log" ] && grep -E "caught|escaped|not run|error" "$L/zoo.log" | cut -c1-100 | tail -5
 [ -f "$L/probe.log" ] && grep -vE "Warn|warn|rel-L2" "$L/probe.log" | cut -c1-400
 [ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -9 | cut -c1-200

@@ -2,9 +2,11 @@
 - `w`: the first form (impl.candidates.mla_splits_w: one-block splits from W below 8 query rows, 2 stages, as gated),
 - `w1`: the second (impl.candidates.mla_splits_w1: the same with one pipeline stage below 8 rows),
 - `b1`: the one-block splits at one query row only (impl.candidates.mla_splits_b1),
+- `one`: step 46's candidate (impl.candidates.mla_merge_one_round: ours with the merge in one round of loads),
+- `w1_one`: w1 with step 46's one-round merge,
 - `w1_t4096`, `w1_t16384`: w1 with merge tiles of 4096 (BJ 64 x 64 ranks: 512 programs at rank 512, B = 1) and
   16384 (BJ 64 x 256 ranks; 4 warps as ours: 128 float32 a thread) instead of 8192,
-at B = 1 (128K and 32K) and B = 2, 4, 7 (32K). Each form held to the float64 oracle first
+at B = 1 (128K and 32K) and B = 2, 4, 7, 8, 32 (32K; from 8 rows on w, w1 and b1 are ours' launch). Each form held to the float64 oracle first
 (gate.bench_mla._check_decode), then timed as CUDA-graph replays in --repeats alternating rounds (the bench's zeroing
 L2 flush), then, at the first shape, the profiler's kernel times.
 
@@ -18,7 +20,7 @@ import sys
 import torch
 import triton
 
-SHAPES = ((1, 131072), (1, 32768), (2, 32768), (4, 32768), (7, 32768))
+SHAPES = ((1, 131072), (1, 32768), (2, 32768), (4, 32768), (7, 32768), (8, 32768), (32, 32768))
 
 
 def _tile_plan(tile: int):
@@ -36,9 +38,14 @@ def main(argv=None) -> int:
     from gate.bench_mla import _check_decode, decode_inputs
     from gate.benchlib import alternating, graph, kernel_times, write_json
     from impl import mla as im
-    from impl.candidates import mla_splits_b1, mla_splits_w, mla_splits_w1
+    from impl.candidates import mla_merge_one_round, mla_splits_b1, mla_splits_w, mla_splits_w1
     from impl.candidates.mla_heads64 import module_copy
-    forms = {"ours": im, "w": mla_splits_w.mla, "w1": mla_splits_w1.mla, "b1": mla_splits_b1.mla}
+    forms = {"ours": im, "w": mla_splits_w.mla, "w1": mla_splits_w1.mla, "b1": mla_splits_b1.mla,
+             "one": mla_merge_one_round.mla}
+    m = module_copy("probe_w1_one", MERGE_ONE_ROUND=True)
+    m._launch_config, m._splits, m._merge_plan = (mla_splits_w1._launch_config, mla_splits_w1._splits,
+                                                  mla_splits_w1.mla._merge_plan)
+    forms["w1_one"] = m
     for tile in (4096, 16384):
         m = module_copy(f"probe_w1_t{tile}")
         m._launch_config, m._splits = mla_splits_w1._launch_config, mla_splits_w1._splits

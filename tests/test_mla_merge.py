@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from impl import mla as im
-from impl.candidates import mla_merge, mla_merge_chunks, mla_merge_uv, mla_splits_w
+from impl.candidates import mla_merge, mla_merge_chunks, mla_merge_one_round, mla_merge_uv, mla_splits_w
 from impl.candidates.mla_heads64 import module_copy
 from tests.test_mla_heads64 import _case, _reference
 
@@ -96,6 +96,30 @@ def test_step45_splits_come_from_w_alone_so_a_row_is_the_same_bits_alone_or_amon
         alone = mla_splits_w.mla.sparse_absorbed(q[b:b + 1], lat[b:b + 1], idx[b:b + 1], lengths[b:b + 1], 0.3)
         assert torch.equal(alone, together[b:b + 1])
     assert _rel(together, _reference(q, lat, idx, lengths, 0.3)) < 1e-5
+
+
+def test_step46_the_one_round_merge_is_ours_bit_for_bit_on_the_cpu():
+    """Step 46's candidate loads the log-sum-exps and the partials in one round when the splits fit one tile (here
+    1-16 splits: one tile of up to 16), the same arithmetic as ours' two rounds; 20 splits (two tiles) keep the
+    two-round path. A short row leaves later splits empty; a row with no valid entry gives 0."""
+    q, lat, idx, lengths = _case(2, 1, 300, 259, 3, 48, seed=21)
+    lengths[1] = 40
+    idx[0, 0, 30:] = -1
+    for splits in (2, 5, 16, 20):
+        assert torch.equal(mla_merge_one_round.mla.sparse_absorbed(q, lat, idx, lengths, 0.3, splits),
+                           im.sparse_absorbed(q, lat, idx, lengths, 0.3, splits))
+    idx[1] = -1
+    o = mla_merge_one_round.mla.sparse_absorbed(q[1:], lat[1:], idx[1:], lengths[1:], 0.3, 4)
+    assert torch.equal(o, torch.zeros_like(o)) and mla_merge_one_round.mla.MERGE_ONE_ROUND and not im.MERGE_ONE_ROUND
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("B", [1, 4, 8, 32])
+def test_on_the_gpu_the_one_round_merge_is_ours_bit_for_bit(B):
+    q, lat, idx, lengths = _case(B, 1, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B)
+    assert torch.equal(mla_merge_one_round.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625),
+                       im.sparse_absorbed(q, lat, idx, lengths, 0.0625))
 
 
 def test_a_w_uv_of_the_wrong_shape_or_layout_is_refused():

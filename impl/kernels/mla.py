@@ -137,9 +137,26 @@ def _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H: tl.constexpr, R: tl.con
 
 
 @triton.jit
+def _merged_one_round(part, lse, i_bs, i_h, NS, o_r, mask_r, H: tl.constexpr, R: tl.constexpr, BJ: tl.constexpr):
+    """(Σ_j e^(lse_j - L) part_j[o_r], Σ_j e^(lse_j - L)) over NS <= BJ splits, L = max_j lse_j (-1e30 floor): the
+    log-sum-exps and the partials loaded together (the partials' loads do not wait for L), then `_lse_max` and
+    `_merged`'s arithmetic on the one tile: the same bits as them."""
+    o_j = tl.arange(0, BJ)
+    mask_j = o_j < NS
+    i_row = i_bs * NS + o_j
+    b_x = tl.load(lse + i_row * H + i_h, mask=mask_j, other=float("-inf"))
+    b_o = tl.load(part + (i_row[:, None] * H + i_h) * R + o_r[None, :], mask=mask_j[:, None] & mask_r[None, :],
+                  other=0.)
+    L = tl.max(tl.maximum(tl.full([BJ], -1e30, dtype=tl.float32), b_x), 0)
+    b_p = tl.exp(b_x - L)
+    b_acc = tl.zeros_like(o_r).to(tl.float32) + tl.sum(b_p[:, None] * b_o, 0)
+    return b_acc, tl.sum(tl.zeros([BJ], dtype=tl.float32) + b_p, 0)
+
+
+@triton.jit
 def mla_merge_kernel(
     part, lse, out,
-    NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr, BJ: tl.constexpr,
+    NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr, BJ: tl.constexpr, ONE_ROUND: tl.constexpr = False,
 ):
     """The split merge in one pass (issue 14 step 42): out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L),
     L = max_j lse_j first (0 where every split is empty). With L known every split's weight is, so BJ splits'
@@ -149,12 +166,17 @@ def mla_merge_kernel(
     One program per (query row, head, BR ranks): the rank in chunks (issue 14 step 44), so a row's merge is spread
     over R / BR programs (at B = 1, 64 programs each pulling a [16, 512] float32 tile through one SM took 3.3 us).
     part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
+    ONE_ROUND (issue 14 step 46; the host sets it only when NS <= BJ): the splits' log-sum-exps and partials in one
+    round of loads instead of two (L first, then the partials), the same arithmetic.
     """
     i_bs, i_h, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
     o_r = i_c * BR + tl.arange(0, BR)
     mask_r = o_r < R
-    L = _lse_max(lse, i_bs, i_h, NS, H, BJ)
-    b_acc, b_l = _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H, R, BJ)
+    if ONE_ROUND:
+        b_acc, b_l = _merged_one_round(part, lse, i_bs, i_h, NS, o_r, mask_r, H, R, BJ)
+    else:
+        L = _lse_max(lse, i_bs, i_h, NS, H, BJ)
+        b_acc, b_l = _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H, R, BJ)
     b_o = b_acc / tl.where(b_l > 0, b_l, 1.)
     tl.store(out + (i_bs * H + i_h) * R + o_r, b_o.to(out.dtype.element_ty), mask=mask_r)
 
