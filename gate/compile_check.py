@@ -225,13 +225,28 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64,
                       PREFETCH=True), dict(num_warps=8, num_stages=2)),
+    # below 8 query rows with one-block splits and one pipeline stage (issue 14 step 45's second form,
+    # impl.candidates.mla_splits_w1)
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
+                      PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=1)),
     # the split merge in tiles of 16 splits, written in bf16 (issue 14 step 42); with W_UV applied (step 43's
     # refuted candidate)
     KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512, BJ=16), dict(num_warps=4)),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
     # the merge with the rank in chunks of 128 (issue 14 step 44's candidate)
     KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=128, BJ=16), dict(num_warps=4)),
+                 dict(H=64, R=512, BR=128, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
+    # up to 64 splits a load, [64, 128] tiles (step 45's merge plan at 33 splits); in one round of loads (step 46's
+    # candidate) at that tile and at ours' 16 splits
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=128, BJ=64, ONE_ROUND=False), dict(num_warps=4)),
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=128, BJ=64, ONE_ROUND=True), dict(num_warps=4)),
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=True), dict(num_warps=4)),
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),
                  dict(H=64, R=512, V=256, BK=64, BV=64, BJ=16), dict(num_warps=4)),

@@ -143,7 +143,8 @@ class MlaCombineDropsLastSplit(TritonMLA):
     """The split-KV merge is handed one split fewer than the kernel wrote (a stale split count: NVIDIA/recsys-examples #379): it drops the last split and reads each later query row's partial outputs from a stride one split short."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        with kernel_edited(im, "mla_merge_kernel", "_merged(part, lse, i_bs, i_h, NS, L,", "_merged(part, lse, i_bs, i_h, NS - 1, L,"):
+        # planted before the merge's branch, so it reaches the one-round merge (step 46) and the two-round one alike
+        with kernel_edited(im, "mla_merge_kernel", "    if ONE_ROUND:\n", "    NS = NS - 1\n    if ONE_ROUND:\n"):
             return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
