@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU call after stop 49 (it never started in stop 49: eight refused starts). Verdicts first, then timing:
+# The next GPU call after stop 49 (it never started in stop 49: five refused starts after the first call). Verdicts first, then timing:
 #  gates    side by side, 20 examples a check, against ours, at seeds 92 and 93 (SHORT=1: 92 only):
 #           b1 (impl.candidates.mla_splits_b1: step 45's one-block splits at one query row only): mla.absorbed +
 #           mla.batch; mla.absorbed_paged + mla.graph_replay + mla.paths + mla.causal;
