@@ -100,6 +100,26 @@ def _check_decode(w, q, latent, idx, lengths, rows, ns=None) -> float:
     return max(rel_l2(to_np(o[b:b + 1]), ref) for b, ref in decode_refs(w, q, latent, idx, rows).items())
 
 
+def time_decode_forms(forms: dict, w, q, latent, idx, lengths, repeats: int, tag: str = ""):
+    """The probes' loop over decode forms ({name: MLA namespace}, "ours" among them): each form's `attend` held to
+    the float64 oracle on the first and last row (`_check_decode`; above 2e-2 it is not timed), then the rest timed
+    as CUDA-graph replays in `repeats` alternating rounds (gate.benchlib.alternating), each printed with ours' time
+    over its own. Returns (the timings, {name: the graphed call})."""
+    from gate.benchlib import alternating
+    B = q.shape[0]
+    fns = {}
+    for name, ns in forms.items():
+        e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
+        print(f"{tag} {name}: rel-L2 {e:.2e} (oracle)", flush=True)
+        if e <= 2e-2:
+            fns[name] = graph(lambda ns=ns: ns.attend(w, q, latent, idx, lengths))
+    res = alternating(fns, repeats)
+    for n, r in res.items():
+        print(f"  {tag} {n:10s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
+              f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
+    return res, fns
+
+
 def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     from impl import mla as im
     # the dense peer's K / V come from the same generator after these

@@ -232,21 +232,13 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=1)),
-    # the split merge in tiles of 16 splits, written in bf16 (issue 14 step 42); with W_UV applied (step 43's
-    # refuted candidate)
-    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
-    # the merge with the rank in chunks of 128 (issue 14 step 44's candidate)
-    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=128, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
-    # up to 64 splits a load, [64, 128] tiles (step 45's merge plan at 33 splits); in one round of loads (step 46's
-    # candidate) at that tile and at ours' 16 splits
-    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=128, BJ=64, ONE_ROUND=False), dict(num_warps=4)),
-    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=128, BJ=64, ONE_ROUND=True), dict(num_warps=4)),
-    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=True), dict(num_warps=4)),
+    # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
+    # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
+    # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's
+    *(KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                   dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one), dict(num_warps=4))
+      for br, bj, one in ((512, 16, False), (128, 16, False), (128, 64, False), (128, 64, True), (512, 16, True))),
+    # with W_UV applied (step 43's refuted candidate)
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),
                  dict(H=64, R=512, V=256, BK=64, BV=64, BJ=16), dict(num_warps=4)),

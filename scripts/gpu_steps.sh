@@ -1,6 +1,7 @@
 # Shared by the issue 14 GPU step scripts (source it after setting OUT and NAME; PARTS, SEEDS optional):
 #   L            $OUT/$NAME, where each step's log lands
 #   has PART     whether PART is in $PARTS (the steps to run)
+#   passed P     whether every gate log $L/P_*.log passed (1 / 0)
 #   step NAME T CMD...   CMD under a T-second timeout, its output to $L/NAME.log, its exit code and time
 #                to $L/summary.txt; then $L is re-archived to $OUT/$NAME.tgz, so a call cut at its
 #                limit still returns every step that ran
@@ -21,6 +22,9 @@ if sys.argv[1] == 'softplus':
 json.dump(c, open(p, 'w'))" "${2:-bounded}" && rm -f "/tmp/$1/model.safetensors"
 }
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+# passed PREFIX: 1 when every $L/PREFIX_*.log is a gate verdict with nothing failed, regressed, uncovered, errored
+# or not run (a missing log counts as not passed), else 0
+passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 step() {
   local name=$1 t=$2 t0; shift 2; t0=$(date +%s)
   timeout "$t" "$@" > "$L/$name.log" 2>&1

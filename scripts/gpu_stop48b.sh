@@ -29,7 +29,6 @@ step gate44_s87 240 python3 -m gate.cli gate $G $C44 --check mla.absorbed --chec
 step gate44_2_s86 240 python3 -m gate.cli gate $G $C44 --check mla.absorbed_paged --check mla.graph_replay \
     --check mla.paths --check mla.causal --seed 86 &
 wait
-passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 P14=$(passed gate14); P44=$(passed gate44)
 echo "gate14 all passed: $P14; gate44 all passed: $P44" | tee -a "$L/summary.txt"
 if [ "$P14" = 1 ]; then

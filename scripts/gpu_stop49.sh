@@ -26,7 +26,6 @@ for s in 90 91; do
 done
 step tests45 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py &
 wait
-passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 P45=$(passed gate45)
 echo "gate45 all passed: $P45" | tee -a "$L/summary.txt"
 [ "$SECONDS" -lt 330 ] && step probe45 150 python3 scripts/mla_merge_chunk_probe.py \

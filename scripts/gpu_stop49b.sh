@@ -32,7 +32,6 @@ for s in $SEEDS; do
 done
 step tests46 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py -k one_round &
 wait
-passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 T46=0; tail -1 "$L/tests46.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/tests46.log" | grep -qE "failed|error" && T46=1
 echo "gate b1 all passed: $(passed gate_b1); gate 46 all passed: $(passed gate_46); tests46 passed: $T46" | tee -a "$L/summary.txt"
 [ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"

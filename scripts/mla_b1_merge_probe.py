@@ -7,7 +7,7 @@
 - `w1_t4096`, `w1_t16384`: w1 with merge tiles of 4096 (BJ 64 x 64 ranks: 512 programs at rank 512, B = 1) and
   16384 (BJ 64 x 256 ranks; 4 warps as ours: 128 float32 a thread) instead of 8192,
 at B = 1 (128K and 32K) and B = 2, 4, 7, 8, 32 (32K; from 8 rows on w, w1 and b1 are ours' launch). Each form held to the float64 oracle first
-(gate.bench_mla._check_decode), then timed as CUDA-graph replays in --repeats alternating rounds (the bench's zeroing
+(gate.bench_mla.time_decode_forms), then timed as CUDA-graph replays in --repeats alternating rounds (the bench's zeroing
 L2 flush), then, at the first shape, the profiler's kernel times.
 
     PYTHONPATH=. python3 scripts/mla_b1_merge_probe.py [--repeats 5] [--json F]
@@ -18,16 +18,8 @@ import argparse
 import sys
 
 import torch
-import triton
 
 SHAPES = ((1, 131072), (1, 32768), (2, 32768), (4, 32768), (7, 32768), (8, 32768), (32, 32768))
-
-
-def _tile_plan(tile: int):
-    def plan(NS: int, BR: int) -> tuple:
-        BJ = min(64, triton.next_power_of_2(NS))
-        return BJ, min(BR, max(8, tile // BJ))
-    return plan
 
 
 def main(argv=None) -> int:
@@ -35,35 +27,26 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    from gate.bench_mla import _check_decode, decode_inputs
-    from gate.benchlib import alternating, graph, kernel_times, write_json
+    from gate.bench_mla import decode_inputs, time_decode_forms
+    from gate.benchlib import kernel_times, write_json
     from impl import mla as im
     from impl.candidates import mla_merge_one_round, mla_splits_b1, mla_splits_w, mla_splits_w1
     from impl.candidates.mla_heads64 import module_copy
     forms = {"ours": im, "w": mla_splits_w.mla, "w1": mla_splits_w1.mla, "b1": mla_splits_b1.mla,
              "one": mla_merge_one_round.mla}
     m = module_copy("probe_w1_one", MERGE_ONE_ROUND=True)
-    m._launch_config, m._splits, m._merge_plan = (mla_splits_w1._launch_config, mla_splits_w1._splits,
-                                                  mla_splits_w1.mla._merge_plan)
+    m._launch_config, m._splits, m._merge_plan = (mla_splits_w1._launch_config, mla_splits_w._splits,
+                                                  mla_splits_w._merge_plan)
     forms["w1_one"] = m
     for tile in (4096, 16384):
         m = module_copy(f"probe_w1_t{tile}")
-        m._launch_config, m._splits = mla_splits_w1._launch_config, mla_splits_w1._splits
-        m._merge_plan = _tile_plan(tile)
+        m._launch_config, m._splits = mla_splits_w1._launch_config, mla_splits_w._splits
+        m._merge_plan = mla_splits_w.tile_plan(tile)
         forms[f"w1_t{tile}"] = m
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
-        fns = {}
-        for name, ns in forms.items():
-            e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
-            print(f"B={B} T={T} {name}: rel-L2 {e:.2e} (oracle)", flush=True)
-            if e <= 2e-2:
-                fns[name] = graph(lambda ns=ns: ns.attend(w, q, latent, idx, lengths))
-        res = alternating(fns, args.repeats)
-        for n, r in res.items():
-            print(f"  B={B} T={T} {n:10s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
-                  f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
+        res, fns = time_decode_forms(forms, w, q, latent, idx, lengths, args.repeats, f"B={B} T={T}")
         out[f"B{B}_T{T}"] = dict(times=res)
         if (B, T) == SHAPES[0]:
             for name, ns in forms.items():

@@ -10,7 +10,7 @@ L2 flush enters the time:
 
 Each with ours, the candidate and the dense SDPA peer of gate.bench_mla (the same K / V sizes), 5 alternating
 rounds each; and the profiler's kernel times inside the replays after each flush (their sum against the time).
-Every form is first held to the float64 oracle on its first and last row (gate.bench_mla._check_decode).
+Every form is first held to the float64 oracle on its first and last row (gate.bench_mla.time_decode_forms).
 
     PYTHONPATH=. python3 scripts/mla_merge_chunk_probe.py [--repeats 5] [--json F]
 
@@ -61,8 +61,8 @@ def main(argv=None) -> int:
     import importlib
     from torch.profiler import ProfilerActivity, profile
 
-    from gate.bench_mla import DN, DV, H, _check_decode, decode_inputs
-    from gate.benchlib import alternating, graph, kernel_table, kernel_times, write_json
+    from gate.bench_mla import DN, DV, H, decode_inputs, time_decode_forms
+    from gate.benchlib import graph, kernel_table, kernel_times, write_json
     from impl import mla as im
     mod, attr = args.candidate.split(":")
     cand, label = getattr(importlib.import_module(mod), attr), args.label
@@ -70,16 +70,7 @@ def main(argv=None) -> int:
     for B, T in shapes:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
         forms = {"ours": im, label: cand}
-        fns = {}
-        for name, ns in forms.items():
-            e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
-            print(f"B={B} T={T} {name}: rel-L2 {e:.2e} (oracle)", flush=True)
-            if e <= 2e-2:
-                fns[name] = graph(lambda ns=ns: ns.attend(w, q, latent, idx, lengths))
-        res = alternating(fns, args.repeats)
-        for n, r in res.items():
-            print(f"  B={B} T={T} {n:8s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
-                  f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)
+        res, fns = time_decode_forms(forms, w, q, latent, idx, lengths, args.repeats, f"B={B} T={T}")
         out[f"B{B}_T{T}"] = dict(times=res)
         if B == 1 and not flushed:
             flushed = True

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import types
 
-import triton
-
 from impl.candidates import mla_splits_w as _w
 from impl.candidates.mla_heads64 import module_copy
 
@@ -31,7 +29,7 @@ _ours_splits = mla._splits
 def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     """One block of BW entries a split, from W, for one query row on the GPU; ours' rule elsewhere."""
     if rows == 1 and device.type == "cuda":
-        return max(1, min(_w.MAX_SPLITS, triton.cdiv(W, BW)))
+        return _w.block_splits(W, BW)
     return _ours_splits(device, rows, programs, W, BW)
 
 

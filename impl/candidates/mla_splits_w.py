@@ -37,21 +37,29 @@ mla = module_copy(f"{__name__}.mla")
 _ours_splits = mla._splits
 
 
+def block_splits(W: int, BW: int) -> int:
+    """One block of BW entries a split, counted from W alone (at most MAX_SPLITS)."""
+    return max(1, min(MAX_SPLITS, triton.cdiv(W, BW)))
+
+
 def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
-    """One block of BW entries a split, from W alone, below ROWS_64 query rows on the GPU (below 16 under the
-    interpreter); ours' rule elsewhere."""
+    """`block_splits` below ROWS_64 query rows on the GPU (below 16 under the interpreter); ours' rule elsewhere."""
     small = rows < (16 if interpreted() else mla.ROWS_64)
     if small and (device.type == "cuda" or interpreted()):
-        return max(1, min(MAX_SPLITS, triton.cdiv(W, BW)))
+        return block_splits(W, BW)
     return _ours_splits(device, rows, programs, W, BW)
 
 
-def _merge_plan(NS: int, BR: int) -> tuple:
-    """Every split in one load (up to 64), the rank in chunks that keep a program's tile at TILE elements."""
-    BJ = min(MAX_SPLITS, triton.next_power_of_2(NS))
-    tile = TILE_INTERPRETED if interpreted() else TILE_GPU
-    return BJ, min(BR, max(8, tile // BJ))
+def tile_plan(tile_gpu: int):
+    """A merge plan (impl.mla._merge_plan's signature): every split in one load (up to 64), the rank in chunks
+    that keep a program's tile at `tile_gpu` float32 elements on the GPU (TILE_INTERPRETED under the interpreter)."""
+    def plan(NS: int, BR: int) -> tuple:
+        BJ = min(MAX_SPLITS, triton.next_power_of_2(NS))
+        tile = TILE_INTERPRETED if interpreted() else tile_gpu
+        return BJ, min(BR, max(8, tile // BJ))
+    return plan
 
 
+_merge_plan = tile_plan(TILE_GPU)
 mla._splits, mla._merge_plan = _splits, _merge_plan
 Candidate = types.SimpleNamespace(mla=mla)

@@ -31,10 +31,5 @@ def _launch_config(rows: int, BR: int) -> dict:
     return cfg
 
 
-def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
-    """mla_splits_w's rule read against this module's ROWS_64."""
-    return _w._splits(device, rows, programs, W, BW)
-
-
-mla._launch_config, mla._splits, mla._merge_plan = _launch_config, _splits, _w._merge_plan
+mla._launch_config, mla._splits, mla._merge_plan = _launch_config, _w._splits, _w._merge_plan
 Candidate = types.SimpleNamespace(mla=mla)
