@@ -268,9 +268,11 @@ CHECKS = (
                         IndexCase(GFULL, 1, 2400, 16, (0,), "none", "large", 22),
                         IndexCase(GFULL, 2, 2200, 8, (0, 9), "none", "normal", 23),
                         # 8 query rows (step 41: the same launch from 8 rows on, 16 splits on 132 SMs), and
-                        # 7 (the 16-head launch just below it)
+                        # 7 (the 16-head launch just below it; step 47's candidate's from 7 rows on), and 6
+                        # (the 16-head launch just below that)
                         IndexCase(GFULL, 1, 2300, 8, (0,), "none", "normal", 24),
-                        IndexCase(GFULL, 1, 2300, 7, (0,), "none", "large", 25))),
+                        IndexCase(GFULL, 1, 2300, 7, (0,), "none", "large", 25),
+                        IndexCase(GFULL, 1, 2300, 6, (0,), "none", "normal", 26))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows, pooled keys; a "
           "sibling continuation of the last call's state must not reach the caches compared",

@@ -14,6 +14,10 @@
 #           ours' GPU matrix at seeds 94 and 95 (SHORT: 94; the six mla checks and model.paths, 20 examples),
 #           test_mla_merge's and test_mla_heads64's GPU tests, the cuda zoo on the four split-path kernel mutants;
 #           alone glmgate bench --mechanism mla and the dsa-full+sparse replay against ours before
+#  step 47  (added in stop 50) impl.candidates.mla_rows64_7 (the 64-head launch from 7 query rows, not 8): gated
+#           on mla.absorbed, batch, paths, graph_replay at the same seeds; probed alone (scripts/mla_rows64_probe.py,
+#           B = 4-8, with ROWS_64 = 4 and 5 ungated); lands (ROWS_64 = 7 on the device's tree, with or without a
+#           patch) if its gate passed, it is >= 1.1x ours at B = 7 and >= 0.99x at every probed B
 #   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~450 s, SHORT=1 ~300 s)
 set -u
 NAME=${NAME:-stop49b}
@@ -29,12 +33,24 @@ for s in $SEEDS; do
       --check mla.paths --check mla.causal --seed $s &
   step gate_46_s$s 240 python3 -m gate.cli gate $G --candidate impl.candidates.mla_merge_one_round:Candidate \
       --check mla.absorbed --check mla.batch --check mla.paths --seed $s &
+  step gate_47_s$s 240 python3 -m gate.cli gate $G --candidate impl.candidates.mla_rows64_7:Candidate \
+      --check mla.absorbed --check mla.batch --check mla.paths --check mla.graph_replay --seed $s &
 done
 step tests46 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py -k one_round &
 wait
 T46=0; tail -1 "$L/tests46.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/tests46.log" | grep -qE "failed|error" && T46=1
 echo "gate b1 all passed: $(passed gate_b1); gate 46 all passed: $(passed gate_46); tests46 passed: $T46" | tee -a "$L/summary.txt"
 [ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
+[ "$SECONDS" -lt 380 ] && step probe47 90 python3 scripts/mla_rows64_probe.py --json "$L/probe47.json"
+S47=$(python3 - "$L/probe47.json" <<'PY' 2>/dev/null || echo 0
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = lambda k: d[k]["times"]["ours"]["median_us"] / d[k]["times"]["r7"]["median_us"]
+print(int(r("B7_T32768") >= 1.1 and all(r(k) >= 0.99 for k in d)))
+PY
+)
+[ "$(passed gate_47)" = 1 ] || S47=0
+echo "step 47 (ROWS_64 = 7) lands: $S47" | tee -a "$L/summary.txt"
 read -r B1 S46 <<< "$(python3 - "$L/probe.json" <<'PY' 2>/dev/null || echo "0 0"
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -49,10 +65,13 @@ PATCH= PEER=
 [ "$B1$S46" = 10 ] && PATCH=scripts/patches/step45b.patch PEER=impl.candidates.mla_splits_16:Candidate
 [ "$B1$S46" = 01 ] && PATCH=scripts/patches/step46.patch PEER=impl.candidates.mla_merge_two_rounds:Candidate
 echo "b1 lands: $B1; step 46 lands: $S46; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
-LAND_BY=330 MT=150 BENCH_BY=470
-[ "${SHORT:-0}" = 1 ] && { LAND_BY=200 MT=110 BENCH_BY=290; }
-if [ -n "$PATCH" ] && [ "$SECONDS" -lt $LAND_BY ]; then
-  git apply "$PATCH" && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
+LAND_BY=400 MT=130 BENCH_BY=520
+[ "${SHORT:-0}" = 1 ] && { LAND_BY=300 MT=110 BENCH_BY=420; }
+if [ -n "$PATCH$S47" ] && [ "$PATCH$S47" != 0 ] && [ "$SECONDS" -lt $LAND_BY ]; then
+  [ -n "$PATCH" ] && git apply "$PATCH" && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
+  [ "$S47" = 1 ] && sed -i 's/^ROWS_64 = 8$/ROWS_64 = 7/' impl/mla.py && grep -q "^ROWS_64 = 7$" impl/mla.py && \
+    echo "landed on the device's tree: step 47 (impl.mla.ROWS_64 = 7)" | tee -a "$L/summary.txt"
+  [ -z "$PEER" ] && PEER=impl.candidates.mla_heads64_small:Candidate
   R="--device cuda --examples 20 --no-failures"
   MSEEDS="94 95"; [ "${SHORT:-0}" = 1 ] && MSEEDS=94
   for s in $MSEEDS; do
@@ -65,7 +84,7 @@ if [ -n "$PATCH" ] && [ "$SECONDS" -lt $LAND_BY ]; then
       --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale --mutant mla_prefetch_skips_a_block &
   wait
   [ "$SECONDS" -lt $BENCH_BY ] && step bench_mla 30 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
-  [ "$SECONDS" -lt 470 ] && [ "${SHORT:-0}" != 1 ] && step replay 45 python3 scripts/profile_replay.py \
+  [ "$SECONDS" -lt 530 ] && [ "${SHORT:-0}" != 1 ] && step replay 45 python3 scripts/profile_replay.py \
       --kinds dsa-full+sparse --peer "$PEER" --repeats 5 --json "$L/replay.json"
 fi
 echo "=== summary"; cat "$L/summary.txt"
@@ -74,6 +93,7 @@ for f in "$L"/gate*.log; do grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-2
 for f in "$L"/tests*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(tail -1 "$f" | cut -c1-200)"; done
 [ -f "$L/zoo.log" ] && grep -E "caught|escaped|not run|error" "$L/zoo.log" | cut -c1-100 | tail -5
 [ -f "$L/probe.log" ] && grep -vE "Warn|warn|rel-L2" "$L/probe.log" | cut -c1-400
+[ -f "$L/probe47.log" ] && grep -vE "Warn|warn|rel-L2|launches" "$L/probe47.log" | cut -c1-300
 [ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -9 | cut -c1-200
 [ -f "$L/replay.log" ] && grep -E "^copy|^===|bytes floor|compare|mla_" "$L/replay.log" | cut -c1-200
 true
