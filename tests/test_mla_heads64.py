@@ -105,6 +105,24 @@ def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
         assert im._splits(gpu, rows, programs, 2051, bw) == small.mla._splits(gpu, rows, programs, 2051, bw)
 
 
+def test_step47s_candidate_takes_the_launch_down_to_7_rows_only(monkeypatch):
+    # impl.candidates.mla_rows64_7: ours' module with ROWS_64 = 7 (132-SM stand-in as above); at and below 6 query
+    # rows (mla.batch's drawn batches reach 6) it must keep ours' launch and split count, so a row's bits there
+    # stay ours'
+    from impl.candidates import mla_rows64_7 as r7
+    for mod in (r7.mla, im):
+        monkeypatch.setattr(mod, "interpreted", lambda: False)
+        monkeypatch.setattr(mod, "num_sms", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert r7.mla.ROWS_64 == 7 and r7.mla is not im
+    for rows in range(1, 7):
+        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == im._launch(gpu, rows, 64, 2051, 512) != HEADS64
+    assert r7.mla._launch_config(7, 512) == HEADS64 != im._launch_config(7, 512)
+    assert r7.mla._launch(gpu, 7, 64, 2051, 512)["splits"] == 18     # 132 // 7 programs of 64 heads: one wave
+    for rows in (8, 16, 128):
+        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == im._launch(gpu, rows, 64, 2051, 512)
+
+
 @pytest.mark.parametrize("splits", [1, 3])
 @pytest.mark.parametrize("paged", [False, True])
 def test_on_the_cpu_64_heads_a_program_agree_with_the_reference(splits, paged):
