@@ -40,7 +40,8 @@ step tests46 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_
 wait
 T46=0; tail -1 "$L/tests46.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/tests46.log" | grep -qE "failed|error" && T46=1
 echo "gate b1 all passed: $(passed gate_b1); gate 46 all passed: $(passed gate_46); tests46 passed: $T46" | tee -a "$L/summary.txt"
-[ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py --json "$L/probe.json"
+PF=; [ "${SHORT:-0}" = 1 ] && PF="--forms b1,one"   # SHORT: only the forms the landing rule reads
+[ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py $PF --json "$L/probe.json"
 [ "$SECONDS" -lt 380 ] && step probe47 90 python3 scripts/mla_rows64_probe.py --json "$L/probe47.json"
 S47=$(python3 - "$L/probe47.json" <<'PY' 2>/dev/null || echo 0
 import json, sys

@@ -10,7 +10,7 @@ at B = 1 (128K and 32K) and B = 2, 4, 7, 8, 32 (32K; from 8 rows on w, w1 and b1
 (gate.bench_mla.time_decode_forms), then timed as CUDA-graph replays in --repeats alternating rounds (the bench's zeroing
 L2 flush), then, at the first shape, the profiler's kernel times.
 
-    PYTHONPATH=. python3 scripts/mla_b1_merge_probe.py [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_b1_merge_probe.py [--repeats 5] [--json F] [--forms b1,one]
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument("--forms", default=None, help="comma-separated forms to time (ours always); default: all")
     args = p.parse_args(argv)
     from gate.bench_mla import decode_inputs, time_decode_forms
     from gate.benchlib import kernel_times, write_json
@@ -43,6 +44,12 @@ def main(argv=None) -> int:
         m._launch_config, m._splits = mla_splits_w1._launch_config, mla_splits_w._splits
         m._merge_plan = mla_splits_w.tile_plan(tile)
         forms[f"w1_t{tile}"] = m
+    if args.forms:
+        keep = {"ours", *args.forms.split(",")}
+        unknown = keep - set(forms)
+        if unknown:
+            p.error(f"--forms: unknown {sorted(unknown)} (known: {', '.join(forms)})")
+        forms = {k: v for k, v in forms.items() if k in keep}
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, _ = decode_inputs(B, T)
