@@ -18,6 +18,7 @@
 #           on mla.absorbed, batch, paths, graph_replay at the same seeds; probed alone (scripts/mla_rows64_probe.py,
 #           B = 4-8, with ROWS_64 = 4 and 5 ungated); lands (ROWS_64 = 7 on the device's tree, with or without a
 #           patch) if its gate passed, it is >= 1.1x ours at B = 7 and >= 0.99x at every probed B
+#  LEAN=1   (a low device budget) SHORT without b1: step 46 and step 47 gated at seed 92, the probes, the landing
 #   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~450 s, SHORT=1 ~300 s)
 set -u
 NAME=${NAME:-stop49b}
@@ -25,11 +26,12 @@ source "$(dirname "$0")/gpu_steps.sh"
 export OMP_NUM_THREADS=2
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
 G="--device cuda --baseline triton --examples 20 --no-failures"
+[ "${LEAN:-0}" = 1 ] && SHORT=1
 SEEDS="92 93"; [ "${SHORT:-0}" = 1 ] && SEEDS=92
 for s in $SEEDS; do
   C="--candidate impl.candidates.mla_splits_b1:Candidate"
-  step gate_b1_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed --check mla.batch --seed $s &
-  step gate_b1_2_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed_paged --check mla.graph_replay \
+  [ "${LEAN:-0}" != 1 ] && step gate_b1_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed --check mla.batch --seed $s &
+  [ "${LEAN:-0}" != 1 ] && step gate_b1_2_s$s 240 python3 -m gate.cli gate $G $C --check mla.absorbed_paged --check mla.graph_replay \
       --check mla.paths --check mla.causal --seed $s &
   step gate_46_s$s 240 python3 -m gate.cli gate $G --candidate impl.candidates.mla_merge_one_round:Candidate \
       --check mla.absorbed --check mla.batch --check mla.paths --seed $s &
@@ -41,6 +43,7 @@ wait
 T46=0; tail -1 "$L/tests46.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/tests46.log" | grep -qE "failed|error" && T46=1
 echo "gate b1 all passed: $(passed gate_b1); gate 46 all passed: $(passed gate_46); tests46 passed: $T46" | tee -a "$L/summary.txt"
 PF=; [ "${SHORT:-0}" = 1 ] && PF="--forms b1,one"   # SHORT: only the forms the landing rule reads
+[ "${LEAN:-0}" = 1 ] && PF="--forms one"            # LEAN: b1 neither gated nor timed (it cannot land)
 [ "$SECONDS" -lt 300 ] && step probe 150 python3 scripts/mla_b1_merge_probe.py $PF --json "$L/probe.json"
 [ "$SECONDS" -lt 380 ] && step probe47 90 python3 scripts/mla_rows64_probe.py --json "$L/probe47.json"
 S47=$(python3 - "$L/probe47.json" <<'PY' 2>/dev/null || echo 0
@@ -56,10 +59,11 @@ read -r B1 S46 <<< "$(python3 - "$L/probe.json" <<'PY' 2>/dev/null || echo "0 0"
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = lambda k, f: d[k]["times"]["ours"]["median_us"] / d[k]["times"][f]["median_us"]
-print(int(r("B1_T131072", "b1") >= 1.03), int(all(r(k, "one") >= 0.99 for k in d)))
+print(int("b1" in d["B1_T131072"]["times"] and r("B1_T131072", "b1") >= 1.03), int(all(r(k, "one") >= 0.99 for k in d)))
 PY
 )"
 [ "$(passed gate_b1)" = 1 ] || B1=0
+[ "${LEAN:-0}" = 1 ] && B1=0
 { [ "$(passed gate_46)" = 1 ] && [ "$T46" = 1 ]; } || S46=0
 PATCH= PEER=
 [ "$B1$S46" = 11 ] && PATCH=scripts/patches/step45b_46.patch PEER=impl.candidates.mla_splits_16:Candidate
