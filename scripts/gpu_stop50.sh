@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Stop 50's last-budget call (~250 s of device time left after 13 refused starts): issue 14 step 47 alone.
+#  probe47  scripts/mla_rows64_probe.py first, uncontended (ours, r7 = impl.candidates.mla_rows64_7, r5, r4; B = 4-8)
+#  gate_47  ours vs the candidate at seeds 92 and 93 side by side (mla.absorbed, batch, paths, graph_replay;
+#           20 examples a check): the landing rule of docs/optimization_log.md "Step 47"
+#   OUT=/tmp/out bash scripts/gpu_stop50.sh
+set -u
+NAME=${NAME:-stop50}
+source "$(dirname "$0")/gpu_steps.sh"
+export OMP_NUM_THREADS=2
+echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
+step probe47 60 python3 scripts/mla_rows64_probe.py --json "$L/probe47.json"
+G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_rows64_7:Candidate"
+for s in 92 93; do
+  step gate_47_s$s 150 python3 -m gate.cli gate $G --check mla.absorbed --check mla.batch --check mla.paths \
+      --check mla.graph_replay --seed $s &
+done
+wait
+echo "gate 47 all passed: $(passed gate_47)" | tee -a "$L/summary.txt"
+echo "=== summary"; cat "$L/summary.txt"
+for f in "$L"/gate*.log; do echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
+grep -vE "Warn|warn|rel-L2" "$L/probe47.log" | cut -c1-300
+true
