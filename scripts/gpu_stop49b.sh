@@ -16,8 +16,8 @@
 #           alone glmgate bench --mechanism mla and the dsa-full+sparse replay against ours before
 #  step 47  (added in stop 50) impl.candidates.mla_rows64_7 (the 64-head launch from 7 query rows, not 8): gated
 #           on mla.absorbed, batch, paths, graph_replay at the same seeds; probed alone (scripts/mla_rows64_probe.py,
-#           B = 4-8, with ROWS_64 = 4 and 5 ungated); lands (ROWS_64 = 7 on the device's tree, with or without a
-#           patch) if its gate passed, it is >= 1.1x ours at B = 7 and >= 0.99x at every probed B
+#           B = 4-8, with ROWS_64 = 4 and 5 ungated); lands (scripts/patches/step47.patch, after the b1 / 46 patch
+#           if one lands: they compose) if its gate passed, it is >= 1.1x ours at B = 7 and >= 0.99x at every B
 #  LEAN=1   (a low device budget) SHORT without b1: step 46 and step 47 gated at seed 92, the probes, the landing
 #   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~450 s, SHORT=1 ~300 s)
 set -u
@@ -74,8 +74,8 @@ LAND_BY=400 MT=130 BENCH_BY=520
 [ "${SHORT:-0}" = 1 ] && { LAND_BY=300 MT=110 BENCH_BY=420; }
 if [ -n "$PATCH$S47" ] && [ "$PATCH$S47" != 0 ] && [ "$SECONDS" -lt $LAND_BY ]; then
   [ -n "$PATCH" ] && git apply "$PATCH" && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
-  [ "$S47" = 1 ] && sed -i 's/^ROWS_64 = 8$/ROWS_64 = 7/' impl/mla.py && grep -q "^ROWS_64 = 7$" impl/mla.py && \
-    echo "landed on the device's tree: step 47 (impl.mla.ROWS_64 = 7)" | tee -a "$L/summary.txt"
+  [ "$S47" = 1 ] && git apply scripts/patches/step47.patch && \
+    echo "landed on the device's tree: scripts/patches/step47.patch (impl.mla.ROWS_64 = 7)" | tee -a "$L/summary.txt"
   [ -z "$PEER" ] && PEER=impl.candidates.mla_heads64_small:Candidate
   R="--device cuda --examples 20 --no-failures"
   MSEEDS="94 95"; [ "${SHORT:-0}" = 1 ] && MSEEDS=94
