@@ -24,7 +24,7 @@ json.dump(c, open(p, 'w'))" "${2:-bounded}" && rm -f "/tmp/$1/model.safetensors"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 # passed PREFIX: 1 when every $L/PREFIX_*.log is a gate verdict with nothing failed, regressed, uncovered, errored
 # or not run (a missing log counts as not passed), else 0
-passed() { local p=1; for f in "$L"/$1_*.log; do grep -q "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
+passed() { local p=1; for f in "$L"/$1_*.log; do grep -qs "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
 step() {
   local name=$1 t=$2 t0; shift 2; t0=$(date +%s)
   timeout "$t" "$@" > "$L/$name.log" 2>&1

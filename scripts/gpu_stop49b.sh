@@ -62,8 +62,7 @@ r = lambda k, f: d[k]["times"]["ours"]["median_us"] / d[k]["times"][f]["median_u
 print(int("b1" in d["B1_T131072"]["times"] and r("B1_T131072", "b1") >= 1.03), int(all(r(k, "one") >= 0.99 for k in d)))
 PY
 )"
-[ "$(passed gate_b1)" = 1 ] || B1=0
-[ "${LEAN:-0}" = 1 ] && B1=0
+[ "$(passed gate_b1)" = 1 ] || B1=0   # LEAN: no gate_b1 log, so not passed
 { [ "$(passed gate_46)" = 1 ] && [ "$T46" = 1 ]; } || S46=0
 PATCH= PEER=
 [ "$B1$S46" = 11 ] && PATCH=scripts/patches/step45b_46.patch PEER=impl.candidates.mla_splits_16:Candidate
@@ -72,7 +71,7 @@ PATCH= PEER=
 echo "b1 lands: $B1; step 46 lands: $S46; patch: ${PATCH:-none}" | tee -a "$L/summary.txt"
 LAND_BY=400 MT=130 BENCH_BY=520
 [ "${SHORT:-0}" = 1 ] && { LAND_BY=300 MT=110 BENCH_BY=420; }
-if [ -n "$PATCH$S47" ] && [ "$PATCH$S47" != 0 ] && [ "$SECONDS" -lt $LAND_BY ]; then
+if { [ -n "$PATCH" ] || [ "$S47" = 1 ]; } && [ "$SECONDS" -lt $LAND_BY ]; then
   [ -n "$PATCH" ] && git apply "$PATCH" && echo "landed on the device's tree: $PATCH" | tee -a "$L/summary.txt"
   [ "$S47" = 1 ] && git apply scripts/patches/step47.patch && \
     echo "landed on the device's tree: scripts/patches/step47.patch (impl.mla.ROWS_64 = 7)" | tee -a "$L/summary.txt"
