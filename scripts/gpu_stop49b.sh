@@ -18,6 +18,8 @@
 #           on mla.absorbed, batch, paths, graph_replay at the same seeds; probed alone (scripts/mla_rows64_probe.py,
 #           B = 4-8, with ROWS_64 = 4 and 5 ungated); lands (scripts/patches/step47.patch, after the b1 / 46 patch
 #           if one lands: they compose) if its gate passed, it is >= 1.1x ours at B = 7 and >= 0.99x at every B
+#  step 48  (added in stop 51) scripts/mla_chain_probe.py if time is left: ours' kernel at B = 32 and 128 on random,
+#           address-ordered and L2-resident rows (how much of the gap to the bytes floor is the gather's latency)
 #  LEAN=1   (a low device budget) SHORT without b1: step 46 and step 47 gated at seed 92, the probes, the landing
 #   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~450 s, SHORT=1 ~300 s)
 set -u
@@ -91,6 +93,8 @@ if { [ -n "$PATCH" ] || [ "$S47" = 1 ]; } && [ "$SECONDS" -lt $LAND_BY ]; then
   [ "$SECONDS" -lt 530 ] && [ "${SHORT:-0}" != 1 ] && step replay 45 python3 scripts/profile_replay.py \
       --kinds dsa-full+sparse --peer "$PEER" --repeats 5 --json "$L/replay.json"
 fi
+# step 48's probe (added in stop 51; times only, lands nothing): the kernel on L2-resident rows against HBM rows
+[ "$SECONDS" -lt 545 ] && step chain 45 python3 scripts/mla_chain_probe.py --json "$L/chain.json"
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
 for f in "$L"/gate*.log; do grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
@@ -99,5 +103,6 @@ for f in "$L"/tests*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(tail -1 "$
 [ -f "$L/probe.log" ] && grep -vE "Warn|warn|rel-L2" "$L/probe.log" | cut -c1-400
 [ -f "$L/probe47.log" ] && grep -vE "Warn|warn|rel-L2|launches" "$L/probe47.log" | cut -c1-300
 [ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -9 | cut -c1-200
+[ -f "$L/chain.log" ] && grep -E "rel-L2|us \[" "$L/chain.log" | cut -c1-200
 [ -f "$L/replay.log" ] && grep -E "^copy|^===|bytes floor|compare|mla_" "$L/replay.log" | cut -c1-200
 true
