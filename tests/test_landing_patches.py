@@ -1,0 +1,40 @@
+"""The landing patches of scripts/patches/ apply to the committed tree, alone and in the orders the device script
+(scripts/gpu_stop49b.sh) applies them: a GPU verdict that passes must be able to land. Checked against HEAD through
+a scratch index (`git apply --cached`), so neither the working tree nor the real index is touched."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATCHES = os.path.join(ROOT, "scripts", "patches")
+# (what the device applies first, then what it applies on top): its rule lands at most one of the b1 / 46 patches,
+# then step 47's
+ORDERS = [(p,) for p in ("step45b", "step46", "step45b_46", "step47")] + \
+         [(p, "step47") for p in ("step45b", "step46", "step45b_46")]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")),
+    reason="needs git and a git checkout of this repository (the patches apply to its committed tree)")
+
+
+def _git(args, env):
+    return subprocess.run(["git", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=["+".join(o) for o in ORDERS])
+def test_the_patches_apply_in_the_device_scripts_order(order, tmp_path):
+    env = dict(os.environ, GIT_INDEX_FILE=str(tmp_path / "index"))
+    r = _git(["read-tree", "HEAD"], env)
+    assert r.returncode == 0, r.stderr
+    for name in order:
+        r = _git(["apply", "--cached", os.path.join(PATCHES, f"{name}.patch")], env)
+        assert r.returncode == 0, f"{name}.patch does not apply after {order[:order.index(name)]}: {r.stderr}"
+
+
+def test_every_patch_is_in_an_order():
+    names = {f[:-len(".patch")] for f in os.listdir(PATCHES) if f.endswith(".patch")}
+    assert names == {n for o in ORDERS for n in o}, "a patch the device script never applies, or one gone"
