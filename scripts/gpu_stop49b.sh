@@ -21,7 +21,7 @@
 #  step 48  (added in stop 51) scripts/mla_chain_probe.py if time is left: ours' kernel at B = 32 and 128 on random,
 #           address-ordered and L2-resident rows (how much of the gap to the bytes floor is the gather's latency)
 #  LEAN=1   (a low device budget) SHORT without b1: step 46 and step 47 gated at seed 92, the probes, the landing
-#   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~450 s, SHORT=1 ~300 s)
+#   OUT=/tmp/out bash scripts/gpu_stop49b.sh     (the patches are tracked: nothing to carry; ~500 s, SHORT=1 ~350 s, LEAN=1 ~300 s)
 set -u
 NAME=${NAME:-stop49b}
 source "$(dirname "$0")/gpu_steps.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop 50's last-budget call (~250 s of device time left after 13 refused starts): issue 14 step 47 alone.
+# The last-budget call (~250 s of device time left): issue 14 step 47, and step 46 unless NO46=1.
 #  probe47  scripts/mla_rows64_probe.py first, uncontended (ours, r7 = impl.candidates.mla_rows64_7, r5, r4; B = 4-8)
 #  gate_47  ours vs the candidate at seeds 92 and 93 side by side (mla.absorbed, batch, paths, graph_replay;
 #           20 examples a check): the landing rule of docs/optimization_log.md "Step 47"
@@ -14,15 +14,14 @@ export OMP_NUM_THREADS=2
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
 step probe47 60 python3 scripts/mla_rows64_probe.py --json "$L/probe47.json"
 [ "${NO46:-0}" = 1 ] || step probe 80 python3 scripts/mla_b1_merge_probe.py --forms one --json "$L/probe.json"
-G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_rows64_7:Candidate"
+G="--device cuda --baseline triton --examples 20 --no-failures"
 for s in 92 93; do
-  step gate_47_s$s 150 python3 -m gate.cli gate $G --check mla.absorbed --check mla.batch --check mla.paths \
-      --check mla.graph_replay --seed $s &
+  step gate_47_s$s 150 python3 -m gate.cli gate $G --candidate impl.candidates.mla_rows64_7:Candidate \
+      --check mla.absorbed --check mla.batch --check mla.paths --check mla.graph_replay --seed $s &
 done
 if [ "${NO46:-0}" != 1 ]; then
-  step gate_46_s92 150 python3 -m gate.cli gate --device cuda --baseline triton --examples 20 --no-failures \
-      --candidate impl.candidates.mla_merge_one_round:Candidate --check mla.absorbed --check mla.batch --check mla.paths \
-      --seed 92 &
+  step gate_46_s92 150 python3 -m gate.cli gate $G --candidate impl.candidates.mla_merge_one_round:Candidate \
+      --check mla.absorbed --check mla.batch --check mla.paths --seed 92 &
   step tests46 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge.py -k one_round &
 fi
 wait
