@@ -1,0 +1,169 @@
+"""Sparse MLA attention in absorbed form (SPEC §7) with a producer warp group for the gather (issue 14 step 49);
+Gluon (Triton's explicit-layout dialect), Hopper (sm_90) only: cp.async gathers, mbarriers, warp-group MMA.
+The host wrapper is impl/candidates/mla_producer.py. Written against Triton 3.6's Gluon API (the GPU machine's):
+Gluon is experimental and its calls change between releases (3.9 renamed async_copy_global_to_shared and
+thread_barrier), so the wrapper launches it under 3.6 only.
+
+Letters as impl/kernels/mla.py: B batch, S queries, T cached tokens, H heads, R latent rank, W selection width,
+NS selection splits; BH heads a program (64), BW entries a block (32), STAGES shared-memory stages.
+
+Why a producer: ours (mla_sparse_absorbed_fwd_kernel) runs each entry block as one dependent chain in the same
+warps: the entries, the gather of their rows, the two dots and the online softmax. Measured ~2.2-2.5 us a block of
+32 rows on an H200 at B = 32 and 128 (30.7 % and 44.4 % of copy), where the block's 32 KB take ~0.9 us at an SM's
+share of HBM bandwidth. Here a worker partition of PRODUCER_WARPS warps only gathers: it fills a ring of STAGES
+shared-memory tiles with cp.async as soon as the consumer frees one, so the rows of the next blocks are in flight
+while the default partition (the kernel's num_warps warps, two warp groups along R) runs the dots and the softmax.
+
+The same arithmetic as ours, in the same order: the scores q · c^T scaled, -inf where an entry is invalid, the
+running max, p = e^(s - m), the rescale e^(m_old - m), acc·alpha + p·c with p in c's dtype, o = acc / l; the
+output contract (SPLIT, -1e30 floor, an empty split 0 with lse -inf) is ours'. Not promised the same bits (the
+MMA tile shapes are chosen here, not by Triton's layout pass).
+"""
+import triton.experimental.gluon.language as gl
+from triton.experimental import gluon
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+
+@gluon.jit
+def _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.constexpr):
+    """The selection's entries of block i_w of a split [BW] int64 (-1 past the split's end), in `layout`."""
+    o_w = w_lo + i_w * BW + gl.arange(0, BW, layout=layout)
+    return gl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(gl.int64)
+
+
+@gluon.jit
+def _produce(c, indices, c_smem, ready, empty, i_bs, i_b, T, W, w_lo, w_hi, n_len, n_blocks,
+             BW: gl.constexpr, R: gl.constexpr, STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+             VEC: gl.constexpr, TR: gl.constexpr):
+    """The worker partition: block i's rows into stage i % STAGES once the consumer released it (empty), each
+    thread's copies signalling `ready` when they land. Invalid entries (-1, or outside [0, n_len)) copy nothing:
+    cp.async zero-fills their rows, so a stale or non-finite cache row never reaches the dots."""
+    # VEC elements (16 bytes at 8 bf16: one cp.async) a thread, TR threads along a row (R / VEC, at most 32): no
+    # thread copies what another copies while 32 / TR * PRODUCER_WARPS rows fit in BW (the wrapper picks VEC so)
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TR, TR], [PRODUCER_WARPS, 1], [1, 0])
+    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, layout))
+    for i_w in range(n_blocks):
+        s = i_w % STAGES
+        b_idx = _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW, gl.SliceLayout(1, layout))
+        mask_w = (b_idx >= 0) & (b_idx < n_len)
+        p_c = c + (i_b * T + gl.where(mask_w, b_idx, 0))[:, None] * R + o_r[None, :]
+        # the stage's previous round consumed (a fresh barrier's parity-1 wait passes: the first round is free)
+        mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
+        async_copy.async_copy_global_to_shared(c_smem.index(s), p_c, mask=mask_w[:, None])
+        # no-increment arrive: `ready` counts one arrival a producer thread, made when its copies have landed
+        async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+
+
+@gluon.jit
+def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len, n_blocks,
+             scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
+             SPLIT: gl.constexpr, num_warps: gl.constexpr):
+    """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
+    (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
+    # two warp groups along R for the [BH, R] accumulator (128 float32 registers a thread at BH 64, R 512); the
+    # [BH, BW] scores on the same warp grid so the row statistics share the accumulator's row mapping
+    warps: gl.constexpr = [4, num_warps // 4]
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
+                                                   instr_shape=[16, BW // (num_warps // 4), 16])
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
+                                                   instr_shape=[16, R // (num_warps // 4), 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
+
+    o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
+    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
+    mask_h = o_h < H
+    b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
+    q_smem.store(b_q)
+    # q's generic-proxy stores before the warp-group MMA's async-proxy reads
+    fence_async_shared()
+    gl.thread_barrier()
+
+    s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
+    b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
+    b_l = gl.zeros([BH], gl.float32, layout=gl.SliceLayout(1, mma_s))
+    b_acc = gl.zeros([BH, R], gl.float32, layout=mma_o)
+    b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, 0, BW, s_cols)
+    for i_w in range(n_blocks):
+        s = i_w % STAGES
+        # the entries' validity for the score mask, a block ahead (the producer reads the same entries)
+        b_idx = b_idx_next
+        b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols)
+        mask_w = (b_idx >= 0) & (b_idx < n_len)
+        mbarrier.wait(ready.index(s), (i_w // STAGES) & 1)
+        # the producer's cp.async writes (generic proxy) before this block's MMAs read them (async proxy)
+        fence_async_shared()
+        b_c = c_smem.index(s)
+        b_s = warpgroup_mma(q_smem, b_c.permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
+                            use_acc=False, is_async=True)
+        b_s = warpgroup_mma_wait(num_outstanding=0, deps=(b_s, ))
+        b_s = b_s * scale
+        b_s = gl.where(mask_w[None, :], b_s, float("-inf"))
+        b_mn = gl.maximum(b_m, gl.max(b_s, 1))
+        b_p = gl.exp(b_s - b_mn[:, None])
+        b_alpha = gl.exp(b_m - b_mn)
+        b_l = b_l * b_alpha + gl.sum(b_p, 1)
+        b_m = b_mn
+        b_alpha_o = gl.convert_layout(b_alpha, gl.SliceLayout(1, mma_o))
+        b_pd = gl.convert_layout(b_p.to(c_smem.dtype), p_layout)
+        b_acc = warpgroup_mma(b_pd, b_c, b_acc * b_alpha_o[:, None], is_async=True)
+        b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_acc, ))
+        # both warp groups' MMAs on stage s are done before one thread hands it back to the producer
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(s))
+
+    b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
+    b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
+    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
+    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
+    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
+    if SPLIT:
+        oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
+        b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
+        gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
+
+
+@gluon.jit
+def mla_sparse_absorbed_ws_kernel(
+    q, c, indices, lengths, out, lse,
+    S, T, W, W_SPLIT, scale,
+    H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
+    SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
+    TR: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
+    mla_sparse_absorbed_fwd_kernel (unpaged, BH = H = 64 heads a program, bf16 operands, R = BR) with the
+    gather in its own warps. One program per (query row b·S + s, selection split); out / lse as ours'.
+    q: [B, S, H, R] bf16, c: [B, T, R] bf16, indices: [B, S, W] int, lengths: [B] int."""
+    i_bs, i_sp = gl.program_id(0).to(gl.int64), gl.program_id(2).to(gl.int64)
+    n_sp = gl.num_programs(2).to(gl.int64)
+    i_b = i_bs // S
+    n_len = gl.load(lengths + i_b).to(gl.int64)
+    w_lo = i_sp * W_SPLIT
+    w_hi = gl.minimum(w_lo + W_SPLIT, W)
+    n_blocks = gl.cdiv(W_SPLIT, BW)
+    i_row = i_bs * n_sp + i_sp if SPLIT else i_bs
+
+    q_smem = gl.allocate_shared_memory(q.dtype.element_ty, [BH, R],
+                                       gl.NVMMASharedLayout.get_default_for([BH, R], q.dtype.element_ty))
+    c_smem = gl.allocate_shared_memory(c.dtype.element_ty, [STAGES, BW, R],
+                                       gl.NVMMASharedLayout.get_default_for([BW, R], c.dtype.element_ty))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=PRODUCER_WARPS * 32)
+        mbarrier.init(empty.index(i), count=1)
+
+    gl.warp_specialize([
+        (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
+                    n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+        (_produce, (c, indices, c_smem, ready, empty, i_bs, i_b, T, W, w_lo, w_hi, n_len, n_blocks, BW, R,
+                    STAGES, PRODUCER_WARPS, VEC, TR)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
