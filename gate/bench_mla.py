@@ -36,7 +36,7 @@ DECODE_CACHES = (32768, 131072)
 HI, DI, TI = 32, 128, 32768            # indexer heads, head dim, prefill length
 GiB = 1 << 30
 # launch variants the --sweep times (registers checked for sm_90 with gate/compile_check.py first:
-# 16 warps with a [64, 512] tile spill; ours from 8 query rows on is bh 64, issue 14 steps 40-41; the last,
+# 16 warps with a [64, 512] tile spill; ours from 7 query rows on is bh 64, issue 14 steps 40, 41, 47; the last,
 # 16 heads in blocks of 32 at 4 warps, is the small-row launch that fits two programs an SM under the device's
 # Triton 3.6: 232 registers x 128 threads, where 8 warps take 138 x 256, one an SM; issue 14 step 48)
 SWEEP_CONFIGS = (

@@ -213,7 +213,7 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=2)),
-    # ours from 8 query rows on (issue 14 steps 40, 41; impl.candidates.mla_heads64*): 64 heads a program
+    # ours from 7 query rows on (issue 14 steps 40, 41, 47; impl.candidates.mla_heads64*): 64 heads a program
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),

@@ -152,9 +152,11 @@ def _splits(device, rows: int, programs: int, W: int, BW: int) -> int:
     return max(1, min(triton.cdiv(4 * sms, programs), W // (2 * BW)))
 
 
-# query rows (B·S) from which a GPU program takes 64 heads: 16 in step 40, 8 since step 41 (1.7x the 16-head
-# launch at B = 8-12 on an H100); from 2 rows on it was 0.81x at B = 2
-ROWS_64 = 8
+# query rows (B·S) from which a GPU program takes 64 heads: 16 in step 40, 8 in step 41 (1.7x the 16-head
+# launch at B = 8-12 on an H100; from 2 rows on it was 0.81x at B = 2), 7 since step 47 (B = 7 had run 1.43x
+# slower than B = 8). Not lower: mla.batch holds a row alone against it among up to 3 rows of 1-2 queries (6 query
+# rows) to ours' bits, which a launch change at or below 6 rows breaks
+ROWS_64 = 7
 
 
 def _launch_config(rows: int, BR: int) -> dict:

@@ -393,7 +393,7 @@ CHECKS = (
                     MLABatchCase(D0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), (259, 100), 0, 2, True,
                                  "normal", 1)),
           # a wide row alone (2 and 1 query rows) against the row among 9 (18 query rows) and 8 (8): the GPU's
-          # launch changes with B·S (16 heads a program and entry blocks of 64 below impl.mla.ROWS_64 = 8 rows,
+          # launch changes with B·S (16 heads a program and entry blocks of 64 below impl.mla.ROWS_64 = 7 rows,
           # 64 heads and blocks of 32 from there, other split counts), which the drawn batches (up to 3 rows
           # of 1-2 queries) never cross; the row of interest selects all 259 slots, so every split holds
           # entries (a short row would sit in the first block of either launch)

@@ -264,12 +264,12 @@ CHECKS = (
           gpu_examples=(IndexCase(GFULL, 1, 8196, 2, (0,), "none", "normal", 20),
                         IndexCase(GFULL, 2, 12000, 1, (0, 7), "none", "large", 21),
                         # 16 query rows (a prefill chunk; two rows of 8): 64 heads a program, 8 splits on 132 SMs
-                        # (issue 14 step 40's launch, from 8 query rows on since step 41)
+                        # (issue 14 step 40's launch, from 8 query rows on since step 41, 7 since step 47)
                         IndexCase(GFULL, 1, 2400, 16, (0,), "none", "large", 22),
                         IndexCase(GFULL, 2, 2200, 8, (0, 9), "none", "normal", 23),
-                        # 8 query rows (step 41: the same launch from 8 rows on, 16 splits on 132 SMs), and
-                        # 7 (the 16-head launch just below it; step 47's candidate's from 7 rows on), and 6
-                        # (the 16-head launch just below that)
+                        # 8 query rows (step 41: the same launch from 8 rows on, 16 splits on 132 SMs), 7 (the
+                        # 16-head launch before step 47, the 64-head one since: 18 splits), and 6 (the 16-head
+                        # launch just below it)
                         IndexCase(GFULL, 1, 2300, 8, (0,), "none", "normal", 24),
                         IndexCase(GFULL, 1, 2300, 7, (0,), "none", "large", 25),
                         IndexCase(GFULL, 1, 2300, 6, (0,), "none", "normal", 26))),

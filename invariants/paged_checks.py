@@ -210,7 +210,7 @@ CHECKS = (
                     PagedCase(G0, 1, (5, 9), 1, (0, 0), 2, "large", "normal", 1),
                     PagedCase(G0, 16, (16, 3, 30), 3, (0, 0, 0), 1, "nan", "normal", 2)),
           # the released geometry on 64-token pages, 2 rows of 8 queries over 2051-wide selections: 64 heads a
-          # program, 8 splits on 132 SMs (issue 14 step 40's launch, from 8 query rows on since step 41)
+          # program, 8 splits on 132 SMs (issue 14 step 40's launch, from 8 query rows on since step 41, 7 since step 47)
           gpu_examples=(PagedCase(GFULL, 64, (2200, 900), 8, (0, 3), 1, "nan", "normal", 20),),
           cpu_examples=12, optional=("mla.absorbed_paged",)),
 )

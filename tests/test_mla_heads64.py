@@ -65,18 +65,18 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
     assert cand.mla._launch_config(16, 512) == HEADS64
-    for rows in (1, 7):
+    for rows in (1, 6):
         assert cand.mla._launch_config(rows, 512) == im._launch_config(rows, 512)
-    assert cand.mla._launch_config(15, 512) == im._launch_config(7, 512)
+    assert cand.mla._launch_config(15, 512) == im._launch_config(6, 512)
     # 2051 entries in blocks of 32, one head block: programs within one wave of 132
     for rows, splits in ((16, 8), (32, 4), (33, 4), (44, 3), (64, 2), (66, 2), (67, 1), (128, 1), (4096, 1)):
         assert cand.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
         assert rows * splits <= 132 or splits == 1
     # never a split of fewer than 2 blocks: 100 entries are 1 split at 16 rows, not 8
     assert cand.mla._splits(gpu, 16, 16, 100, 32) == 1
-    assert cand.mla._splits(gpu, 7, 28, 2051, 64) == im._splits(gpu, 7, 28, 2051, 64)
-    # ours since step 40 from 16 rows on (below that step 41 moved ours: the next test)
-    for rows in (1, 7, 16, 32, 100, 128, 4096):
+    assert cand.mla._splits(gpu, 6, 24, 2051, 64) == im._splits(gpu, 6, 24, 2051, 64)
+    # ours since step 40 from 16 rows on (below that steps 41 and 47 moved ours: the next tests)
+    for rows in (1, 6, 16, 32, 100, 128, 4096):
         assert im._launch_config(rows, 512) == cand.mla._launch_config(rows, 512)
         programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
         bw = im._launch_config(rows, 512)["bw"]
@@ -85,20 +85,20 @@ def test_its_launch_from_16_query_rows_on_a_132_sm_gpu(monkeypatch):
 
 
 def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
-    # impl.candidates.mla_heads64_small: ours' module with ROWS_64 = 8 (132-SM stand-in as above)
+    # impl.candidates.mla_heads64_small: ours' module with ROWS_64 = 8 (132-SM stand-in as above); ours before step 47
     for mod in (small.mla, im):
         monkeypatch.setattr(mod, "interpreted", lambda: False)
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
-    for rows in (1, 2, 7):
+    for rows in (1, 2, 6):
         assert small.mla._launch_config(rows, 512) == im._launch_config(rows, 512) != HEADS64
         assert small.mla._splits(gpu, rows, 4 * rows, 2051, 64) == im._splits(gpu, rows, 4 * rows, 2051, 64)
     for rows, splits in ((8, 16), (12, 11), (15, 8), (16, 8), (128, 1)):
         assert small.mla._launch_config(rows, 512) == HEADS64
         assert small.mla._splits(gpu, rows, rows, 2051, 32) == splits, rows
-    # ours since step 41: the same launch at every row count
-    assert im.ROWS_64 == 8
-    for rows in (1, 7, 8, 12, 15, 16, 32, 100, 128, 4096):
+    # ours since step 47: the same launch at every row count but 7 (the next test)
+    assert im.ROWS_64 == 7
+    for rows in (1, 6, 8, 12, 15, 16, 32, 100, 128, 4096):
         assert im._launch_config(rows, 512) == small.mla._launch_config(rows, 512)
         programs = rows * -(-64 // im._launch_config(rows, 512)["bh"])
         bw = im._launch_config(rows, 512)["bw"]
@@ -106,21 +106,23 @@ def test_step41s_candidate_takes_the_launch_down_to_8_rows(monkeypatch):
 
 
 def test_step47s_candidate_takes_the_launch_down_to_7_rows_only(monkeypatch):
-    # impl.candidates.mla_rows64_7: ours' module with ROWS_64 = 7 (132-SM stand-in as above); at and below 6 query
-    # rows (mla.batch's drawn batches reach 6) it must keep ours' launch and split count, so a row's bits there
-    # stay ours'
+    # impl.candidates.mla_rows64_7: ours since step 47 (ROWS_64 = 7; 132-SM stand-in as above) against ours before it
+    # (impl.candidates.mla_heads64_small, ROWS_64 = 8): at and below 6 query rows (mla.batch's drawn batches reach 6)
+    # the launch and split count must stay as they were, so a row's bits there stay ours'
     from impl.candidates import mla_rows64_7 as r7
-    for mod in (r7.mla, im):
+    for mod in (r7.mla, small.mla, im):
         monkeypatch.setattr(mod, "interpreted", lambda: False)
         monkeypatch.setattr(mod, "num_sms", lambda device: 132)
     gpu = torch.device("cuda")
     assert r7.mla.ROWS_64 == 7 and r7.mla is not im
     for rows in range(1, 7):
-        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == im._launch(gpu, rows, 64, 2051, 512) != HEADS64
-    assert r7.mla._launch_config(7, 512) == HEADS64 != im._launch_config(7, 512)
+        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == small.mla._launch(gpu, rows, 64, 2051, 512) != HEADS64
+    assert r7.mla._launch_config(7, 512) == HEADS64 != small.mla._launch_config(7, 512)
     assert r7.mla._launch(gpu, 7, 64, 2051, 512)["splits"] == 18     # 132 // 7 programs of 64 heads: one wave
     for rows in (8, 16, 128):
-        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == im._launch(gpu, rows, 64, 2051, 512)
+        assert r7.mla._launch(gpu, rows, 64, 2051, 512) == small.mla._launch(gpu, rows, 64, 2051, 512)
+    for rows in (*range(1, 9), 16, 128):
+        assert im._launch(gpu, rows, 64, 2051, 512) == r7.mla._launch(gpu, rows, 64, 2051, 512)
 
 
 @pytest.mark.parametrize("splits", [1, 3])

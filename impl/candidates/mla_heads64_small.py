@@ -15,7 +15,8 @@ The namespace is impl.mla loaded again as its own module with ROWS_64 = 8 (impl.
 
 Gated on an H100 (stop 47: mla.batch and mla.absorbed at seeds 56 and 57, mla.paths / causal / absorbed_paged /
 graph_replay / model.paths at 56; 20 examples a check, all passed, no regression) and landed: ours since step 41
-(impl.mla.ROWS_64 = 8), so this candidate is ours' launch again; kept as the record the gate ran.
+(impl.mla.ROWS_64 = 8); since step 47 (ROWS_64 = 7, impl.candidates.mla_rows64_7) it is ours before that step,
+the peer its benchmarks and replays name.
 """
 from __future__ import annotations
 
