@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# STALE since stop 52: step 47 landed and step 46 was refuted (gpu_stop52.sh); their patches are gone, so this
+# script's landing steps fail. Kept as the record of what stops 49-51 prepared.
 # The next GPU call after stop 49 (it never started in stop 49: five refused starts after the first call). Verdicts first, then timing:
 #  gates    side by side, 20 examples a check, against ours, at seeds 92 and 93 (SHORT=1: 92 only):
 #           b1 (impl.candidates.mla_splits_b1: step 45's one-block splits at one query row only): mla.absorbed +

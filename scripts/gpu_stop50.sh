@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# STALE since stop 52: step 47 landed and step 46 was refuted (gpu_stop52.sh); their patches are gone, so this
+# script's landing steps fail. Kept as the record of what stops 49-51 prepared.
 # The last-budget call (~250 s of device time left): issue 14 step 47, and step 46 unless NO46=1.
 #  probe47  scripts/mla_rows64_probe.py first, uncontended (ours, r7 = impl.candidates.mla_rows64_7, r5, r4; B = 4-8)
 #  gate_47  ours vs the candidate at seeds 92 and 93 side by side (mla.absorbed, batch, paths, graph_replay;

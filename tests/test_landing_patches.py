@@ -1,6 +1,6 @@
-"""The landing patches of scripts/patches/ apply to the committed tree, alone and in the orders the device script
-(scripts/gpu_stop49b.sh) applies them: a GPU verdict that passes must be able to land. Checked against HEAD through
-a scratch index (`git apply --cached`), so neither the working tree nor the real index is touched."""
+"""The landing patches of scripts/patches/ apply to the committed tree, alone and in the orders a device script
+applies them: a GPU verdict that passes must be able to land. Checked against HEAD through a scratch index
+(`git apply --cached`), so neither the working tree nor the real index is touched."""
 from __future__ import annotations
 
 import os
@@ -11,10 +11,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATCHES = os.path.join(ROOT, "scripts", "patches")
-# (what the device applies first, then what it applies on top): its rule lands at most one of the b1 / 46 patches,
-# then step 47's
-ORDERS = [(p,) for p in ("step45b", "step46", "step45b_46", "step47")] + \
-         [(p, "step47") for p in ("step45b", "step46", "step45b_46")]
+# (what the device applies first, then what it applies on top). Since stop 52 (step 47 landed, step 46 refuted by
+# its rule) only b1's patch is left, applied alone
+ORDERS = [("step45b",)]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")),
