@@ -146,6 +146,8 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     launch = im._launch(q.device, B, H, W, R)
     row["launch"] = {k: launch[k] for k in ("bh", "bw", "num_warps", "num_stages")}
     row["splits"] = launch["splits"]
+    # which sparse kernel ran (issue 14 step 49): the producer-warp-group one where impl.mla._producer_applies
+    row["kernel"] = "producer" if im._producer_applies(q_abs, latent, H, R, launch, False) else "triton"
     row["kernel_pct_copy"] = 100 * sel_bytes / (row["kernel_us"] * 1e-6) / copy_bw
     row["ours_pct_copy"] = 100 * sel_bytes / (row["ours_us"] * 1e-6) / copy_bw
     if args.sweep and T == min(DECODE_CACHES):
@@ -270,7 +272,7 @@ def main(argv=None) -> int:
                 print(f"{B:>4} {T:>7} {row['ours_us']:>9.2f} {row['kernel_us']:>9.2f} {row['floor_us']:>9.2f} "
                       f"{row['kernel_pct_copy']:>6.1f} {row.get('dense_us', float('nan')):>9.1f} "
                       f"{row.get('speedup_vs_dense', float('nan')):>8.1f} {row['err_output']:>9.2e}"
-                      + (f"  ({row['dense']})" if "dense" in row else "")
+                      f"  {row['kernel']} kernel" + (f"  ({row['dense']})" if "dense" in row else "")
                       + (f"\n  sweep best {row['sweep_best']}; all {row['sweep_us']}" if "sweep_us" in row else ""))
     if not args.skip_index:
         row = bench_index(copy_bw, args)

@@ -24,6 +24,12 @@ import impl  # noqa: F401  (selects the interpreter on CPU-only machines before 
 from impl import dsa, interpreted, kernel_operand, norm, num_sms, paged
 from impl.graph import capturing
 from impl.kernels.mla import mla_merge_kernel, mla_merge_uv_kernel, mla_sparse_absorbed_fwd_kernel
+
+# issue 14 step 49: the Gluon kernel with a producer warp group (impl/kernels/mla_gluon.py), written against Triton
+# 3.6's Gluon API, which later releases changed; under any other Triton it is None and the Triton kernel runs
+mla_sparse_absorbed_ws_kernel = None
+if triton.__version__.startswith("3.6."):
+    from impl.kernels.mla_gluon import mla_sparse_absorbed_ws_kernel
 from oracle.types import DSACache, IndexerWeights, MLAWeights, Selection
 
 
@@ -232,9 +238,51 @@ def _merge_plan(NS: int, BR: int) -> tuple:
     return min(16, triton.next_power_of_2(NS)), _merge_chunk(BR)
 
 
+# issue 14 step 49 (stop 52, H200: the kernel 1.09-1.28x the Triton kernel at B = 8-256 on a 32K cache, the decode
+# 1.07-1.25x): where `_producer_applies`, the sparse kernel is the Gluon one, whose worker warps only gather (cp.async
+# into a ring of PRODUCER_STAGES shared-memory tiles) while its 8 warps run the dots; False: the Triton kernel always
+PRODUCER = True
+PRODUCER_STAGES = 3         # 3 x 32 KB of rows + q's 64 KB: 168 KB of shared memory
+PRODUCER_WARPS = 4
+PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and the entries; no spill (sm_90, 3.6)
+
+
+def _producer_applies(q_abs, latent, H: int, R: int, plan: dict, paged: bool) -> bool:
+    """Whether the launch `plan` runs the producer kernel: 64 heads a program (from ROWS_64 query rows on, on a
+    GPU) in entry blocks of 32, an unpaged cache, bf16 operands, a rank that is a power of two from 16 to 512, a
+    Hopper GPU (sm_90) and Triton 3.6. Everything else (the 16-head launch, the paged cache, float32, the
+    interpreter, which cannot run Gluon, another Triton) runs the Triton kernel."""
+    return (PRODUCER and mla_sparse_absorbed_ws_kernel is not None and q_abs.is_cuda and not interpreted()
+            and not paged and plan["bh"] == 64 and H <= 64 and plan["bw"] == 32 and R == plan["br"]
+            and 16 <= R <= 512 and q_abs.dtype == torch.bfloat16 and latent.dtype == torch.bfloat16
+            and torch.cuda.get_device_capability(q_abs.device)[0] == 9)
+
+
+def _copy_tile(R: int) -> dict:
+    """The producer's copy tile: VEC elements a thread (8 bf16: one 16-byte cp.async), TR threads along a row, so
+    that a warp's 32 / TR rows times PRODUCER_WARPS fit in a block of 32 entries (no element copied twice)."""
+    vec = 8 if R >= 32 else 4
+    return dict(VEC=vec, TR=min(32, R // vec))
+
+
+def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
+                   split: bool, meta: dict):
+    """One launch of the sparse kernel over `grid` (query rows, head blocks, splits): the producer kernel when `ws`,
+    else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`)."""
+    if ws:
+        mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
+            q_abs, latent, idx, lengths, out, lse, S, T, W, W_SPLIT, scale, H=meta["H"], R=meta["R"], BH=meta["BH"],
+            BW=meta["BW"], STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
+            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), num_warps=8)
+    else:
+        mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
+                                             SPLIT=split, **meta)
+
+
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
                     config: Optional[dict] = None, block_table=None, page_size: int = 1, w_uv=None):
-    """Launch mla_sparse_absorbed_fwd_kernel (arguments already validated).
+    """Launch the sparse kernel (mla_sparse_absorbed_fwd_kernel, or where `_producer_applies` the producer kernel
+    mla_sparse_absorbed_ws_kernel) and the split merge (arguments already validated).
 
     Args:
         q_abs: [B, S, H, R] queries folded through W_UK;  latent: [B, T, R];  indices: [B, S, W] int64;
@@ -273,15 +321,16 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
                 **({} if stages is None else {"num_stages": stages}))
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()
+    ws = _producer_applies(q_abs, latent, H, R, plan, paged)
     if NS == 1:
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
-        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, 1)](
-            q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale, SPLIT=False, **meta)
+        _gather_attend(ws, (B * S, n_hb, 1), q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale,
+                       False, meta)
     else:
         part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
-        mla_sparse_absorbed_fwd_kernel[(B * S, n_hb, NS)](
-            q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale, SPLIT=True, **meta)
+        _gather_attend(ws, (B * S, n_hb, NS), q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale,
+                       True, meta)
         BJ, BRM = _merge_plan(NS, BR)
         if w_uv is not None and B * S <= ROWS_UV:
             V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)

@@ -272,7 +272,10 @@ CHECKS = (
                         # launch just below it)
                         IndexCase(GFULL, 1, 2300, 8, (0,), "none", "normal", 24),
                         IndexCase(GFULL, 1, 2300, 7, (0,), "none", "large", 25),
-                        IndexCase(GFULL, 1, 2300, 6, (0,), "none", "normal", 26))),
+                        IndexCase(GFULL, 1, 2300, 6, (0,), "none", "normal", 26),
+                        # 8 query rows over 600 tokens: 16 splits of 129 entries, the later ones empty, on the
+                        # producer kernel's path (issue 14 step 49: its empty-split log-sum-exp)
+                        IndexCase(GFULL, 1, 600, 8, (0,), "none", "normal", 27))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows, pooled keys; a "
           "sibling continuation of the last call's state must not reach the caches compared",

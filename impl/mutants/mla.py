@@ -2,6 +2,8 @@
 a TritonMLA whose `absorbed` launches our sparse kernel with one planted source edit."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from impl import dsa as _dsa_ours
@@ -10,7 +12,7 @@ from impl import norm as inorm
 from impl.baseline.dsa import compute_dtype
 from impl.baseline.mla import TorchMLA, _linear
 from impl.graph import MLAAbsorbedStep
-from impl.mutants.catalogue import flip_last_bits, kernel_edited, mutant
+from impl.mutants.catalogue import edited_helper, flip_last_bits, kernel_edited, mutant
 
 
 @mutant("mla.absorbed", "output")
@@ -165,6 +167,61 @@ class MlaPrefetchSkipsABlock(TritonMLA):
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
         with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "w_lo, w_hi, i_w + 1, BW)", "w_lo, w_hi, i_w + 2, BW)"):
             return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@functools.lru_cache(maxsize=None)
+def _ws_part(part: str, old: str, new: str):
+    """The producer kernel's partition `part` ("_consume" or "_produce", impl/kernels/mla_gluon.py) with one
+    planted edit (made once: a GPU compile is cached by the helper's name)."""
+    from impl.kernels import mla_gluon as kg
+    return edited_helper(getattr(kg, part), old, new)
+
+
+def _ws_absorbed(part: str, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits):
+    """ours' absorbed with the producer kernel's partition `part` edited (issue 14 step 49's kernel, GPU only)."""
+    with kernel_edited(im, "mla_sparse_absorbed_ws_kernel", None, None, ((part, _ws_part(part, old, new)),)):
+        return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+# GPU only (device="cuda"), as the kernel: the interpreter cannot run Gluon (the Triton kernel runs there). The
+# producer kernel runs from ROWS_64 query rows on: mla.absorbed's GPU examples of 7-16 rows at the released
+# geometry (an empty split among them: 8 rows over 600 tokens) and its drawn tiny ones of as many rows
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerNoRescale(TritonMLA):
+    """The producer kernel's online softmax (issue 14 step 49) takes its correction factor as exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed("_consume", "b_alpha = gl.exp(b_m - b_mn)", "b_alpha = gl.exp(b_mn - b_mn)",
+                            w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerEmptyLseZero(TritonMLA):
+    """The producer kernel (issue 14 step 49) writes log-sum-exp 0, not -inf, for a split with no valid entry, so the merge weighs its zero output in."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed("_consume", "gl.log(gl.where(b_l > 0, b_l, 1.)), float(\"-inf\"))",
+                            "gl.log(gl.where(b_l > 0, b_l, 1.)), 0.)", w, q, latent, indices, lengths,
+                            return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerMaskABlockLate(TritonMLA):
+    """The producer kernel's consumer (issue 14 step 49) loads the entries for its score mask two blocks ahead instead of one: from a split's second block on, each block's scores are masked by the validity of the block after it."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed("_consume", "w_lo, w_hi, i_w + 1, BW, s_cols)", "w_lo, w_hi, i_w + 2, BW, s_cols)",
+                            w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerGathersTheNextBlock(TritonMLA):
+    """The producer warps (issue 14 step 49) fill stage i with the rows of block i + 1: each block's scores and values come from the next block's rows (the last block's from none)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed("_produce", "w_lo, w_hi, i_w, BW, gl.SliceLayout(1, layout))",
+                            "w_lo, w_hi, i_w + 1, BW, gl.SliceLayout(1, layout))",
+                            w, q, latent, indices, lengths, return_scores, splits)
 
 
 @mutant("mla.paths", "latent_cache", base="triton")
