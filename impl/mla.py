@@ -245,6 +245,9 @@ PRODUCER = True
 PRODUCER_STAGES = 3         # 3 x 32 KB of rows + q's 64 KB: 168 KB of shared memory
 PRODUCER_WARPS = 4
 PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and the entries; no spill (sm_90, 3.6)
+# issue 14 step 50's candidate (impl.candidates.mla_producer_overlap): block i + 1's scores issued before block i's
+# softmax, so they overlap; False: ours (step 49's loop, one block at a time)
+PRODUCER_OVERLAP = False
 
 
 def _producer_applies(q_abs, latent, H: int, R: int, plan: dict, paged: bool) -> bool:
@@ -273,7 +276,7 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
             q_abs, latent, idx, lengths, out, lse, S, T, W, W_SPLIT, scale, H=meta["H"], R=meta["R"], BH=meta["BH"],
             BW=meta["BW"], STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
-            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), num_warps=8)
+            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), num_warps=8, OVERLAP=PRODUCER_OVERLAP)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              SPLIT=split, **meta)

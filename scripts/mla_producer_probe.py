@@ -1,17 +1,18 @@
 """Issue 14 step 49's probe: the sparse absorbed MLA decode with the Triton kernel (`chain`: ours before step 49,
 impl.candidates.mla_gather_chain) against the producer warp group (`producer`: ours since stop 52,
-impl.candidates.mla_producer) at B = 8-256 on a 32K cache (one query a row).
+impl.candidates.mla_producer) and step 50's candidate (`overlap`: the next block's scores during this block's
+softmax, impl.candidates.mla_producer_overlap) at B = 8-256 on a 32K cache (one query a row).
 
---check    (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside the gate) ours'
-           sparse kernel (the producer where it applies) against torch's softmax over the same gathered rows at B = 8
-           (16 splits) and 128 (no split), on selections with -1 entries and entries past a shorter row's length;
+--check [ours|overlap]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside the
+           gate) ours' sparse kernel (the producer where it applies), or step 50's candidate's, against torch's
+           softmax over the same gathered rows at B = 8 (16 splits) and 128 (no split), on selections with -1 entries and entries past a shorter row's length;
            exit 1 above 2e-2 rel-L2 or if the producer kernel would not run there
 (default)  per shape: the kernel alone (sparse_absorbed: the sparse kernel and the split merge, CUDA-graph replays
            in --repeats alternating rounds; chain's time over each form's printed as x) and the whole decode
            (attend: the kernel, the merge, W_UK / W_UV; gate.bench_mla's time_decode_forms, held to the float64
            oracle first; the producer's time over each form's)
 
-    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check] [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check [ours|overlap]] [--repeats 5] [--json F]
 """
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ import torch
 SHAPES = ((8, 32768), (16, 32768), (32, 32768), (64, 32768), (128, 32768), (256, 32768))
 
 
-def check() -> int:
+def check(name: str) -> int:
     from gate.bench_mla import DN, decode_inputs
     from gate.benchlib import rel_l2, to_np
-    from impl import mla as im
+    if name == "ours":
+        from impl import mla as im
+    else:
+        from impl.candidates.mla_producer_overlap import mla as im
     worst = 0.0
     for B in (8, 128):
         _, latent, _, idx, lengths, q_abs = decode_inputs(B, 4096)
@@ -45,7 +49,7 @@ def check() -> int:
         ref = torch.einsum("bhw,bwr->bhr", s.softmax(-1), rows)
         e = rel_l2(to_np(got), to_np(ref))
         worst = max(worst, e)
-        print(f"check B={B}: producer kernel {'ran' if ran else 'NOT run'}, rel-L2 {e:.2e} against torch float32",
+        print(f"check {name} B={B}: producer kernel {'ran' if ran else 'NOT run'}, rel-L2 {e:.2e} against torch float32",
               flush=True)
         if not ran:
             print("the producer kernel did not run (impl.mla._producer_applies refused this launch)", flush=True)
@@ -55,16 +59,17 @@ def check() -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", action="store_true", help="the correctness check alone (see above)")
+    p.add_argument("--check", nargs="?", const="ours", choices=("ours", "overlap"),
+                   help="the correctness check alone (see above), of ours (the default) or of step 50's candidate")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.check:
-        return check()
+        return check(args.check)
     from gate.bench_mla import DN, decode_inputs, time_decode_forms
     from gate.benchlib import alternating, graph, write_json
-    from impl.candidates import mla_gather_chain, mla_producer
-    forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla}
+    from impl.candidates import mla_gather_chain, mla_producer, mla_producer_overlap
+    forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla, "overlap": mla_producer_overlap.mla}
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, q_abs = decode_inputs(B, T)
@@ -77,8 +82,8 @@ def main(argv=None) -> int:
                   f"{sel / r['median_us'] / 1e3:7.1f} GB/s of selected rows  "
                   f"chain/this {res['chain']['median_us'] / r['median_us']:.3f}x", flush=True)
         # time_decode_forms prints ours' time over each form's: ours is the producer since stop 52
-        att, fns = time_decode_forms({"ours": forms["producer"], "chain": forms["chain"]}, w, q, latent, idx, lengths,
-                                     args.repeats, f"B={B} T={T} attend")
+        att, fns = time_decode_forms({"ours": forms["producer"], "chain": forms["chain"], "overlap": forms["overlap"]},
+                                     w, q, latent, idx, lengths, args.repeats, f"B={B} T={T} attend")
         out[f"B{B}_T{T}"] = dict(kernel=res, attend=att, selected_bytes=sel)
         del latent, kern, fns
         torch.cuda.empty_cache()

@@ -126,13 +126,85 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
 
 
 @gluon.jit
+def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
+                     n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
+                     STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
+    """Issue 14 step 50's default partition (OVERLAP): `_consume` with block i + 1's scores issued to the tensor
+    cores before block i's softmax, so the softmax (CUDA cores) runs while they compute; block i's p · c then queues
+    behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
+    warps: gl.constexpr = [4, num_warps // 4]
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
+                                                   instr_shape=[16, BW // (num_warps // 4), 16])
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
+                                                   instr_shape=[16, R // (num_warps // 4), 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
+
+    o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
+    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
+    mask_h = o_h < H
+    b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
+    q_smem.store(b_q)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
+    b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
+    b_l = gl.zeros([BH], gl.float32, layout=gl.SliceLayout(1, mma_s))
+    b_acc = gl.zeros([BH, R], gl.float32, layout=mma_o)
+    b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, 0, BW, s_cols)
+    # block 0's scores before the loop
+    mbarrier.wait(ready.index(0), 0)
+    fence_async_shared()
+    b_s = warpgroup_mma(q_smem, c_smem.index(0).permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
+                        use_acc=False, is_async=True)
+    b_s = warpgroup_mma_wait(num_outstanding=0, deps=(b_s, ))
+    for i_w in range(n_blocks):
+        s = i_w % STAGES
+        b_idx = b_idx_next
+        b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols)
+        mask_w = (b_idx >= 0) & (b_idx < n_len)
+        # block i + 1's scores in flight during block i's softmax. The last block waits for no fill and its product
+        # reads whatever stage (i + 1) mod STAGES holds (a released block's rows, or never-written shared memory):
+        # a result never used, so the loop keeps one shape
+        sn = (i_w + 1) % STAGES
+        mbarrier.wait(ready.index(sn), ((i_w + 1) // STAGES) & 1, pred=i_w + 1 < n_blocks)
+        fence_async_shared()
+        b_sn = warpgroup_mma(q_smem, c_smem.index(sn).permute((1, 0)),
+                             gl.zeros([BH, BW], gl.float32, layout=mma_s), use_acc=False, is_async=True)
+        b_s = b_s * scale
+        b_s = gl.where(mask_w[None, :], b_s, float("-inf"))
+        b_mn = gl.maximum(b_m, gl.max(b_s, 1))
+        b_p = gl.exp(b_s - b_mn[:, None])
+        b_alpha = gl.exp(b_m - b_mn)
+        b_l = b_l * b_alpha + gl.sum(b_p, 1)
+        b_m = b_mn
+        b_alpha_o = gl.convert_layout(b_alpha, gl.SliceLayout(1, mma_o))
+        b_pd = gl.convert_layout(b_p.to(c_smem.dtype), p_layout)
+        b_acc = warpgroup_mma(b_pd, c_smem.index(s), b_acc * b_alpha_o[:, None], is_async=True)
+        b_s, b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_sn, b_acc))
+        gl.thread_barrier()
+        mbarrier.arrive(empty.index(s))
+
+    b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
+    b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
+    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
+    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
+    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
+    if SPLIT:
+        oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
+        b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
+        gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
+
+
+@gluon.jit
 def mla_sparse_absorbed_ws_kernel(
     q, c, indices, lengths, out, lse,
     S, T, W, W_SPLIT, scale,
     H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr,
-    num_warps: gl.constexpr,
+    num_warps: gl.constexpr, OVERLAP: gl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (unpaged, BH = H = 64 heads a program, bf16 operands, R = BR) with the
@@ -157,12 +229,20 @@ def mla_sparse_absorbed_ws_kernel(
         mbarrier.init(ready.index(i), count=PRODUCER_WARPS * 32)
         mbarrier.init(empty.index(i), count=1)
 
-    gl.warp_specialize([
-        (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
-                    n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
-        (_produce, (c, indices, c_smem, ready, empty, i_bs, i_b, T, W, w_lo, w_hi, n_len, n_blocks, BW, R,
-                    STAGES, PRODUCER_WARPS, VEC, TR)),
-    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    if OVERLAP:
+        gl.warp_specialize([
+            (_consume_overlap, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi,
+                                n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_produce, (c, indices, c_smem, ready, empty, i_bs, i_b, T, W, w_lo, w_hi, n_len, n_blocks, BW, R,
+                        STAGES, PRODUCER_WARPS, VEC, TR)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
+                        n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_produce, (c, indices, c_smem, ready, empty, i_bs, i_b, T, W, w_lo, w_hi, n_len, n_blocks, BW, R,
+                        STAGES, PRODUCER_WARPS, VEC, TR)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
