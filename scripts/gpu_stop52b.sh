@@ -33,9 +33,9 @@ step zoo 150 python3 -m gate.cli zoo --device cuda --mutant mla_producer_no_resc
     --mutant mla_combine_drops_last_split --mutant mla_split_empty_lse_zero --mutant mla_online_softmax_no_rescale \
     --mutant mla_prefetch_skips_a_block &
 wait
-[ "$SECONDS" -lt 300 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
-[ "$OV" = 1 ] && [ "$SECONDS" -lt 320 ] && step probe 60 python3 scripts/mla_producer_probe.py --json "$L/probe.json"
-command -v ncu > /dev/null && [ "$SECONDS" -lt 350 ] && step ncu 60 ncu --clock-control none \
+[ "$SECONDS" -lt 280 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
+[ "$OV" = 1 ] && [ "$SECONDS" -lt 320 ] && step probe 55 python3 scripts/mla_producer_probe.py --json "$L/probe.json"
+command -v ncu > /dev/null && [ "$SECONDS" -lt 330 ] && step ncu 50 ncu --clock-control none \
     --kernel-name regex:mla_sparse_absorbed --launch-skip 3 --launch-count 3 --section SpeedOfLight \
     --section WarpStateStats --section SchedulerStats python3 scripts/mla_ncu_one.py
 echo "=== summary"; cat "$L/summary.txt"
