@@ -239,9 +239,12 @@ def _merge_plan(NS: int, BR: int) -> tuple:
 
 
 # issue 14 step 49 (stop 52, H200: the kernel 1.09-1.28x the Triton kernel at B = 8-256 on a 32K cache, the decode
-# 1.07-1.25x): where `_producer_applies`, the sparse kernel is the Gluon one, whose worker warps only gather (cp.async
-# into a ring of PRODUCER_STAGES shared-memory tiles) while its 8 warps run the dots; False: the Triton kernel always
-PRODUCER = True
+# 1.07-1.25x; gated at two seeds): True runs, where `_producer_applies`, the Gluon kernel, whose worker warps only
+# gather (cp.async into a ring of PRODUCER_STAGES shared-memory tiles) while its 8 warps run the dots. Not landed
+# (False: the Triton kernel always; impl.candidates.mla_producer sets it): the paged cache still runs the Triton
+# kernel, so a contiguous and a paged call no longer give the same bits (tests/test_mla_heads64.py's GPU test), and
+# its empty-split mutant escaped the GPU checks (docs/optimization_log.md "Step 49")
+PRODUCER = False
 PRODUCER_STAGES = 3         # 3 x 32 KB of rows + q's 64 KB: 168 KB of shared memory
 PRODUCER_WARPS = 4
 PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and the entries; no spill (sm_90, 3.6)

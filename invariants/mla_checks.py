@@ -274,8 +274,14 @@ CHECKS = (
                         IndexCase(GFULL, 1, 2300, 7, (0,), "none", "large", 25),
                         IndexCase(GFULL, 1, 2300, 6, (0,), "none", "normal", 26),
                         # 8 query rows over 600 tokens: 16 splits of 129 entries, the later ones empty, on the
-                        # producer kernel's path (issue 14 step 49: its empty-split log-sum-exp)
-                        IndexCase(GFULL, 1, 600, 8, (0,), "none", "normal", 27))),
+                        # 64-head path (issue 14 step 49's producer kernel's too). At this geometry a row's
+                        # log-sum-exp is large, so an empty split that wrongly reports 0 weighs in by ~e^-lse: it
+                        # did not catch that mutant (stop 52); the tiny pin below is for it
+                        IndexCase(GFULL, 1, 600, 8, (0,), "none", "normal", 27),
+                        # 8 query rows over 24 tokens of the tiny geometry, topk 256: 4 splits of 65 slots, the
+                        # last ones empty, lse ~3, on the 64-head path (added in stop 52, not yet run on a GPU)
+                        IndexCase(G0._replace(topk=WIDE_TOPK, kpool=WIDE_KPOOL), 1, 24, 8, (0,), "none", "normal",
+                                  28))),
     Check("mla.paths", "mla", MLACase, mla_cases, run_mla_paths,
           "full + shared DSA layers over split calls: outputs, latent cache, indexer rows, pooled keys; a "
           "sibling continuation of the last call's state must not reach the caches compared",

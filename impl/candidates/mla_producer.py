@@ -1,8 +1,8 @@
 """Issue 14 step 49's candidate: the sparse absorbed MLA decode with the gather in a producer warp group
 (impl/kernels/mla_gluon.py, a Gluon kernel for Hopper under Triton 3.6; docs/optimization_log.md "Step 49").
-Ours since stop 52 (impl.mla.PRODUCER); kept so its gate can be replayed, with PRODUCER a literal here. Its gate
-ran in stop 52 (H200, seeds 92 and 93) with the dispatch written in this file, which launched what ours now does;
-ours before it is impl.candidates.mla_gather_chain.
+Gated in stop 52 (H200, seeds 92 and 93: passed) with a dispatch written in this file that launched what
+impl.mla now launches with PRODUCER = True; not landed (impl.mla.PRODUCER's comment says why). The Triton kernel at
+every launch, ours, is also impl.candidates.mla_gather_chain (the probe's `chain`).
 
 Why: the Triton kernel runs each block of 32 selected rows as one dependent chain in the same warps (the entries,
 the gather, two dots, the online softmax); Triton's automatic warp specialization leaves its code unchanged

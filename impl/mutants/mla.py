@@ -178,14 +178,20 @@ def _ws_part(part: str, old: str, new: str):
 
 
 def _ws_absorbed(part: str, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits):
-    """ours' absorbed with the producer kernel's partition `part` edited (issue 14 step 49's kernel, GPU only)."""
-    with kernel_edited(im, "mla_sparse_absorbed_ws_kernel", None, None, ((part, _ws_part(part, old, new)),)):
-        return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+    """absorbed through issue 14 step 49's producer kernel (impl.candidates.mla_producer: impl.mla with PRODUCER =
+    True; not landed, so ours would never launch it) with its partition `part` edited. GPU only."""
+    from impl.candidates import mla_producer
+    ns = mla_producer.mla
+    with kernel_edited(ns, "mla_sparse_absorbed_ws_kernel", None, None, ((part, _ws_part(part, old, new)),)):
+        return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
 # GPU only (device="cuda"), as the kernel: the interpreter cannot run Gluon (the Triton kernel runs there). The
 # producer kernel runs from ROWS_64 query rows on: mla.absorbed's GPU examples of 7-16 rows at the released
-# geometry (an empty split among them: 8 rows over 600 tokens) and its drawn tiny ones of as many rows
+# geometry and its drawn tiny ones of as many rows. Stop 52 (H200): the first, third and fourth caught; the empty
+# split's log-sum-exp escaped (at the released geometry a row's lse is large, so e^(0 - lse) weighs the empty
+# split's zero output in by almost nothing); the tiny-geometry pin of 8 rows over 24 tokens with 4 splits was added
+# for it after that run and has not run on a GPU yet
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
 class MlaProducerNoRescale(TritonMLA):
     """The producer kernel's online softmax (issue 14 step 49) takes its correction factor as exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight."""
