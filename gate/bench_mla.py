@@ -147,7 +147,7 @@ def bench_decode(B: int, T: int, copy_bw: float, args) -> dict:
     row["launch"] = {k: launch[k] for k in ("bh", "bw", "num_warps", "num_stages")}
     row["splits"] = launch["splits"]
     # which sparse kernel ran (issue 14 step 49): the producer-warp-group one where impl.mla._producer_applies
-    row["kernel"] = "producer" if im._producer_applies(q_abs, latent, H, R, launch, False) else "triton"
+    row["kernel"] = "producer" if im._producer_applies(q_abs, latent, H, R, launch) else "triton"
     row["kernel_pct_copy"] = 100 * sel_bytes / (row["kernel_us"] * 1e-6) / copy_bw
     row["ours_pct_copy"] = 100 * sel_bytes / (row["ours_us"] * 1e-6) / copy_bw
     if args.sweep and T == min(DECODE_CACHES):

@@ -253,13 +253,14 @@ PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and 
 PRODUCER_OVERLAP = False
 
 
-def _producer_applies(q_abs, latent, H: int, R: int, plan: dict, paged: bool) -> bool:
+def _producer_applies(q_abs, latent, H: int, R: int, plan: dict) -> bool:
     """Whether the launch `plan` runs the producer kernel: 64 heads a program (from ROWS_64 query rows on, on a
-    GPU) in entry blocks of 32, an unpaged cache, bf16 operands, a rank that is a power of two from 16 to 512, a
-    Hopper GPU (sm_90) and Triton 3.6. Everything else (the 16-head launch, the paged cache, float32, the
+    GPU) in entry blocks of 32, bf16 operands, a rank that is a power of two from 16 to 512, a Hopper GPU (sm_90)
+    and Triton 3.6; a contiguous or a paged cache alike (stop 52: the paged one had run the Triton kernel, which
+    broke the paged-gives-the-contiguous-bits property). Everything else (the 16-head launch, float32, the
     interpreter, which cannot run Gluon, another Triton) runs the Triton kernel."""
     return (PRODUCER and mla_sparse_absorbed_ws_kernel is not None and q_abs.is_cuda and not interpreted()
-            and not paged and plan["bh"] == 64 and H <= 64 and plan["bw"] == 32 and R == plan["br"]
+            and plan["bh"] == 64 and H <= 64 and plan["bw"] == 32 and R == plan["br"]
             and 16 <= R <= 512 and q_abs.dtype == torch.bfloat16 and latent.dtype == torch.bfloat16
             and torch.cuda.get_device_capability(q_abs.device)[0] == 9)
 
@@ -277,9 +278,10 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
     else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`)."""
     if ws:
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
-            q_abs, latent, idx, lengths, out, lse, S, T, W, W_SPLIT, scale, H=meta["H"], R=meta["R"], BH=meta["BH"],
-            BW=meta["BW"], STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
-            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), num_warps=8, OVERLAP=PRODUCER_OVERLAP)
+            q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
+            BH=meta["BH"], BW=meta["BW"], STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
+            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
+            num_warps=8, OVERLAP=PRODUCER_OVERLAP)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              SPLIT=split, **meta)
@@ -327,7 +329,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
                 **({} if stages is None else {"num_stages": stages}))
     bt = block_table.contiguous() if paged else None
     idx, lengths = indices.contiguous(), lengths.contiguous()
-    ws = _producer_applies(q_abs, latent, H, R, plan, paged)
+    ws = _producer_applies(q_abs, latent, H, R, plan)
     if NS == 1:
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
         _gather_attend(ws, (B * S, n_hb, 1), q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale,

@@ -41,7 +41,7 @@ def check(name: str) -> int:
         lengths[0] = 1000
         rows_ok = (idx >= 0) & (idx < lengths[:, None, None])
         plan = im._launch(q_abs.device, B, q_abs.shape[2], idx.shape[-1], latent.shape[-1])
-        ran = im._producer_applies(q_abs, latent, q_abs.shape[2], latent.shape[-1], plan, False)
+        ran = im._producer_applies(q_abs, latent, q_abs.shape[2], latent.shape[-1], plan)
         got = im.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5)[:, 0].float()
         rows = latent[torch.arange(B, device=idx.device)[:, None], idx[:, 0].clamp(min=0)].float()
         s = torch.einsum("bhr,bwr->bhw", q_abs[:, 0].float(), rows) * DN ** -0.5

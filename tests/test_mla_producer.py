@@ -1,0 +1,84 @@
+"""Issue 14 step 49's candidate (impl.candidates.mla_producer): the sparse MLA gather in a producer warp group
+(impl/kernels/mla_gluon.py, Gluon under Triton 3.6, sm_90), where impl.mla._producer_applies; not landed (stop 52).
+
+- On the CPU (and under any Triton but 3.6) the candidate launches ours' Triton kernel: the same bits as ours.
+- Where it applies and where it does not (a stand-in for a Hopper GPU under Triton 3.6).
+- On a GPU (Hopper, Triton 3.6): it runs, it matches a float64 reference within mla's bf16 bound over splits, -1
+  entries and entries past a row's length, and a paged cache gives the contiguous cache's bits (the property whose
+  failure kept step 49 from landing in stop 52: the paged path then ran the Triton kernel).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+from invariants.contracts import bench_bound
+from impl import mla as im
+from impl.candidates import mla_producer as cand
+from tests.test_mla_heads64 import _case, _reference, _rel
+from tests.test_mla_prefetch import _paged
+
+HOPPER_36 = (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+             and triton.__version__.startswith("3.6."))
+
+
+def test_the_candidate_is_ours_with_the_producer_switched_on():
+    assert cand.mla is not im and cand.mla.PRODUCER is True and im.PRODUCER is False
+    assert cand.mla.sparse_absorbed.__globals__ is vars(cand.mla)
+
+
+def test_on_the_cpu_it_launches_ours_kernel_with_ours_bits():
+    q, lat, idx, lengths = _case(2, 1, 60, 40, 4, 16, seed=5)
+    a = im.sparse_absorbed(q, lat, idx, lengths, 0.25)
+    b = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.25)
+    assert torch.equal(a, b)
+
+
+class _Dev:
+    """Stands in for a CUDA tensor on a Hopper GPU in `_producer_applies`' checks."""
+
+    def __init__(self, dtype=torch.bfloat16):
+        self.is_cuda, self.dtype, self.device = True, dtype, "cuda:0"
+
+
+@pytest.mark.parametrize("plan, R, H, dtype, applies", [
+    (dict(bh=64, bw=32, br=512), 512, 64, torch.bfloat16, True),      # the released geometry's 64-head launch
+    (dict(bh=64, bw=32, br=16), 16, 2, torch.bfloat16, True),         # the checks' tiny geometry
+    (dict(bh=16, bw=64, br=512), 512, 64, torch.bfloat16, False),     # the 16-head launch below ROWS_64 rows
+    (dict(bh=64, bw=32, br=512), 512, 64, torch.float32, False),      # float32 operands
+    (dict(bh=64, bw=32, br=1024), 576, 64, torch.bfloat16, False),    # a rank that is not a power of two
+])
+def test_where_it_applies(monkeypatch, plan, R, H, dtype, applies):
+    monkeypatch.setattr(cand.mla, "interpreted", lambda: False)
+    monkeypatch.setattr(cand.mla, "mla_sparse_absorbed_ws_kernel", object())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert cand.mla._producer_applies(_Dev(dtype), _Dev(dtype), H, R, plan) is applies
+    # ours never takes it while PRODUCER is False
+    monkeypatch.setattr(im, "interpreted", lambda: False)
+    monkeypatch.setattr(im, "mla_sparse_absorbed_ws_kernel", object())
+    assert im._producer_applies(_Dev(dtype), _Dev(dtype), H, R, plan) is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER_36, reason="needs a Hopper GPU and Triton 3.6 (the producer kernel's Gluon API)")
+@pytest.mark.parametrize("B", [8, 32])
+def test_on_the_gpu_it_runs_and_matches_the_reference(B):
+    q, lat, idx, lengths = _case(B, 1, 1024, 700, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B)
+    plan = cand.mla._launch(q.device, B, 64, idx.shape[-1], 512)
+    assert cand.mla._producer_applies(q, lat, 64, 512, plan)
+    got = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
+    rows = sorted({0, B - 1})
+    ref = _reference(q[rows], lat[rows], idx[rows], lengths[rows], 0.0625)
+    assert _rel(got[rows], ref) <= bench_bound("mla", "absorbed", "output", "bfloat16")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER_36, reason="needs a Hopper GPU and Triton 3.6 (the producer kernel's Gluon API)")
+def test_on_the_gpu_the_paged_cache_gives_the_contiguous_bits():
+    q, lat, idx, lengths = _case(32, 1, 1024, 700, 64, 512, dtype=torch.bfloat16, seed=3)
+    pool, table = _paged(lat, 64)
+    q, lat, idx, lengths = q.cuda(), lat.cuda(), idx.cuda(), lengths.cuda()
+    flat = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
+    paged = cand.mla.sparse_absorbed(q, pool.cuda(), idx, lengths, 0.0625, block_table=table.cuda(), page_size=64)
+    assert torch.equal(flat, paged)
