@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# RAN in stop 52 (bench_results/issue14_h200_2026-12-07_stop52/stop52b); step 49 did not land. Superseded by
+# gpu_stop53.sh (the paged cache in the producer, the new empty-split pin, the landing patch).
 # Stop 52's second GPU call: issue 14 step 49 landed as ours (impl.mla.PRODUCER), verified on the landed tree.
 #  check     scripts/mla_producer_probe.py --check (90 s: an mbarrier hang ends here)
 #  matrix    ours' GPU matrix at seeds 94 and 95: the six mla checks (mla.absorbed now with its empty-split pin of 8
@@ -15,7 +17,7 @@ NAME=${NAME:-stop52b}
 source "$(dirname "$0")/gpu_steps.sh"
 export OMP_NUM_THREADS=2
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
-step check 90 python3 scripts/mla_producer_probe.py --check
+step check 90 python3 scripts/mla_producer_probe.py --check producer
 step check50 90 python3 scripts/mla_producer_probe.py --check overlap
 OV=0; grep -q "exit 0" <(grep "== check50" "$L/summary.txt") && OV=1
 R="--device cuda --examples 20 --no-failures"

@@ -3,8 +3,8 @@ impl.candidates.mla_gather_chain) against the producer warp group (`producer`: o
 impl.candidates.mla_producer) and step 50's candidate (`overlap`: the next block's scores during this block's
 softmax, impl.candidates.mla_producer_overlap) at B = 8-256 on a 32K cache (one query a row).
 
---check [ours|overlap]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside the
-           gate) ours' sparse kernel (the producer where it applies), or step 50's candidate's, against torch's
+--check [producer|overlap]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside
+           the gate) step 49's sparse kernel (impl.candidates.mla_producer), or step 50's, against torch's
            softmax over the same gathered rows at B = 8 (16 splits) and 128 (no split), on selections with -1 entries and entries past a shorter row's length;
            exit 1 above 2e-2 rel-L2 or if the producer kernel would not run there
 (default)  per shape: the kernel alone (sparse_absorbed: the sparse kernel and the split merge, CUDA-graph replays
@@ -12,7 +12,7 @@ softmax, impl.candidates.mla_producer_overlap) at B = 8-256 on a 32K cache (one 
            (attend: the kernel, the merge, W_UK / W_UV; gate.bench_mla's time_decode_forms, held to the float64
            oracle first; the producer's time over each form's)
 
-    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check [ours|overlap]] [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check [producer|overlap]] [--repeats 5] [--json F]
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ SHAPES = ((8, 32768), (16, 32768), (32, 32768), (64, 32768), (128, 32768), (256,
 def check(name: str) -> int:
     from gate.bench_mla import DN, decode_inputs
     from gate.benchlib import rel_l2, to_np
-    if name == "ours":
-        from impl import mla as im
+    if name == "producer":
+        from impl.candidates.mla_producer import mla as im
     else:
         from impl.candidates.mla_producer_overlap import mla as im
     worst = 0.0
@@ -59,8 +59,8 @@ def check(name: str) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", nargs="?", const="ours", choices=("ours", "overlap"),
-                   help="the correctness check alone (see above), of ours (the default) or of step 50's candidate")
+    p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap"),
+                   help="the correctness check alone (see above), of step 49's kernel (the default) or step 50's")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
