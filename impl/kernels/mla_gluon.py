@@ -1,8 +1,9 @@
 """Sparse MLA attention in absorbed form (SPEC §7) with a producer warp group for the gather (issue 14 step 49);
 Gluon (Triton's explicit-layout dialect), Hopper (sm_90) only: cp.async gathers, mbarriers, warp-group MMA.
-The host wrapper is impl/candidates/mla_producer.py. Written against Triton 3.6's Gluon API (the GPU machine's):
-Gluon is experimental and its calls change between releases (3.9 renamed async_copy_global_to_shared and
-thread_barrier), so the wrapper launches it under 3.6 only.
+The host wrapper is impl/mla.py (`_gather_attend`, where `_producer_applies`; impl.mla.PRODUCER switches it on,
+impl.candidates.mla_producer is that switch). Written against Triton 3.6's Gluon API (the GPU machine's): Gluon is
+experimental and its calls change between releases (3.9 renamed async_copy_global_to_shared and thread_barrier),
+so impl.mla imports this file under 3.6 only.
 
 Letters as impl/kernels/mla.py: B batch, S queries, T cached tokens, H heads, R latent rank, W selection width,
 NS selection splits; BH heads a program (64), BW entries a block (32), STAGES shared-memory stages.
@@ -137,7 +138,8 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
 def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
                      n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
                      STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
-    """Issue 14 step 50's default partition (OVERLAP): `_consume` with block i + 1's scores issued to the tensor
+    """Issue 14 step 50's default partition (OVERLAP; refuted on the H200, 0.96-1.005x `_consume`: kept for its
+    candidate impl.candidates.mla_producer_overlap): `_consume` with block i + 1's scores issued to the tensor
     cores before block i's softmax, so the softmax (CUDA cores) runs while they compute; block i's p · c then queues
     behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
     warps: gl.constexpr = [4, num_warps // 4]
