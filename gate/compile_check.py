@@ -239,17 +239,24 @@ RECORDS = (
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False), dict(num_warps=8)),
+                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32), dict(num_warps=8)),
     KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, PAGED=True, PAGE=64, num_warps=8, OVERLAP=False), dict(num_warps=8)),
+                      TR=32, PAGED=True, PAGE=64, num_warps=8, OVERLAP=False, BWP=32), dict(num_warps=8)),
     KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=True), dict(num_warps=8)),
+                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=True, BWP=32), dict(num_warps=8)),
+    # step 51's candidate: blocks of 64 entries, 2 stages, the producer at 64 registers
+    KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(H=64, R=512, BH=64, BW=64, STAGES=2, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=64, VEC=8,
+                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32),
+                 dict(num_warps=8)),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's
@@ -435,6 +442,8 @@ def main(argv=None) -> int:
             label += " prefill"
         if rec.constexprs.get("OVERLAP"):
             label += " (overlap)"
+        if rec.module == "mla_gluon" and rec.constexprs.get("BW") == 64:
+            label += " (blocks of 64)"
         if rec.module == "mla_gluon" and not triton.__version__.startswith("3.6."):
             # Gluon's calls changed after 3.6 (impl/kernels/mla_gluon.py): not a compile failure of this kernel
             print(f"{label:48s} not compiled: written for Triton 3.6's Gluon API (this is {triton.__version__})")

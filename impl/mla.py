@@ -248,9 +248,12 @@ PRODUCER = False
 PRODUCER_STAGES = 3         # 3 x 32 KB of rows + q's 64 KB: 168 KB of shared memory
 PRODUCER_WARPS = 4
 PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and the entries; no spill (sm_90, 3.6)
-# issue 14 step 50's candidate (impl.candidates.mla_producer_overlap): block i + 1's scores issued before block i's
-# softmax, so they overlap; False: ours (step 49's loop, one block at a time)
+# issue 14 step 50's candidate (impl.candidates.mla_producer_overlap; refuted, 0.96-1.005x): block i + 1's scores
+# issued before block i's softmax, so they overlap; False: step 49's loop, one block at a time
 PRODUCER_OVERLAP = False
+# the producer kernel's entry block: 32 (step 49), 64 in step 51's candidate (impl.candidates.mla_producer_bw64: half
+# the blocks, so half the barriers, reductions and waits a row; 2 stages of 64 KB, its producer at 64 registers)
+PRODUCER_BW = 32
 
 
 def _producer_applies(q_abs, latent, H: int, R: int, plan: dict) -> bool:
@@ -279,9 +282,9 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
     if ws:
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
             q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
-            BH=meta["BH"], BW=meta["BW"], STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
+            BH=meta["BH"], BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
-            num_warps=8, OVERLAP=PRODUCER_OVERLAP)
+            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              SPLIT=split, **meta)

@@ -11,7 +11,9 @@
 #  land     if the gates, the tests and the zoo (4 caught) passed: step49.patch on the device's tree, then ours'
 #           GPU matrix at seeds 94 and 95 (mla checks and model.paths), the MLA GPU tests (the paged bits now through
 #           the producer) and the cuda zoo on the four split-path mutants of the Triton kernel, then the bench
-#   OUT=/tmp/out bash scripts/gpu_stop53.sh      (~340 s)
+#  step 51 (impl.candidates.mla_producer_bw64: blocks of 64) its --check, its gate at seed 92 beside step 49's, and
+#           at the end (time left) the probe: chain / producer / bw64, kernel and decode, B = 8-256. Lands nothing
+#   OUT=/tmp/out bash scripts/gpu_stop53.sh      (~380 s)
 set -u
 NAME=${NAME:-stop53}
 source "$(dirname "$0")/gpu_steps.sh"
@@ -22,6 +24,11 @@ step check 90 python3 scripts/mla_producer_probe.py --check
 WS=0; grep -q "exit 0" <(grep "== check" "$L/summary.txt") && WS=1
 echo "step 49 check passed: $WS" | tee -a "$L/summary.txt"
 [ "$WS" = 1 ] || { echo "=== summary"; cat "$L/summary.txt"; tail -20 "$L/check.log"; exit 0; }
+step check51 90 python3 scripts/mla_producer_probe.py --check bw64
+B64=0; grep -q "exit 0" <(grep "== check51" "$L/summary.txt") && B64=1
+[ "$B64" = 1 ] && step gate51_s92 200 python3 -m gate.cli gate --device cuda --baseline triton --examples 20 \
+    --no-failures --candidate impl.candidates.mla_producer_bw64:Candidate --check mla.absorbed --check mla.batch \
+    --check mla.absorbed_paged --check mla.paths --check mla.graph_replay --seed 92 &
 G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_producer:Candidate"
 for s in 92 93; do
   step gate_ws_s$s 200 python3 -m gate.cli gate $G --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
@@ -53,11 +60,15 @@ if [ "$LAND" = 1 ] && [ "$SECONDS" -lt 330 ]; then
   wait
   [ "$SECONDS" -lt 520 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
 fi
+wait
+[ "$B64" = 1 ] && [ "$SECONDS" -lt 560 ] && step probe 45 python3 scripts/mla_producer_probe.py --forms bw64 \
+    --json "$L/probe.json"
 echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
 for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
 for f in "$L"/tests*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(tail -1 "$f" | cut -c1-200)"; done
 for f in "$L"/zoo*.log; do [ -f "$f" ] && grep -E "^│ [a-z]" "$f" | cut -c1-90; done
-grep -E "check " "$L/check.log"
+grep -E "check " "$L/check.log" "$L/check51.log"
+[ -f "$L/probe.log" ] && grep -E "us \[" "$L/probe.log" | cut -c1-170
 [ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -10 | cut -c1-200
 true

@@ -1,9 +1,10 @@
 """Issue 14 step 49's probe: the sparse absorbed MLA decode with the Triton kernel (`chain`: ours before step 49,
 impl.candidates.mla_gather_chain) against the producer warp group (`producer`: ours since stop 52,
 impl.candidates.mla_producer) and step 50's candidate (`overlap`: the next block's scores during this block's
-softmax, impl.candidates.mla_producer_overlap) at B = 8-256 on a 32K cache (one query a row).
+softmax, impl.candidates.mla_producer_overlap) and step 51's (`bw64`: blocks of 64 entries,
+impl.candidates.mla_producer_bw64) at B = 8-256 on a 32K cache (one query a row).
 
---check [producer|overlap]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside
+--check [producer|overlap|bw64]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside
            the gate) step 49's sparse kernel (impl.candidates.mla_producer), or step 50's, against torch's
            softmax over the same gathered rows at B = 8 (16 splits) and 128 (no split), on selections with -1 entries and entries past a shorter row's length;
            exit 1 above 2e-2 rel-L2 or if the producer kernel would not run there
@@ -12,7 +13,7 @@ softmax, impl.candidates.mla_producer_overlap) at B = 8-256 on a 32K cache (one 
            (attend: the kernel, the merge, W_UK / W_UV; gate.bench_mla's time_decode_forms, held to the float64
            oracle first; the producer's time over each form's)
 
-    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check [producer|overlap]] [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_producer_probe.py [--check [producer|overlap|bw64]] [--forms F,..] [--repeats 5] [--json F]
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def check(name: str) -> int:
     from gate.benchlib import rel_l2, to_np
     if name == "producer":
         from impl.candidates.mla_producer import mla as im
+    elif name == "bw64":
+        from impl.candidates.mla_producer_bw64 import mla as im
     else:
         from impl.candidates.mla_producer_overlap import mla as im
     worst = 0.0
@@ -59,8 +62,10 @@ def check(name: str) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap"),
-                   help="the correctness check alone (see above), of step 49's kernel (the default) or step 50's")
+    p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap", "bw64"),
+                   help="the correctness check alone (see above), of step 49's kernel (the default), step 50's or 51's")
+    p.add_argument("--forms", default="chain,producer,overlap,bw64",
+                   help="comma-separated forms to time (chain and producer always)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -68,8 +73,14 @@ def main(argv=None) -> int:
         return check(args.check)
     from gate.bench_mla import DN, decode_inputs, time_decode_forms
     from gate.benchlib import alternating, graph, write_json
-    from impl.candidates import mla_gather_chain, mla_producer, mla_producer_overlap
-    forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla, "overlap": mla_producer_overlap.mla}
+    from impl.candidates import mla_gather_chain, mla_producer, mla_producer_bw64, mla_producer_overlap
+    forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla, "overlap": mla_producer_overlap.mla,
+             "bw64": mla_producer_bw64.mla}
+    keep = {"chain", "producer", *args.forms.split(",")}
+    unknown = keep - set(forms)
+    if unknown:
+        p.error(f"--forms: unknown {sorted(unknown)} (known: {', '.join(forms)})")
+    forms = {n: ns for n, ns in forms.items() if n in keep}
     out = {}
     for B, T in SHAPES:
         w, latent, q, idx, lengths, q_abs = decode_inputs(B, T)
@@ -82,7 +93,7 @@ def main(argv=None) -> int:
                   f"{sel / r['median_us'] / 1e3:7.1f} GB/s of selected rows  "
                   f"chain/this {res['chain']['median_us'] / r['median_us']:.3f}x", flush=True)
         # time_decode_forms prints ours' time over each form's: ours is the producer since stop 52
-        att, fns = time_decode_forms({"ours": forms["producer"], "chain": forms["chain"], "overlap": forms["overlap"]},
+        att, fns = time_decode_forms({"ours" if n == "producer" else n: ns for n, ns in forms.items()},
                                      w, q, latent, idx, lengths, args.repeats, f"B={B} T={T} attend")
         out[f"B{B}_T{T}"] = dict(kernel=res, attend=att, selected_bytes=sel)
         del latent, kern, fns

@@ -37,30 +37,34 @@ def _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.con
 @gluon.jit
 def _produce(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len, n_blocks,
              BW: gl.constexpr, R: gl.constexpr, STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-             VEC: gl.constexpr, TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
+             VEC: gl.constexpr, TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr, BWP: gl.constexpr):
     """The worker partition: block i's rows into stage i % STAGES once the consumer released it (empty), each
     thread's copies signalling `ready` when they land. Invalid entries (-1, or outside [0, n_len)) copy nothing:
     cp.async zero-fills their rows, so a stale or non-finite cache row never reaches the dots. PAGED (the Triton
     kernel's paged cache): row t of batch row b is slot t % PAGE of page block_table[b, t // PAGE], the table read
     only for valid entries; only these addresses differ, so a paged call's consumer runs on the same rows in the
-    same order as a contiguous one: the same bits."""
+    same order as a contiguous one: the same bits. A block of BW rows is copied BWP rows at a time (step 51's blocks
+    of 64 in halves of 32: the copies' addresses of a half fit the producer's registers)."""
     # VEC elements (16 bytes at 8 bf16: one cp.async) a thread, TR threads along a row (R / VEC, at most 32): no
     # thread copies what another copies while 32 / TR * PRODUCER_WARPS rows fit in BW (the wrapper picks VEC so)
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TR, TR], [PRODUCER_WARPS, 1], [1, 0])
     o_r = gl.arange(0, R, layout=gl.SliceLayout(0, layout))
     for i_w in range(n_blocks):
         s = i_w % STAGES
-        b_idx = _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW, gl.SliceLayout(1, layout))
-        mask_w = (b_idx >= 0) & (b_idx < n_len)
-        b_t = gl.where(mask_w, b_idx, 0)
-        if PAGED:
-            b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
-            p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
-        else:
-            p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
-        # the stage's previous round consumed (a fresh barrier's parity-1 wait passes: the first round is free)
-        mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
-        async_copy.async_copy_global_to_shared(c_smem.index(s), p_c, mask=mask_w[:, None])
+        for h in gl.static_range(BW // BWP):
+            # rows h·BWP .. (h + 1)·BWP of block i_w: BWP entries at w_lo + i_w·BW + h·BWP
+            b_idx = _entries(indices, i_bs, W, w_lo + h * BWP, w_hi, i_w * (BW // BWP), BWP, gl.SliceLayout(1, layout))
+            mask_w = (b_idx >= 0) & (b_idx < n_len)
+            b_t = gl.where(mask_w, b_idx, 0)
+            if PAGED:
+                b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
+                p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
+            else:
+                p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
+            if h == 0:
+                # the stage's previous round consumed (a fresh barrier's parity-1 wait passes: the first round is free)
+                mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
+            async_copy.async_copy_global_to_shared(c_smem.index(s).slice(h * BWP, BWP), p_c, mask=mask_w[:, None])
         # no-increment arrive: `ready` counts one arrival a producer thread, made when its copies have landed
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
@@ -214,7 +218,7 @@ def mla_sparse_absorbed_ws_kernel(
     H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
-    num_warps: gl.constexpr, OVERLAP: gl.constexpr = False,
+    num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -245,14 +249,14 @@ def mla_sparse_absorbed_ws_kernel(
             (_consume_overlap, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi,
                                 n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
             (_produce, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
-                        n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE)),
+                        n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
                         n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
             (_produce, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
-                        n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE)),
+                        n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     for i in gl.static_range(STAGES):

@@ -225,8 +225,7 @@ class MlaProducerGathersTheNextBlock(TritonMLA):
     """The producer warps (issue 14 step 49) fill stage i with the rows of block i + 1: each block's scores and values come from the next block's rows (the last block's from none)."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed("_produce", "w_lo, w_hi, i_w, BW, gl.SliceLayout(1, layout))",
-                            "w_lo, w_hi, i_w + 1, BW, gl.SliceLayout(1, layout))",
+        return _ws_absorbed("_produce", "w_hi, i_w * (BW // BWP), BWP,", "w_hi, (i_w + 1) * (BW // BWP), BWP,",
                             w, q, latent, indices, lengths, return_scores, splits)
 
 

@@ -1,0 +1,20 @@
+"""Issue 14 step 51's candidate: step 49's producer kernel with blocks of 64 entries (impl.mla.PRODUCER_BW = 64),
+2 shared-memory stages of 64 KB (with q's 64 KB: 200,740 B) and the producer warps at 64 registers (they copy a
+block in two halves of 32 rows; at 56 they spilled 8-16 B), the consumer at 216 (no spill; sm_90, Triton 3.6).
+docs/optimization_log.md "Step 51".
+
+Why: step 50 showed the producer kernel's block costs a fixed chain (the mbarrier waits, the cross-warp-group max
+and sum, p's layout conversion, the barrier before the stage goes back) that overlapping the dots does not shorten;
+blocks of 64 run that chain half as often a row, with each block's scores one m64n32 MMA per warp group per K step
+instead of m64n16.
+
+Where it applies: where step 49's kernel does (impl.mla._producer_applies). Not gated yet.
+"""
+from __future__ import annotations
+
+import types
+
+from impl.candidates.mla_heads64 import module_copy
+
+mla = module_copy(f"{__name__}.mla", PRODUCER=True, PRODUCER_BW=64, PRODUCER_STAGES=2, PRODUCER_REGS=64)
+Candidate = types.SimpleNamespace(mla=mla)
