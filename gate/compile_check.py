@@ -36,6 +36,24 @@ KDA_INTRA = KernelRecord(
     dict(**KDA, BT=64, BC=16, BK=32, BV=64, IS_VARLEN=False, PRECISION="tf32", INV_MERGE=True, ANCHOR=0,
          OFFSET64=True, STACK=False, GC=False, PAIRS=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None),
     dict(num_warps=4))
+# issue 14 step 49's producer kernel (Gluon; Triton 3.6's API only: other releases print it as not compiled),
+# contiguous (below), paged, step 50's consumer form (OVERLAP) and step 51's blocks of 64 (in RECORDS). Its registers
+# are the launch's allotment a thread (168 x 384 threads); setmaxnreg then gives the 8 consumer warps 224 and the 4
+# producer warps 56
+MLA_WS = KernelRecord(
+    "mla_gluon", "mla_sparse_absorbed_ws_kernel",
+    dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
+    dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+    dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
+         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32),
+    dict(num_warps=8))
+
+
+def _no_table(constexprs: dict) -> dict:
+    """constexprs without block_table (a paged record passes it as a pointer)."""
+    return {k: v for k, v in constexprs.items() if k != "block_table"}
+
+
 RECORDS = (
     KDA_INTRA,
     # the same kernel's second compile for strong decays (the softplus gate): the exact pairs pass
@@ -232,31 +250,13 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=1)),
-    # issue 14 step 49's producer kernel (Gluon; Triton 3.6's API only: other releases print it as not compiled),
-    # contiguous and paged, and step 50's consumer form (OVERLAP). Its registers are the launch's allotment a
-    # thread (168 x 384 threads); setmaxnreg then gives the 8 consumer warps 224 and the 4 producer warps 56
-    KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
-                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32), dict(num_warps=8)),
-    KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
-                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, PAGED=True, PAGE=64, num_warps=8, OVERLAP=False, BWP=32), dict(num_warps=8)),
-    KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
-                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8,
-                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=True, BWP=32), dict(num_warps=8)),
+    # issue 14 steps 49-51 (MLA_WS above)
+    MLA_WS,
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "block_table": "*i64"},
+                    constexprs={**_no_table(MLA_WS.constexprs), "PAGED": True, "PAGE": 64}),
+    MLA_WS._replace(constexprs={**MLA_WS.constexprs, "OVERLAP": True}),
     # step 51's candidate: blocks of 64 entries, 2 stages, the producer at 64 registers
-    KernelRecord("mla_gluon", "mla_sparse_absorbed_ws_kernel",
-                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
-                 dict(H=64, R=512, BH=64, BW=64, STAGES=2, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=64, VEC=8,
-                      TR=32, block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32),
-                 dict(num_warps=8)),
+    MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 64}),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's

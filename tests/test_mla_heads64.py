@@ -159,10 +159,17 @@ def test_on_the_gpu_in_bf16_the_candidate_agrees_with_the_reference(B, S, ns):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_the_gpu_the_paged_cache_gives_the_contiguous_bits():
+    flat, paged = flat_and_paged(cand.mla)
+    assert torch.equal(flat, paged)
+
+
+def flat_and_paged(ns):
+    """ns.sparse_absorbed on the GPU at B = 32 over a contiguous cache and the same rows in shuffled pages of 64:
+    (flat, paged) outputs (tests/test_mla_producer.py holds step 49's kernel to the same)."""
     q, lat, idx, lengths = _case(32, 1, 1024, 700, 64, 512, dtype=torch.bfloat16, seed=3)
     from tests.test_mla_prefetch import _paged
     pool, table = _paged(lat, 64)
     q, lat, idx, lengths = q.cuda(), lat.cuda(), idx.cuda(), lengths.cuda()
-    flat = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
-    paged = cand.mla.sparse_absorbed(q, pool.cuda(), idx, lengths, 0.0625, block_table=table.cuda(), page_size=64)
-    assert torch.equal(flat, paged)
+    flat = ns.sparse_absorbed(q, lat, idx, lengths, 0.0625)
+    paged = ns.sparse_absorbed(q, pool.cuda(), idx, lengths, 0.0625, block_table=table.cuda(), page_size=64)
+    return flat, paged

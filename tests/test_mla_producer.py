@@ -16,8 +16,7 @@ import triton
 from invariants.contracts import bench_bound
 from impl import mla as im
 from impl.candidates import mla_producer as cand
-from tests.test_mla_heads64 import _case, _reference, _rel
-from tests.test_mla_prefetch import _paged
+from tests.test_mla_heads64 import _case, _reference, _rel, flat_and_paged
 
 HOPPER_36 = (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
              and triton.__version__.startswith("3.6."))
@@ -76,9 +75,5 @@ def test_on_the_gpu_it_runs_and_matches_the_reference(B):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER_36, reason="needs a Hopper GPU and Triton 3.6 (the producer kernel's Gluon API)")
 def test_on_the_gpu_the_paged_cache_gives_the_contiguous_bits():
-    q, lat, idx, lengths = _case(32, 1, 1024, 700, 64, 512, dtype=torch.bfloat16, seed=3)
-    pool, table = _paged(lat, 64)
-    q, lat, idx, lengths = q.cuda(), lat.cuda(), idx.cuda(), lengths.cuda()
-    flat = cand.mla.sparse_absorbed(q, lat, idx, lengths, 0.0625)
-    paged = cand.mla.sparse_absorbed(q, pool.cuda(), idx, lengths, 0.0625, block_table=table.cuda(), page_size=64)
+    flat, paged = flat_and_paged(cand.mla)
     assert torch.equal(flat, paged)

@@ -69,22 +69,19 @@ def _produce(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, 
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
-@gluon.jit
-def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len, n_blocks,
-             scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
-             SPLIT: gl.constexpr, num_warps: gl.constexpr):
-    """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
-    (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
-    # two warp groups along R for the [BH, R] accumulator (128 float32 registers a thread at BH 64, R 512); the
-    # [BH, BW] scores on the same warp grid so the row statistics share the accumulator's row mapping
-    warps: gl.constexpr = [4, num_warps // 4]
-    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
-                                                   instr_shape=[16, BW // (num_warps // 4), 16])
-    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
-                                                   instr_shape=[16, R // (num_warps // 4), 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
+@gluon.constexpr_function
+def _mma(N, num_warps):
+    """The warp-group MMA layout of a [64, N] product on two warp groups along N (num_warps 8): the [BH, R]
+    accumulator (128 float32 registers a thread at BH 64, R 512) and the [BH, BW] scores share its warp grid, so the
+    row statistics map onto the accumulator's rows."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, num_warps // 4],
+                                     instr_shape=[16, N // (num_warps // 4), 16])
 
+
+@gluon.jit
+def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr):
+    """q[b·S + s] ([H, R], rows past H zero) into shared memory, visible to the warp-group MMA."""
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
     o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
     o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
     mask_h = o_h < H
@@ -93,6 +90,56 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
     # q's generic-proxy stores before the warp-group MMA's async-proxy reads
     fence_async_shared()
     gl.thread_barrier()
+
+
+@gluon.jit
+def _scores(q_smem, b_c, BH: gl.constexpr, BW: gl.constexpr, mma_s: gl.constexpr):
+    """q · c^T of one stage ([BH, BW] float32), issued to the tensor cores, not waited for."""
+    return warpgroup_mma(q_smem, b_c.permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
+                         use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _online_softmax(b_s, mask_w, b_m, b_l, b_acc, b_c, scale, mma_o: gl.constexpr):
+    """One block of the online softmax (SPEC §7, as the Triton kernel's): the scaled scores, -inf where an entry is
+    invalid, the running max and sum, then acc · alpha + p · c issued (not waited for). (b_m, b_l, acc)."""
+    b_s = b_s * scale
+    b_s = gl.where(mask_w[None, :], b_s, float("-inf"))
+    b_mn = gl.maximum(b_m, gl.max(b_s, 1))
+    b_p = gl.exp(b_s - b_mn[:, None])
+    b_alpha = gl.exp(b_m - b_mn)
+    b_l = b_l * b_alpha + gl.sum(b_p, 1)
+    b_alpha_o = gl.convert_layout(b_alpha, gl.SliceLayout(1, mma_o))
+    b_pd = gl.convert_layout(b_p.to(b_c.dtype), gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2))
+    b_acc = warpgroup_mma(b_pd, b_c, b_acc * b_alpha_o[:, None], is_async=True)
+    return b_mn, b_l, b_acc
+
+
+@gluon.jit
+def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
+             SPLIT: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """o = acc / l (0 for an empty selection) and, SPLIT, the split's log-sum-exp (-inf when empty): the Triton
+    kernel's outputs."""
+    b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
+    b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
+    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
+    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
+    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
+    if SPLIT:
+        oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
+        b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
+        gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
+
+
+@gluon.jit
+def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len, n_blocks,
+             scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
+             SPLIT: gl.constexpr, num_warps: gl.constexpr):
+    """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
+    (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
+    mma_s: gl.constexpr = _mma(BW, num_warps)
+    mma_o: gl.constexpr = _mma(R, num_warps)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -109,33 +156,13 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
         # the producer's cp.async writes (generic proxy) before this block's MMAs read them (async proxy)
         fence_async_shared()
         b_c = c_smem.index(s)
-        b_s = warpgroup_mma(q_smem, b_c.permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
-                            use_acc=False, is_async=True)
-        b_s = warpgroup_mma_wait(num_outstanding=0, deps=(b_s, ))
-        b_s = b_s * scale
-        b_s = gl.where(mask_w[None, :], b_s, float("-inf"))
-        b_mn = gl.maximum(b_m, gl.max(b_s, 1))
-        b_p = gl.exp(b_s - b_mn[:, None])
-        b_alpha = gl.exp(b_m - b_mn)
-        b_l = b_l * b_alpha + gl.sum(b_p, 1)
-        b_m = b_mn
-        b_alpha_o = gl.convert_layout(b_alpha, gl.SliceLayout(1, mma_o))
-        b_pd = gl.convert_layout(b_p.to(c_smem.dtype), p_layout)
-        b_acc = warpgroup_mma(b_pd, b_c, b_acc * b_alpha_o[:, None], is_async=True)
+        b_s = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_smem, b_c, BH, BW, mma_s), ))
+        b_m, b_l, b_acc = _online_softmax(b_s, mask_w, b_m, b_l, b_acc, b_c, scale, mma_o)
         b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_acc, ))
         # both warp groups' MMAs on stage s are done before one thread hands it back to the producer
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s))
-
-    b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
-    b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
-    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
-    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
-    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
-    if SPLIT:
-        oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
-        b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
-        gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
+    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
 
 
 @gluon.jit
@@ -146,21 +173,9 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
     candidate impl.candidates.mla_producer_overlap): `_consume` with block i + 1's scores issued to the tensor
     cores before block i's softmax, so the softmax (CUDA cores) runs while they compute; block i's p · c then queues
     behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
-    warps: gl.constexpr = [4, num_warps // 4]
-    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
-                                                   instr_shape=[16, BW // (num_warps // 4), 16])
-    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
-                                                   instr_shape=[16, R // (num_warps // 4), 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
-
-    o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
-    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
-    mask_h = o_h < H
-    b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
-    q_smem.store(b_q)
-    fence_async_shared()
-    gl.thread_barrier()
+    mma_s: gl.constexpr = _mma(BW, num_warps)
+    mma_o: gl.constexpr = _mma(R, num_warps)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -170,9 +185,7 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
     # block 0's scores before the loop
     mbarrier.wait(ready.index(0), 0)
     fence_async_shared()
-    b_s = warpgroup_mma(q_smem, c_smem.index(0).permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
-                        use_acc=False, is_async=True)
-    b_s = warpgroup_mma_wait(num_outstanding=0, deps=(b_s, ))
+    b_s = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_smem, c_smem.index(0), BH, BW, mma_s), ))
     for i_w in range(n_blocks):
         s = i_w % STAGES
         b_idx = b_idx_next
@@ -184,31 +197,12 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
         sn = (i_w + 1) % STAGES
         mbarrier.wait(ready.index(sn), ((i_w + 1) // STAGES) & 1, pred=i_w + 1 < n_blocks)
         fence_async_shared()
-        b_sn = warpgroup_mma(q_smem, c_smem.index(sn).permute((1, 0)),
-                             gl.zeros([BH, BW], gl.float32, layout=mma_s), use_acc=False, is_async=True)
-        b_s = b_s * scale
-        b_s = gl.where(mask_w[None, :], b_s, float("-inf"))
-        b_mn = gl.maximum(b_m, gl.max(b_s, 1))
-        b_p = gl.exp(b_s - b_mn[:, None])
-        b_alpha = gl.exp(b_m - b_mn)
-        b_l = b_l * b_alpha + gl.sum(b_p, 1)
-        b_m = b_mn
-        b_alpha_o = gl.convert_layout(b_alpha, gl.SliceLayout(1, mma_o))
-        b_pd = gl.convert_layout(b_p.to(c_smem.dtype), p_layout)
-        b_acc = warpgroup_mma(b_pd, c_smem.index(s), b_acc * b_alpha_o[:, None], is_async=True)
+        b_sn = _scores(q_smem, c_smem.index(sn), BH, BW, mma_s)
+        b_m, b_l, b_acc = _online_softmax(b_s, mask_w, b_m, b_l, b_acc, c_smem.index(s), scale, mma_o)
         b_s, b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_sn, b_acc))
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s))
-
-    b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
-    b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
-    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
-    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
-    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
-    if SPLIT:
-        oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
-        b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
-        gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
+    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
 
 
 @gluon.jit

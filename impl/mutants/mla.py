@@ -170,19 +170,23 @@ class MlaPrefetchSkipsABlock(TritonMLA):
 
 
 @functools.lru_cache(maxsize=None)
-def _ws_part(part: str, old: str, new: str):
-    """The producer kernel's partition `part` ("_consume" or "_produce", impl/kernels/mla_gluon.py) with one
-    planted edit (made once: a GPU compile is cached by the helper's name)."""
+def _ws_part(path: tuple, old: str, new: str):
+    """The producer kernel's partition path[0] ("_consume" or "_produce", impl/kernels/mla_gluon.py) with one
+    planted edit in the last helper of `path` (("_consume", "_online_softmax"): the edit in the softmax helper, the
+    partition calling the edited copy), made once: a GPU compile is cached by the helper's name."""
     from impl.kernels import mla_gluon as kg
-    return edited_helper(getattr(kg, part), old, new)
+    edited = edited_helper(getattr(kg, path[-1]), old, new)
+    for outer, inner in zip(path[-2::-1], path[:0:-1]):
+        edited = edited_helper(getattr(kg, outer), None, None, ((inner, edited),))
+    return edited
 
 
-def _ws_absorbed(part: str, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits):
+def _ws_absorbed(path: tuple, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits):
     """absorbed through issue 14 step 49's producer kernel (impl.candidates.mla_producer: impl.mla with PRODUCER =
-    True; not landed, so ours would never launch it) with its partition `part` edited. GPU only."""
+    True; not landed, so ours would never launch it) with the edit of `_ws_part(path, ...)`. GPU only."""
     from impl.candidates import mla_producer
     ns = mla_producer.mla
-    with kernel_edited(ns, "mla_sparse_absorbed_ws_kernel", None, None, ((part, _ws_part(part, old, new)),)):
+    with kernel_edited(ns, "mla_sparse_absorbed_ws_kernel", None, None, ((path[0], _ws_part(path, old, new)),)):
         return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
@@ -197,7 +201,8 @@ class MlaProducerNoRescale(TritonMLA):
     """The producer kernel's online softmax (issue 14 step 49) takes its correction factor as exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed("_consume", "b_alpha = gl.exp(b_m - b_mn)", "b_alpha = gl.exp(b_mn - b_mn)",
+        return _ws_absorbed(("_consume", "_online_softmax"), "b_alpha = gl.exp(b_m - b_mn)",
+                            "b_alpha = gl.exp(b_mn - b_mn)",
                             w, q, latent, indices, lengths, return_scores, splits)
 
 
@@ -206,7 +211,7 @@ class MlaProducerEmptyLseZero(TritonMLA):
     """The producer kernel (issue 14 step 49) writes log-sum-exp 0, not -inf, for a split with no valid entry, so the merge weighs its zero output in."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed("_consume", "gl.log(gl.where(b_l > 0, b_l, 1.)), float(\"-inf\"))",
+        return _ws_absorbed(("_consume", "_store_o"), "gl.log(gl.where(b_l > 0, b_l, 1.)), float(\"-inf\"))",
                             "gl.log(gl.where(b_l > 0, b_l, 1.)), 0.)", w, q, latent, indices, lengths,
                             return_scores, splits)
 
@@ -216,7 +221,7 @@ class MlaProducerMaskABlockLate(TritonMLA):
     """The producer kernel's consumer (issue 14 step 49) loads the entries for its score mask two blocks ahead instead of one: from a split's second block on, each block's scores are masked by the validity of the block after it."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed("_consume", "w_lo, w_hi, i_w + 1, BW, s_cols)", "w_lo, w_hi, i_w + 2, BW, s_cols)",
+        return _ws_absorbed(("_consume",), "w_lo, w_hi, i_w + 1, BW, s_cols)", "w_lo, w_hi, i_w + 2, BW, s_cols)",
                             w, q, latent, indices, lengths, return_scores, splits)
 
 
@@ -225,7 +230,7 @@ class MlaProducerGathersTheNextBlock(TritonMLA):
     """The producer warps (issue 14 step 49) fill stage i with the rows of block i + 1: each block's scores and values come from the next block's rows (the last block's from none)."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed("_produce", "w_hi, i_w * (BW // BWP), BWP,", "w_hi, (i_w + 1) * (BW // BWP), BWP,",
+        return _ws_absorbed(("_produce",), "w_hi, i_w * (BW // BWP), BWP,", "w_hi, (i_w + 1) * (BW // BWP), BWP,",
                             w, q, latent, indices, lengths, return_scores, splits)
 
 
