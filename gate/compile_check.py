@@ -255,8 +255,12 @@ RECORDS = (
     MLA_WS._replace(pointers={**MLA_WS.pointers, "block_table": "*i64"},
                     constexprs={**_no_table(MLA_WS.constexprs), "PAGED": True, "PAGE": 64}),
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "OVERLAP": True}),
-    # step 51's candidate: blocks of 64 entries, 2 stages, the producer at 64 registers
+    # step 51's blocks of 64 entries, 2 stages, the producer at 64 registers (impl.mla.PRODUCER_64), contiguous and
+    # paged
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 64}),
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "block_table": "*i64"},
+                    constexprs={**_no_table(MLA_WS.constexprs), "BW": 64, "STAGES": 2, "PRODUCER_REGS": 64,
+                                "PAGED": True, "PAGE": 64}),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's

@@ -239,12 +239,10 @@ def _merge_plan(NS: int, BR: int) -> tuple:
 
 
 # issue 14 step 49 (stop 52, H200: the kernel 1.09-1.28x the Triton kernel at B = 8-256 on a 32K cache, the decode
-# 1.07-1.25x; gated at two seeds): True runs, where `_producer_applies`, the Gluon kernel, whose worker warps only
-# gather (cp.async into a ring of PRODUCER_STAGES shared-memory tiles) while its 8 warps run the dots. Not landed
-# (False: the Triton kernel always; impl.candidates.mla_producer sets it): the paged cache still runs the Triton
-# kernel, so a contiguous and a paged call no longer give the same bits (tests/test_mla_heads64.py's GPU test), and
-# its empty-split mutant escaped the GPU checks (docs/optimization_log.md "Step 49")
-PRODUCER = False
+# 1.07-1.25x; gated at two seeds; landed after the paged cache joined it): where `_producer_applies`, the sparse
+# kernel is the Gluon one, whose worker warps only gather (cp.async into a ring of PRODUCER_STAGES shared-memory
+# tiles) while its 8 warps run the dots; False: the Triton kernel always (impl.candidates.mla_gather_chain)
+PRODUCER = True
 PRODUCER_STAGES = 3         # 3 x 32 KB of rows + q's 64 KB: 168 KB of shared memory
 PRODUCER_WARPS = 4
 PRODUCER_REGS = 56          # 16 cp.async a thread a block: their addresses and the entries; no spill (sm_90, 3.6)
@@ -254,6 +252,19 @@ PRODUCER_OVERLAP = False
 # the producer kernel's entry block: 32 (step 49), 64 in step 51's candidate (impl.candidates.mla_producer_bw64: half
 # the blocks, so half the barriers, reductions and waits a row; 2 stages of 64 KB, its producer at 64 registers)
 PRODUCER_BW = 32
+# issue 14 step 51's landing form: from this many query rows (B·S) on, the producer kernel takes PRODUCER_64's blocks
+# of 64 entries (stop 53, H100: 1.02 / 1.05 / 1.13 / 1.21 / 1.22x the blocks of 32 at B = 16 / 32 / 64 / 128 / 256;
+# 0.975x at B = 8, whose 16 splits of 129 entries leave a last block of 64 nearly empty); 0: never. Not below 7
+# rows (mla.batch's range: ROWS_64's comment), where the producer kernel does not run anyway
+PRODUCER_BW64_ROWS = 0
+PRODUCER_64 = dict(BW=64, STAGES=2, REGS=64)   # 2 x 64 KB of rows + q's 64 KB: 196 KB (3 stages: 266 KB, no fit)
+
+
+def _producer_block(rows: int) -> dict:
+    """The producer kernel's entry block for `rows` query rows: {BW, STAGES, REGS} (the producer warps' registers)."""
+    if PRODUCER_BW64_ROWS and rows >= PRODUCER_BW64_ROWS:
+        return dict(PRODUCER_64)
+    return dict(BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, REGS=PRODUCER_REGS)
 
 
 def _producer_applies(q_abs, latent, H: int, R: int, plan: dict) -> bool:
@@ -280,10 +291,11 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
     """One launch of the sparse kernel over `grid` (query rows, head blocks, splits): the producer kernel when `ws`,
     else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`)."""
     if ws:
+        blk = _producer_block(grid[0])
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
             q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
-            BH=meta["BH"], BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
-            PRODUCER_REGS=PRODUCER_REGS, **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
+            BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
+            PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
             num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,

@@ -181,21 +181,19 @@ def _ws_part(path: tuple, old: str, new: str):
     return edited
 
 
-def _ws_absorbed(path: tuple, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits):
-    """absorbed through issue 14 step 49's producer kernel (impl.candidates.mla_producer: impl.mla with PRODUCER =
-    True; not landed, so ours would never launch it) with the edit of `_ws_part(path, ...)`. GPU only."""
-    from impl.candidates import mla_producer
-    ns = mla_producer.mla
+def _ws_absorbed(path: tuple, old: str, new: str, w, q, latent, indices, lengths, return_scores, splits, ns=im):
+    """absorbed through issue 14 step 49's producer kernel (ours since stop 53, where impl.mla._producer_applies;
+    `ns`: a candidate's copy of impl.mla) with the edit of `_ws_part(path, ...)`. GPU only."""
     with kernel_edited(ns, "mla_sparse_absorbed_ws_kernel", None, None, ((path[0], _ws_part(path, old, new)),)):
         return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
 # GPU only (device="cuda"), as the kernel: the interpreter cannot run Gluon (the Triton kernel runs there). The
 # producer kernel runs from ROWS_64 query rows on: mla.absorbed's GPU examples of 7-16 rows at the released
-# geometry and its drawn tiny ones of as many rows. Stop 52 (H200): the first, third and fourth caught; the empty
-# split's log-sum-exp escaped (at the released geometry a row's lse is large, so e^(0 - lse) weighs the empty
-# split's zero output in by almost nothing); the tiny-geometry pin of 8 rows over 24 tokens with 4 splits was added
-# for it after that run and has not run on a GPU yet
+# geometry and its drawn tiny ones of as many rows. Stop 52 (H200, through the then candidate): the first, third and
+# fourth caught; the empty split's log-sum-exp escaped (at the released geometry a row's lse is large, so
+# e^(0 - lse) weighs the empty split's zero output in by almost nothing). Stop 53 (H100): all four caught, the
+# empty split by the tiny-geometry pin of 8 rows over 24 tokens with 4 splits added for it
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
 class MlaProducerNoRescale(TritonMLA):
     """The producer kernel's online softmax (issue 14 step 49) takes its correction factor as exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight."""
@@ -232,6 +230,17 @@ class MlaProducerGathersTheNextBlock(TritonMLA):
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
         return _ws_absorbed(("_produce",), "w_hi, i_w * (BW // BWP), BWP,", "w_hi, (i_w + 1) * (BW // BWP), BWP,",
                             w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerCopiesHalfABlock(TritonMLA):
+    """The producer warps (issue 14 step 51) copy only the first half of each block of 64 entries: the consumer reads the second half's rows from whatever the stage held before (an earlier block's rows, or never-written shared memory)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        # through step 51's candidate (blocks of 64 at every row count): the 8-row GPU pins then take blocks of 64
+        from impl.candidates import mla_producer_bw64
+        return _ws_absorbed(("_produce",), "for h in gl.static_range(BW // BWP):", "for h in gl.static_range(1):",
+                            w, q, latent, indices, lengths, return_scores, splits, ns=mla_producer_bw64.mla)
 
 
 @mutant("mla.paths", "latent_cache", base="triton")
