@@ -1,8 +1,9 @@
 """Issue 14 step 49's probe: the sparse absorbed MLA decode with the Triton kernel (`chain`: ours before step 49,
-impl.candidates.mla_gather_chain) against the producer warp group (`producer`: ours since stop 52,
+impl.candidates.mla_gather_chain) against the producer warp group (`producer`: ours since stop 53,
 impl.candidates.mla_producer) and step 50's candidate (`overlap`: the next block's scores during this block's
 softmax, impl.candidates.mla_producer_overlap) and step 51's (`bw64`: blocks of 64 entries,
-impl.candidates.mla_producer_bw64) at B = 8-256 on a 32K cache (one query a row).
+impl.candidates.mla_producer_bw64; `bw64_16`: its landing form, blocks of 64 from 16 rows on,
+impl.candidates.mla_producer_bw64_16) at B = 8-256 on a 32K cache (one query a row).
 
 --check [producer|overlap|bw64]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside
            the gate) step 49's sparse kernel (impl.candidates.mla_producer), or step 50's, against torch's
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap", "bw64"),
                    help="the correctness check alone (see above), of step 49's kernel (the default), step 50's or 51's")
-    p.add_argument("--forms", default="chain,producer,overlap,bw64",
+    p.add_argument("--forms", default="chain,producer,overlap,bw64,bw64_16",
                    help="comma-separated forms to time (chain and producer always)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
@@ -73,9 +74,10 @@ def main(argv=None) -> int:
         return check(args.check)
     from gate.bench_mla import DN, decode_inputs, time_decode_forms
     from gate.benchlib import alternating, graph, write_json
-    from impl.candidates import mla_gather_chain, mla_producer, mla_producer_bw64, mla_producer_overlap
+    from impl.candidates import (mla_gather_chain, mla_producer, mla_producer_bw64, mla_producer_bw64_16,
+                                 mla_producer_overlap)
     forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla, "overlap": mla_producer_overlap.mla,
-             "bw64": mla_producer_bw64.mla}
+             "bw64": mla_producer_bw64.mla, "bw64_16": mla_producer_bw64_16.mla}
     keep = {"chain", "producer", *args.forms.split(",")}
     unknown = keep - set(forms)
     if unknown:
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
             print(f"  B={B} T={T} kernel {n:9s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
                   f"{sel / r['median_us'] / 1e3:7.1f} GB/s of selected rows  "
                   f"chain/this {res['chain']['median_us'] / r['median_us']:.3f}x", flush=True)
-        # time_decode_forms prints ours' time over each form's: ours is the producer since stop 52
+        # time_decode_forms prints `ours`' time over each form's: here the producer kernel's blocks of 32 (step 49)
         att, fns = time_decode_forms({"ours" if n == "producer" else n: ns for n, ns in forms.items()},
                                      w, q, latent, idx, lengths, args.repeats, f"B={B} T={T} attend")
         out[f"B{B}_T{T}"] = dict(kernel=res, attend=att, selected_bytes=sel)
