@@ -255,8 +255,9 @@ PRODUCER_BW = 32
 # issue 14 step 51's landing form: from this many query rows (B·S) on, the producer kernel takes PRODUCER_64's blocks
 # of 64 entries (stop 53, H100: 1.02 / 1.05 / 1.13 / 1.21 / 1.22x the blocks of 32 at B = 16 / 32 / 64 / 128 / 256;
 # 0.975x at B = 8, whose 16 splits of 129 entries leave a last block of 64 nearly empty); 0: never. Not below 7
-# rows (mla.batch's range: ROWS_64's comment), where the producer kernel does not run anyway
-PRODUCER_BW64_ROWS = 0
+# rows (mla.batch's range: ROWS_64's comment), where the producer kernel does not run anyway. 16 since it landed
+# (gated: impl.candidates.mla_producer_bw64_16; blocks of 32 everywhere: impl.candidates.mla_producer)
+PRODUCER_BW64_ROWS = 16
 PRODUCER_64 = dict(BW=64, STAGES=2, REGS=64)   # 2 x 64 KB of rows + q's 64 KB: 196 KB (3 stages: 266 KB, no fit)
 
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in stop 53 (H100): step 49 landed; step 51 gated at seed 92 and probed. Kept as the record of its call.
 # The next GPU call after stop 52: issue 14 step 49 (the Gluon producer warp group, impl.candidates.mla_producer, now
 # with the paged cache) gated again and, by the rule below, landed (scripts/patches/step49.patch: PRODUCER = True).
 #  check    scripts/mla_producer_probe.py --check (90 s: an mbarrier hang ends here); nothing else of step 49 runs

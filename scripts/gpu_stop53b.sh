@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in stop 53 (H100). Kept as the record of its call.
 # The follow-up call after gpu_stop53.sh (issue 14; reads nothing of its tree, lands nothing):
 #  ncu_stall  the producer kernels (step 49's blocks of 32, step 51's of 64) at B = 128, 32K: the stall reasons a
 #             warp between two issues, summed over the kernel (the metrics WarpStateStats charts)

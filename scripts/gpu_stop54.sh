@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in stop 54 (H100): step 51's landing form landed. Kept as the record of its call.
 # The next GPU call after stop 53: issue 14 step 51's landing form (impl.candidates.mla_producer_bw64_16: the
 # producer kernel's blocks of 64 entries from 16 query rows on) gated and, by the rule in docs/optimization_log.md
 # "Step 51" (written before this call), landed (scripts/patches/step51.patch: impl.mla.PRODUCER_BW64_ROWS = 16).

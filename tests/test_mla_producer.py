@@ -35,7 +35,7 @@ def test_the_candidate_is_ours_with_the_producer_switched_on():
     (cand.mla, 7, 32), (cand.mla, 256, 32),
     (mla_producer_bw64.mla, 7, 64), (mla_producer_bw64.mla, 256, 64),
     (mla_producer_bw64_16.mla, 7, 32), (mla_producer_bw64_16.mla, 15, 32), (mla_producer_bw64_16.mla, 16, 64),
-    (im, 7, 32), (im, 256, 32),    # ours
+    (im, 7, 32), (im, 256, 64),    # ours since step 51 landed
 ], ids=["32@7", "32@256", "bw64@7", "bw64@256", "bw64_16@7", "bw64_16@15", "bw64_16@16", "ours@7", "ours@256"])
 def test_which_entry_block_each_launch_takes(ns, rows, bw):
     blk = ns._producer_block(rows)
