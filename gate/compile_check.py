@@ -45,7 +45,7 @@ MLA_WS = KernelRecord(
     dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
     dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
-         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32),
+         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False),
     dict(num_warps=8))
 
 
@@ -261,6 +261,9 @@ RECORDS = (
     MLA_WS._replace(pointers={**MLA_WS.pointers, "block_table": "*i64"},
                     constexprs={**_no_table(MLA_WS.constexprs), "BW": 64, "STAGES": 2, "PRODUCER_REGS": 64,
                                 "PAGED": True, "PAGE": 64}),
+    # step 52's candidate: the producer's entries a block ahead (impl.mla.PRODUCER_AHEAD_REGS), blocks of 32 and 64
+    MLA_WS._replace(constexprs={**MLA_WS.constexprs, "AHEAD": True, "PRODUCER_REGS": 64}),
+    MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's

@@ -261,11 +261,23 @@ PRODUCER_BW64_ROWS = 16
 PRODUCER_64 = dict(BW=64, STAGES=2, REGS=64)   # 2 x 64 KB of rows + q's 64 KB: 196 KB (3 stages: 266 KB, no fit)
 
 
+# issue 14 step 52's candidate (impl.candidates.mla_producer_ahead): the producer warps load each block's entries one
+# block ahead (impl/kernels/mla_gluon.py `_produce_ahead`), carried as int32 at PRODUCER_AHEAD_REGS a block size
+# (sm_90, Triton 3.6: 56 / 64 spilled inside the loop; at 72 the blocks of 64 spill 8 B once, at the partition's
+# entry, and the consumer keeps 216 registers); False: `_produce`, each half's entries loaded before its copies
+PRODUCER_AHEAD = False
+PRODUCER_AHEAD_REGS = {32: 64, 64: 72}
+
+
 def _producer_block(rows: int) -> dict:
     """The producer kernel's entry block for `rows` query rows: {BW, STAGES, REGS} (the producer warps' registers)."""
     if PRODUCER_BW64_ROWS and rows >= PRODUCER_BW64_ROWS:
-        return dict(PRODUCER_64)
-    return dict(BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, REGS=PRODUCER_REGS)
+        blk = dict(PRODUCER_64)
+    else:
+        blk = dict(BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, REGS=PRODUCER_REGS)
+    if PRODUCER_AHEAD:
+        blk["REGS"] = PRODUCER_AHEAD_REGS[blk["BW"]]
+    return blk
 
 
 def _producer_applies(q_abs, latent, H: int, R: int, plan: dict) -> bool:
@@ -297,7 +309,7 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
             q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
             BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
-            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32)
+            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              SPLIT=split, **meta)

@@ -69,6 +69,62 @@ def _produce(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, 
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
+@gluon.jit
+def _entries32(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.constexpr):
+    """_entries as int32 (positions < 2^31): what the ahead producer carries from one block to the next, at half the
+    registers of int64."""
+    o_w = w_lo + i_w * BW + gl.arange(0, BW, layout=layout)
+    return gl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(gl.int32)
+
+
+@gluon.jit
+def _rows(c, block_table, b_idx, i_b, T, M, n_len, o_r, R: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
+    """The cache addresses of entries b_idx ([BWP, R] pointers) and their validity (-1, or outside [0, n_len): no
+    copy, cp.async zero-fills the row), contiguous or paged (_produce's arithmetic)."""
+    mask_w = (b_idx >= 0) & (b_idx < n_len)
+    b_t = gl.where(mask_w, b_idx, 0).to(gl.int64)
+    if PAGED:
+        b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
+        p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
+    else:
+        p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
+    return p_c, mask_w
+
+
+@gluon.jit
+def _produce_ahead(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len, n_blocks,
+                   BW: gl.constexpr, R: gl.constexpr, STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                   VEC: gl.constexpr, TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr, BWP: gl.constexpr):
+    """Issue 14 step 52's worker partition: _produce with each block's entries loaded one block ahead. _produce
+    loads a half's entries and then waits for them before it can form that half's addresses (Nsight, stop 53: the
+    producer warps' most sampled stall, on the entries' compare); here block i + 1's entries (both halves, int32)
+    are in flight while block i's copies are issued, so a block's copies wait only for the stage. The same rows into
+    the same stages: the consumer's bits do not change."""
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TR, TR], [PRODUCER_WARPS, 1], [1, 0])
+    e_l: gl.constexpr = gl.SliceLayout(1, layout)
+    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, layout))
+    NH: gl.constexpr = BW // BWP
+    e0 = _entries32(indices, i_bs, W, w_lo, w_hi, 0, BWP, e_l)
+    e1 = e0
+    if NH == 2:
+        e1 = _entries32(indices, i_bs, W, w_lo + BWP, w_hi, 0, BWP, e_l)
+    for i_w in range(n_blocks):
+        s = i_w % STAGES
+        b0 = e0
+        b1 = e1
+        # block i_w + 1's entries: in flight during this block's wait and copies
+        e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH, BWP, e_l)
+        if NH == 2:
+            e1 = _entries32(indices, i_bs, W, w_lo + BWP, w_hi, (i_w + 1) * NH, BWP, e_l)
+        p_c, mask_w = _rows(c, block_table, b0, i_b, T, M, n_len, o_r, R, PAGED, PAGE)
+        mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
+        async_copy.async_copy_global_to_shared(c_smem.index(s).slice(0, BWP), p_c, mask=mask_w[:, None])
+        if NH == 2:
+            p_c, mask_w = _rows(c, block_table, b1, i_b, T, M, n_len, o_r, R, PAGED, PAGE)
+            async_copy.async_copy_global_to_shared(c_smem.index(s).slice(BWP, BWP), p_c, mask=mask_w[:, None])
+        async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+
+
 @gluon.constexpr_function
 def _mma(N, num_warps):
     """The warp-group MMA layout of a [64, N] product on two warp groups along N (num_warps 8): the [BH, R]
@@ -212,7 +268,7 @@ def mla_sparse_absorbed_ws_kernel(
     H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
-    num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32,
+    num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32, AHEAD: gl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -244,6 +300,13 @@ def mla_sparse_absorbed_ws_kernel(
                                 n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
             (_produce, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
                         n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    elif AHEAD:
+        gl.warp_specialize([
+            (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
+                        n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_produce_ahead, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
+                              n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([

@@ -243,6 +243,17 @@ class MlaProducerCopiesHalfABlock(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=mla_producer_bw64.mla)
 
 
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerAheadCopiesTheNextEntries(TritonMLA):
+    """The producer warps that load entries a block ahead (issue 14 step 52) form a block's first half of addresses from the entries just prefetched for the NEXT block, not the ones carried for this block: each block's first rows come from the block after it."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        from impl.candidates import mla_producer_ahead
+        return _ws_absorbed(("_produce_ahead",), "p_c, mask_w = _rows(c, block_table, b0,",
+                            "p_c, mask_w = _rows(c, block_table, e0,", w, q, latent, indices, lengths,
+                            return_scores, splits, ns=mla_producer_ahead.mla)
+
+
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
