@@ -228,8 +228,10 @@ class MlaProducerGathersTheNextBlock(TritonMLA):
     """The producer warps (issue 14 step 49) fill stage i with the rows of block i + 1: each block's scores and values come from the next block's rows (the last block's from none)."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        # through the producer that loads each half's entries before its copies (`_produce`), blocks of 32
+        from impl.candidates import mla_producer
         return _ws_absorbed(("_produce",), "w_hi, i_w * (BW // BWP), BWP,", "w_hi, (i_w + 1) * (BW // BWP), BWP,",
-                            w, q, latent, indices, lengths, return_scores, splits)
+                            w, q, latent, indices, lengths, return_scores, splits, ns=mla_producer.mla)
 
 
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
@@ -248,10 +250,41 @@ class MlaProducerAheadCopiesTheNextEntries(TritonMLA):
     """The producer warps that load entries a block ahead (issue 14 step 52) form a block's first half of addresses from the entries just prefetched for the NEXT block, not the ones carried for this block: each block's first rows come from the block after it."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        from impl.candidates import mla_producer_ahead
         return _ws_absorbed(("_produce_ahead",), "p_c, mask_w = _rows(c, block_table, b0,",
                             "p_c, mask_w = _rows(c, block_table, e0,", w, q, latent, indices, lengths,
-                            return_scores, splits, ns=mla_producer_ahead.mla)
+                            return_scores, splits, ns=_ahead_ns())
+
+
+def _ahead_ns():
+    """The namespace step 52's producer (`_produce_ahead`) runs in for its mutants: impl.candidates.mla_producer_ahead
+    (ours with PRODUCER_AHEAD) until it lands, ours after."""
+    from impl.candidates import mla_producer_ahead
+    return mla_producer_ahead.mla
+
+
+def _ahead_bw64_ns():
+    """Step 52's producer with blocks of 64 at every row count, so the 8-row GPU pins run its second half's copy."""
+    from impl.candidates.mla_heads64 import module_copy
+    return module_copy("impl.mutants.mla_ahead_bw64", PRODUCER=True, PRODUCER_AHEAD=True, PRODUCER_BW64_ROWS=1)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerAheadPrefetchesTwoAhead(TritonMLA):
+    """Step 52's producer prefetches the first half's entries two blocks ahead instead of one: from the second block on, each block's first half holds the rows of the block after it."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_produce_ahead",), "e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH,",
+                            "e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 2) * NH,", w, q, latent, indices,
+                            lengths, return_scores, splits, ns=_ahead_ns())
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
+    """Step 52's producer copies a block of 64's second half into the stage's first half: the first 32 rows are the wrong ones and the last 32 whatever the stage held before."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_produce_ahead",), "c_smem.index(s).slice(BWP, BWP), p_c,", "c_smem.index(s).slice(0, BWP), p_c,",
+                            w, q, latent, indices, lengths, return_scores, splits, ns=_ahead_bw64_ns())
 
 
 @mutant("mla.paths", "latent_cache", base="triton")
