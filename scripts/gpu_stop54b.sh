@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# RUN in stop 54 (H100): step 52 gated and measured. Kept as the record of its call.
 # The second GPU call of stop 54: issue 14 step 52 (impl.candidates.mla_producer_ahead: the producer warps load each
 # block's entries one block ahead) checked, gated and measured against ours (the producer kernel with step 51's blocks
 # of 64 from 16 rows). Lands nothing (its mutant runs through the candidate; docs/optimization_log.md "Step 52").

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: stop 54 had no device time left for it; scripts/gpu_stop55.sh carries its steps.
 # The third GPU call of stop 54 (a low device budget: ~340 s): issue 14 step 52's landing (scripts/patches/step52.patch:
 # impl.mla.PRODUCER_AHEAD = True) on the device's tree, by the rule in docs/optimization_log.md "Step 52" (written
 # after stop 54b's gate and numbers, before this call): it lands (is committed) if, on the patched tree, ours' GPU

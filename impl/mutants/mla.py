@@ -287,6 +287,16 @@ class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_ahead_bw64_ns())
 
 
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerKsplitDropsTheOtherHalf(TritonMLA):
+    """Step 53's first consumer half takes its own partial scores (half of the rank) as the block's scores, without the other half's: its softmax, and so the first half of o, weighs the entries by half a dot product."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        from impl.candidates import mla_producer_ksplit
+        return _ws_absorbed(("_consume_half",), "b_s = b_x + b_y", "b_s = b_x", w, q, latent, indices, lengths,
+                            return_scores, splits, ns=mla_producer_ksplit.mla)
+
+
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
