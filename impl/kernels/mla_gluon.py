@@ -15,6 +15,11 @@ share of HBM bandwidth. Here a worker partition of PRODUCER_WARPS warps only gat
 shared-memory tiles with cp.async as soon as the consumer frees one, so the rows of the next blocks are in flight
 while the default partition (the kernel's num_warps warps, two warp groups along R) runs the dots and the softmax.
 
+Candidates' forms of the same kernel (constexpr switches; impl.mla picks them): OVERLAP (step 50, refuted: the next
+block's scores during this block's softmax), blocks of 64 (step 51, ours from 16 rows: BW = 64 in 2 stages, copied in
+halves of BWP rows), AHEAD (step 52: `_produce_ahead`, the entries a block ahead), KSPLIT (step 53: `_consume_half`,
+the consumer as two 4-warp partitions with half of the rank each, their partial scores exchanged once).
+
 The same arithmetic as ours, in the same order: the scores q · c^T scaled, -inf where an entry is invalid, the
 running max, p = e^(s - m), the rescale e^(m_old - m), acc·alpha + p·c with p in c's dtype, o = acc / l; the
 output contract (SPLIT, -1e30 floor, an empty split 0 with lse -inf) is ours'. Not promised the same bits (the
