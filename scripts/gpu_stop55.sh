@@ -9,8 +9,9 @@
 #  step 53  impl.candidates.mla_producer_ksplit gated against ours (step 52 on the device's tree) at seeds 101 and 102
 #           (mla.absorbed, batch, absorbed_paged, paths, graph_replay; mla.causal at 101); its mutant; then the probe
 #           (chain / producer / bw64_16 / ahead / ksplit, B = 8-256, 5 alternating rounds) and Nsight's stall reasons
-#           of the three producer kernels at B = 128. Lands nothing (its consumer mutants are not yet re-pointed at
-#           `_consume_half`: the log's "Step 53" says what its landing needs)
+#           of the three producer kernels at B = 128. Lands nothing: its four mutants (the dropped half and the three
+#           consumer twins) run here through the candidate; if the log's "Step 53" rule holds on this call's output,
+#           scripts/gpu_stop55b.sh lands it (with step 52, which it needs) and checks the landed tree
 #   OUT=/tmp/out bash scripts/gpu_stop55.sh
 set -u
 NAME=${NAME:-stop55}
@@ -27,10 +28,11 @@ step matrix_s99 150 python3 -m gate.cli run $R --check mla.absorbed --check mla.
     --check mla.graph_replay --seed 99 &
 step matrix_2_s99 150 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths --seed 99 &
 step tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_producer.py tests/test_mla_heads64.py &
-Z="--mutant mla_producer_ahead_copies_the_next_entries --mutant mla_producer_ahead_prefetches_two_ahead"
-Z="$Z --mutant mla_producer_ahead_second_half_over_the_first"
-[ "$K" = 1 ] && Z="$Z --mutant mla_producer_ksplit_drops_the_other_half"
-step zoo 200 python3 -m gate.cli zoo --device cuda $Z &
+step zoo52 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_ahead_copies_the_next_entries \
+    --mutant mla_producer_ahead_prefetches_two_ahead --mutant mla_producer_ahead_second_half_over_the_first &
+[ "$K" = 1 ] && step zoo53 220 python3 -m gate.cli zoo --device cuda --mutant mla_producer_ksplit_drops_the_other_half \
+    --mutant mla_producer_ksplit_no_rescale --mutant mla_producer_ksplit_empty_lse_zero \
+    --mutant mla_producer_ksplit_mask_a_block_late &
 if [ "$K" = 1 ]; then
   G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_producer_ksplit:Candidate"
   for s in 101 102; do
@@ -41,8 +43,10 @@ if [ "$K" = 1 ]; then
 fi
 wait
 TW=0; tail -1 "$L/tests.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/tests.log" | grep -qE "failed|error" && TW=1
-ZA=$(grep -cE "^│ mla_producer_ahead_[a-z_]+ +│ caught" "$L/zoo.log")
+ZA=$(grep -cE "^│ mla_producer_ahead_[a-z_]+ +│ caught" "$L/zoo52.log")
 M=1; for f in "$L"/matrix*.log; do grep -qs " 0 failed, 0 errors, 0 not covered, 0 not run" "$f" || M=0; done
+ZK=$(grep -csE "^│ mla_producer_ksplit_[a-z_]+ +│ caught" "$L/zoo53.log")
+echo "step 53: check $K; gates passed $(passed gate53); its mutants caught $ZK of 4" | tee -a "$L/summary.txt"
 echo "step 52: matrix passed $M; tests $TW; its mutants caught $ZA of 3; lands: $([ $M = 1 ] && [ $TW = 1 ] && [ $ZA = 3 ] && echo 1 || echo 0)" \
     | tee -a "$L/summary.txt"
 PF=bw64_16,ahead; [ "$K" = 1 ] && PF=$PF,ksplit
@@ -56,7 +60,7 @@ echo "=== summary"; cat "$L/summary.txt"
 for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
 for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
 echo "tests: $(tail -1 "$L/tests.log" | cut -c1-200)"
-grep -E "^│ [a-z]" "$L/zoo.log" | cut -c1-90
+cat "$L"/zoo5*.log | grep -E "^│ [a-z]" | cut -c1-90
 grep -E "check " "$L/check53.log"
 [ -f "$L/probe.log" ] && grep -E "us \[" "$L/probe.log" | cut -c1-170
 [ -f "$L/ncu_stall.log" ] && grep -E "mla_sparse|stalled_(barrier|long|wait|short)|issue_active|duration" "$L/ncu_stall.log" | cut -c1-140
