@@ -140,11 +140,13 @@ def _mma(N, num_warps):
 
 
 @gluon.jit
-def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr):
-    """q[b·S + s] ([H, R], rows past H zero) into shared memory, visible to the warp-group MMA."""
+def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr,
+            RT: gl.constexpr, C0: gl.constexpr):
+    """q[b·S + s] ([H, R], rows past H zero), its rank columns C0 .. C0 + RT (step 53's halves; else 0 .. R), into
+    q_smem (that column range's tile), visible to the warp-group MMA."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
     o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
-    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
+    o_r = C0 + gl.arange(0, RT, layout=gl.SliceLayout(0, ld))
     mask_h = o_h < H
     b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
     q_smem.store(b_q)
@@ -201,7 +203,7 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
     (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps, R, 0)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -241,14 +243,8 @@ def _consume_half(q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xr
     mma_o: gl.constexpr = _mma(R // 2, 4)
     RH: gl.constexpr = R // 2
     # q's half of the rank this partition's scores read
-    ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
-    o_k = HALF * RH + gl.arange(0, RH, layout=gl.SliceLayout(0, ld))
-    b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_k[None, :], mask=(o_h < H)[:, None], other=0.)
     q_half = q_smem.slice(HALF * RH, RH, dim=1)
-    q_half.store(b_q)
-    fence_async_shared()
-    gl.thread_barrier()
+    _load_q(q, q_half, i_bs, H, R, BH, 4, RH, HALF * RH)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -263,9 +259,7 @@ def _consume_half(q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xr
         mbarrier.wait(ready.index(s), (i_w // STAGES) & 1)
         fence_async_shared()
         b_c = c_smem.index(s).slice(HALF * RH, RH, dim=1)
-        b_x = warpgroup_mma(q_half, b_c.permute((1, 0)), gl.zeros([BH, BW], gl.float32, layout=mma_s),
-                            use_acc=False, is_async=True)
-        b_x = warpgroup_mma_wait(num_outstanding=0, deps=(b_x, ))
+        b_x = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_half, b_c, BH, BW, mma_s), ))
         # this half's partial scores out once the other partition has read the previous block's (a fresh
         # barrier's parity-1 wait passes), then the other half's in
         mbarrier.wait(xfree.index(HALF), (i_w & 1) ^ 1)
@@ -298,7 +292,7 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
     behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps, R, 0)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
