@@ -33,10 +33,25 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 
 @gluon.jit
-def _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.constexpr):
-    """The selection's entries of block i_w of a split [BW] int64 (-1 past the split's end), in `layout`."""
+def _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.constexpr, IDX: gl.constexpr = gl.int64):
+    """The selection's entries of block i_w of a split [BW] (-1 past the split's end), in `layout`, as IDX: int64, or
+    int32 (positions < 2^31) where they are carried from one block to the next at half the registers."""
     o_w = w_lo + i_w * BW + gl.arange(0, BW, layout=layout)
-    return gl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(gl.int64)
+    return gl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(IDX)
+
+
+@gluon.jit
+def _rows(c, block_table, b_idx, i_b, T, M, n_len, o_r, R: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
+    """The cache addresses of entries b_idx ([BWP, R] pointers) and their validity (-1, or outside [0, n_len): no
+    copy, cp.async zero-fills the row), contiguous or paged (both producers' arithmetic)."""
+    mask_w = (b_idx >= 0) & (b_idx < n_len)
+    b_t = gl.where(mask_w, b_idx, 0).to(gl.int64)
+    if PAGED:
+        b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
+        p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
+    else:
+        p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
+    return p_c, mask_w
 
 
 @gluon.jit
@@ -59,41 +74,13 @@ def _produce(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, 
         for h in gl.static_range(BW // BWP):
             # rows h·BWP .. (h + 1)·BWP of block i_w: BWP entries at w_lo + i_w·BW + h·BWP
             b_idx = _entries(indices, i_bs, W, w_lo + h * BWP, w_hi, i_w * (BW // BWP), BWP, gl.SliceLayout(1, layout))
-            mask_w = (b_idx >= 0) & (b_idx < n_len)
-            b_t = gl.where(mask_w, b_idx, 0)
-            if PAGED:
-                b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
-                p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
-            else:
-                p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
+            p_c, mask_w = _rows(c, block_table, b_idx, i_b, T, M, n_len, o_r, R, PAGED, PAGE)
             if h == 0:
                 # the stage's previous round consumed (a fresh barrier's parity-1 wait passes: the first round is free)
                 mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
             async_copy.async_copy_global_to_shared(c_smem.index(s).slice(h * BWP, BWP), p_c, mask=mask_w[:, None])
         # no-increment arrive: `ready` counts one arrival a producer thread, made when its copies have landed
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
-
-
-@gluon.jit
-def _entries32(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.constexpr):
-    """_entries as int32 (positions < 2^31): what the ahead producer carries from one block to the next, at half the
-    registers of int64."""
-    o_w = w_lo + i_w * BW + gl.arange(0, BW, layout=layout)
-    return gl.load(indices + i_bs * W + o_w, mask=o_w < w_hi, other=-1).to(gl.int32)
-
-
-@gluon.jit
-def _rows(c, block_table, b_idx, i_b, T, M, n_len, o_r, R: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
-    """The cache addresses of entries b_idx ([BWP, R] pointers) and their validity (-1, or outside [0, n_len): no
-    copy, cp.async zero-fills the row), contiguous or paged (_produce's arithmetic)."""
-    mask_w = (b_idx >= 0) & (b_idx < n_len)
-    b_t = gl.where(mask_w, b_idx, 0).to(gl.int64)
-    if PAGED:
-        b_page = gl.load(block_table + i_b * M + b_t // PAGE, mask=mask_w, other=0).to(gl.int64)
-        p_c = c + (b_page * PAGE + b_t % PAGE)[:, None] * R + o_r[None, :]
-    else:
-        p_c = c + (i_b * T + b_t)[:, None] * R + o_r[None, :]
-    return p_c, mask_w
 
 
 @gluon.jit
@@ -109,18 +96,18 @@ def _produce_ahead(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, 
     e_l: gl.constexpr = gl.SliceLayout(1, layout)
     o_r = gl.arange(0, R, layout=gl.SliceLayout(0, layout))
     NH: gl.constexpr = BW // BWP
-    e0 = _entries32(indices, i_bs, W, w_lo, w_hi, 0, BWP, e_l)
+    e0 = _entries(indices, i_bs, W, w_lo, w_hi, 0, BWP, e_l, gl.int32)
     e1 = e0
     if NH == 2:
-        e1 = _entries32(indices, i_bs, W, w_lo + BWP, w_hi, 0, BWP, e_l)
+        e1 = _entries(indices, i_bs, W, w_lo + BWP, w_hi, 0, BWP, e_l, gl.int32)
     for i_w in range(n_blocks):
         s = i_w % STAGES
         b0 = e0
         b1 = e1
         # block i_w + 1's entries: in flight during this block's wait and copies
-        e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH, BWP, e_l)
+        e0 = _entries(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH, BWP, e_l, gl.int32)
         if NH == 2:
-            e1 = _entries32(indices, i_bs, W, w_lo + BWP, w_hi, (i_w + 1) * NH, BWP, e_l)
+            e1 = _entries(indices, i_bs, W, w_lo + BWP, w_hi, (i_w + 1) * NH, BWP, e_l, gl.int32)
         p_c, mask_w = _rows(c, block_table, b0, i_b, T, M, n_len, o_r, R, PAGED, PAGE)
         mbarrier.wait(empty.index(s), ((i_w // STAGES) & 1) ^ 1)
         async_copy.async_copy_global_to_shared(c_smem.index(s).slice(0, BWP), p_c, mask=mask_w[:, None])
@@ -250,11 +237,11 @@ def _consume_half(q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xr
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
     b_l = gl.zeros([BH], gl.float32, layout=gl.SliceLayout(1, mma_s))
     b_acc = gl.zeros([BH, RH], gl.float32, layout=mma_o)
-    b_idx_next = _entries32(indices, i_bs, W, w_lo, w_hi, 0, BW, s_cols)
+    b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, 0, BW, s_cols, gl.int32)
     for i_w in range(n_blocks):
         s = i_w % STAGES
         b_idx = b_idx_next
-        b_idx_next = _entries32(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols)
+        b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols, gl.int32)
         mask_w = (b_idx >= 0) & (b_idx < n_len)
         mbarrier.wait(ready.index(s), (i_w // STAGES) & 1)
         fence_async_shared()

@@ -273,8 +273,8 @@ class MlaProducerAheadPrefetchesTwoAhead(TritonMLA):
     """Step 52's producer prefetches the first half's entries two blocks ahead instead of one: from the second block on, each block's first half holds the rows of the block after it."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_produce_ahead",), "e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH,",
-                            "e0 = _entries32(indices, i_bs, W, w_lo, w_hi, (i_w + 2) * NH,", w, q, latent, indices,
+        return _ws_absorbed(("_produce_ahead",), "e0 = _entries(indices, i_bs, W, w_lo, w_hi, (i_w + 1) * NH,",
+                            "e0 = _entries(indices, i_bs, W, w_lo, w_hi, (i_w + 2) * NH,", w, q, latent, indices,
                             lengths, return_scores, splits, ns=_ahead_ns())
 
 
@@ -330,7 +330,8 @@ class MlaProducerKsplitMaskABlockLate(TritonMLA):
     """Step 53's consumer halves load the entries for their score mask two blocks ahead instead of one: from a split's second block on, each block's scores are masked by the validity of the block after it."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_consume_half",), "w_lo, w_hi, i_w + 1, BW, s_cols)", "w_lo, w_hi, i_w + 2, BW, s_cols)",
+        return _ws_absorbed(("_consume_half",), "w_lo, w_hi, i_w + 1, BW, s_cols, gl.int32)",
+                            "w_lo, w_hi, i_w + 2, BW, s_cols, gl.int32)",
                             w, q, latent, indices, lengths, return_scores, splits, ns=_ksplit_ns())
 
 
