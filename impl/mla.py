@@ -264,8 +264,9 @@ PRODUCER_64 = dict(BW=64, STAGES=2, REGS=64)   # 2 x 64 KB of rows + q's 64 KB: 
 # issue 14 step 52's candidate (impl.candidates.mla_producer_ahead): the producer warps load each block's entries one
 # block ahead (impl/kernels/mla_gluon.py `_produce_ahead`), carried as int32 at PRODUCER_AHEAD_REGS a block size
 # (sm_90, Triton 3.6: 56 / 64 spilled inside the loop; at 72 the blocks of 64 spill 8 B once, at the partition's
-# entry, and the consumer keeps 216 registers); False: `_produce`, each half's entries loaded before its copies
-PRODUCER_AHEAD = False
+# entry, and the consumer keeps 216 registers); False: `_produce`, each half's entries loaded before its copies.
+# True since it landed (gated at seeds 97 and 98; 1.02-1.035x the kernel at B = 16-256 on an H100)
+PRODUCER_AHEAD = True
 PRODUCER_AHEAD_REGS = {32: 64, 64: 72}
 # issue 14 step 53's candidate (impl.candidates.mla_producer_ksplit): the consumer as two 4-warp partitions, each
 # with half of the rank (`_consume_half`): its scores over its half of the rank, the two partial scores added once

@@ -256,10 +256,8 @@ class MlaProducerAheadCopiesTheNextEntries(TritonMLA):
 
 
 def _ahead_ns():
-    """The namespace step 52's producer (`_produce_ahead`) runs in for its mutants: impl.candidates.mla_producer_ahead
-    (ours with PRODUCER_AHEAD) until it lands, ours after."""
-    from impl.candidates import mla_producer_ahead
-    return mla_producer_ahead.mla
+    """The namespace step 52's producer (`_produce_ahead`) runs in for its mutants: ours since it landed."""
+    return im
 
 
 def _ahead_bw64_ns():
