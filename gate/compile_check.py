@@ -37,17 +37,15 @@ KDA_INTRA = KernelRecord(
          OFFSET64=True, STACK=False, GC=False, PAIRS=False, cu_seqlens=None, chunk_indices=None, chunk_offsets=None),
     dict(num_warps=4))
 # issue 14 step 49's producer kernel (Gluon; Triton 3.6's API only: other releases print it as not compiled),
-# contiguous (below), paged, step 50's consumer form (OVERLAP), step 51's blocks of 64, step 52's entries a block
-# ahead (AHEAD) and step 53's two consumer halves of the rank (KSPLIT, 4 + 4 + 4 warps) (in RECORDS). Its registers
-# are the launch's allotment a thread (168 x 384 threads); setmaxnreg then gives the 8 consumer warps 224 and the 4
-# producer warps 56
+# contiguous (below), paged, step 50's consumer form (OVERLAP), step 51's blocks of 64 and step 52's entries a block
+# ahead (AHEAD) (in RECORDS). Its registers are the launch's allotment a thread (168 x 384 threads); setmaxnreg then
+# gives the 8 consumer warps 224 and the 4 producer warps 56
 MLA_WS = KernelRecord(
     "mla_gluon", "mla_sparse_absorbed_ws_kernel",
     dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
     dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
-         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False,
-         KSPLIT=False, CONSUMER_REGS=216),
+         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False),
     dict(num_warps=8))
 
 
@@ -266,10 +264,6 @@ RECORDS = (
     # step 52's candidate: the producer's entries a block ahead (impl.mla.PRODUCER_AHEAD_REGS), blocks of 32 and 64
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "AHEAD": True, "PRODUCER_REGS": 64}),
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
-    # step 53's candidate: two consumer partitions of 4 warps, each half of the rank (impl.mla.PRODUCER_KSPLIT)
-    *(MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": bw, "STAGES": st, "PRODUCER_REGS": pr, "AHEAD": True,
-                                  "KSPLIT": True, "num_warps": 4}, options=dict(num_warps=4))
-      for bw, st, pr in ((32, 3, 64), (64, 2, 72))),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's
@@ -457,9 +451,7 @@ def main(argv=None) -> int:
             label += " (overlap)"
         if rec.module == "mla_gluon" and rec.constexprs.get("BW") == 64:
             label += " (blocks of 64)"
-        if rec.module == "mla_gluon" and rec.constexprs.get("KSPLIT"):
-            label += " (two consumer halves)"
-        elif rec.module == "mla_gluon" and rec.constexprs.get("AHEAD"):
+        if rec.module == "mla_gluon" and rec.constexprs.get("AHEAD"):
             label += " (entries ahead)"
         if rec.module == "mla_gluon" and not triton.__version__.startswith("3.6."):
             # Gluon's calls changed after 3.6 (impl/kernels/mla_gluon.py): not a compile failure of this kernel

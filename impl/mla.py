@@ -268,13 +268,6 @@ PRODUCER_64 = dict(BW=64, STAGES=2, REGS=64)   # 2 x 64 KB of rows + q's 64 KB: 
 # True since it landed (gated at seeds 97 and 98; 1.02-1.035x the kernel at B = 16-256 on an H100)
 PRODUCER_AHEAD = True
 PRODUCER_AHEAD_REGS = {32: 64, 64: 72}
-# issue 14 step 53's candidate (impl.candidates.mla_producer_ksplit): the consumer as two 4-warp partitions, each
-# with half of the rank (`_consume_half`): its scores over its half of the rank, the two partial scores added once
-# through shared memory, then the softmax and its half of p · c with no further exchange; the producer loads the
-# entries a block ahead. PRODUCER_KSPLIT_REGS: the second consumer partition's registers (216: one value spilled in
-# its loop at blocks of 64, sm_90, Triton 3.6; the first partition gets the rest: 216-224)
-PRODUCER_KSPLIT = False
-PRODUCER_KSPLIT_REGS = 216
 
 
 def _producer_block(rows: int) -> dict:
@@ -283,7 +276,7 @@ def _producer_block(rows: int) -> dict:
         blk = dict(PRODUCER_64)
     else:
         blk = dict(BW=PRODUCER_BW, STAGES=PRODUCER_STAGES, REGS=PRODUCER_REGS)
-    if PRODUCER_AHEAD or PRODUCER_KSPLIT:
+    if PRODUCER_AHEAD:
         blk["REGS"] = PRODUCER_AHEAD_REGS[blk["BW"]]
     return blk
 
@@ -317,9 +310,7 @@ def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S,
             q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
             BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
-            # KSPLIT: the kernel's own warps are one consumer half (4), a worker the other
-            num_warps=4 if PRODUCER_KSPLIT else 8, OVERLAP=PRODUCER_OVERLAP, BWP=32,
-            AHEAD=PRODUCER_AHEAD or PRODUCER_KSPLIT, KSPLIT=PRODUCER_KSPLIT, CONSUMER_REGS=PRODUCER_KSPLIT_REGS)
+            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              SPLIT=split, **meta)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Step 53's code (candidate, kernel form, mutants, probe form) was removed after this run: it no longer runs as written.
 # The next GPU call after stop 54 (issue 14; ~420 s): step 52's landing (it could not run in stop 54: no device time
 # left) and step 53's first GPU run, in one call.
 #  check53  scripts/mla_producer_probe.py --check ksplit (90 s: an mbarrier hang in the two consumer halves' exchange

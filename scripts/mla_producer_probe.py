@@ -4,8 +4,7 @@ impl.candidates.mla_producer) and step 50's candidate (`overlap`: the next block
 softmax, impl.candidates.mla_producer_overlap) and step 51's (`bw64`: blocks of 64 entries,
 impl.candidates.mla_producer_bw64; `bw64_16`: its landing form, blocks of 64 from 16 rows on,
 impl.candidates.mla_producer_bw64_16, ours since stop 54) and step 52's (`ahead`: the producer's entries a block
-ahead, impl.candidates.mla_producer_ahead) and step 53's (`ksplit`: two consumer halves of the rank,
-impl.candidates.mla_producer_ksplit) at B = 8-256 on a 32K cache (one query a row).
+ahead, impl.candidates.mla_producer_ahead) at B = 8-256 on a 32K cache (one query a row).
 
 --check [producer|overlap|bw64]  (run first, under a short timeout: a hang in an mbarrier ring shows here, not inside
            the gate) step 49's sparse kernel (impl.candidates.mla_producer), or step 50's, against torch's
@@ -37,8 +36,6 @@ def check(name: str) -> int:
         from impl.candidates.mla_producer_bw64 import mla as im
     elif name == "ahead":
         from impl.candidates.mla_producer_ahead import mla as im
-    elif name == "ksplit":
-        from impl.candidates.mla_producer_ksplit import mla as im
     else:
         from impl.candidates.mla_producer_overlap import mla as im
     worst = 0.0
@@ -69,9 +66,9 @@ def check(name: str) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap", "bw64", "ahead", "ksplit"),
+    p.add_argument("--check", nargs="?", const="producer", choices=("producer", "overlap", "bw64", "ahead"),
                    help="the correctness check alone (see above), of step 49's kernel (the default), step 50's or 51's")
-    p.add_argument("--forms", default="chain,producer,overlap,bw64,bw64_16,ahead,ksplit",
+    p.add_argument("--forms", default="chain,producer,overlap,bw64,bw64_16,ahead",
                    help="comma-separated forms to time (chain and producer always)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
@@ -81,10 +78,9 @@ def main(argv=None) -> int:
     from gate.bench_mla import DN, decode_inputs, time_decode_forms
     from gate.benchlib import alternating, graph, write_json
     from impl.candidates import (mla_gather_chain, mla_producer, mla_producer_ahead, mla_producer_bw64,
-                                 mla_producer_bw64_16, mla_producer_ksplit, mla_producer_overlap)
+                                 mla_producer_bw64_16, mla_producer_overlap)
     forms = {"chain": mla_gather_chain.mla, "producer": mla_producer.mla, "overlap": mla_producer_overlap.mla,
-             "bw64": mla_producer_bw64.mla, "bw64_16": mla_producer_bw64_16.mla, "ahead": mla_producer_ahead.mla,
-             "ksplit": mla_producer_ksplit.mla}
+             "bw64": mla_producer_bw64.mla, "bw64_16": mla_producer_bw64_16.mla, "ahead": mla_producer_ahead.mla}
     keep = {"chain", "producer", *args.forms.split(",")}
     unknown = keep - set(forms)
     if unknown:

@@ -19,13 +19,11 @@ import triton
 from invariants.contracts import bench_bound
 from impl import mla as im
 from impl.candidates import mla_producer as cand
-from impl.candidates import mla_producer_ahead, mla_producer_bw64, mla_producer_bw64_16, mla_producer_ksplit
+from impl.candidates import mla_producer_ahead, mla_producer_bw64, mla_producer_bw64_16
 from tests.test_mla_heads64 import _case, _reference, _rel, flat_and_paged
 
-# the producer kernel's forms the GPU tests run: blocks of 32, of 64 (step 51), the entries a block ahead (step 52),
-# the consumer in two halves of the rank (step 53)
-GPU_FORMS = [cand.mla, mla_producer_bw64.mla, mla_producer_ahead.mla, mla_producer_ksplit.mla]
-GPU_IDS = ["bw32", "bw64", "ahead", "ksplit"]
+# the producer kernel's forms the GPU tests run: blocks of 32, of 64 (step 51), the entries a block ahead (step 52)
+GPU_FORMS, GPU_IDS = [cand.mla, mla_producer_bw64.mla, mla_producer_ahead.mla], ["bw32", "bw64", "ahead"]
 HOPPER_36 = (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
              and triton.__version__.startswith("3.6."))
 
@@ -41,14 +39,13 @@ def test_the_candidate_is_ours_with_the_producer_switched_on():
     (mla_producer_bw64_16.mla, 7, 32), (mla_producer_bw64_16.mla, 15, 32), (mla_producer_bw64_16.mla, 16, 64),
     (im, 7, 32), (im, 256, 64),    # ours since step 51 landed
     (mla_producer_ahead.mla, 7, 32), (mla_producer_ahead.mla, 256, 64),
-    (mla_producer_ksplit.mla, 7, 32), (mla_producer_ksplit.mla, 256, 64),
 ], ids=["32@7", "32@256", "bw64@7", "bw64@256", "bw64_16@7", "bw64_16@15", "bw64_16@16", "ours@7", "ours@256",
-        "ahead@7", "ahead@256", "ksplit@7", "ksplit@256"])
+        "ahead@7", "ahead@256"])
 def test_which_entry_block_each_launch_takes(ns, rows, bw):
     blk = ns._producer_block(rows)
     # blocks of 64 fit 2 stages only (with q's 64 KB); their producer copies in halves at 64 registers; step 52's
     # producer carries the next block's entries: 64 / 72 registers (fewer spilled on sm_90 under Triton 3.6)
-    regs = {32: 56, 64: 64} if not (ns.PRODUCER_AHEAD or ns.PRODUCER_KSPLIT) else {32: 64, 64: 72}
+    regs = {32: 56, 64: 64} if not ns.PRODUCER_AHEAD else {32: 64, 64: 72}
     assert blk == (dict(BW=64, STAGES=2, REGS=regs[64]) if bw == 64 else dict(BW=32, STAGES=3, REGS=regs[32]))
 
 

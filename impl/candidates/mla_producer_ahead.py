@@ -16,5 +16,5 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", PRODUCER_AHEAD=True, PRODUCER_KSPLIT=False)
+mla = module_copy(f"{__name__}.mla", PRODUCER_AHEAD=True)
 Candidate = types.SimpleNamespace(mla=mla)

@@ -14,5 +14,5 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", PRODUCER=True, PRODUCER_BW64_ROWS=16, PRODUCER_AHEAD=False, PRODUCER_KSPLIT=False)
+mla = module_copy(f"{__name__}.mla", PRODUCER=True, PRODUCER_BW64_ROWS=16, PRODUCER_AHEAD=False)
 Candidate = types.SimpleNamespace(mla=mla)

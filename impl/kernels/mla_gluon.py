@@ -17,8 +17,7 @@ while the default partition (the kernel's num_warps warps, two warp groups along
 
 Candidates' forms of the same kernel (constexpr switches; impl.mla picks them): OVERLAP (step 50, refuted: the next
 block's scores during this block's softmax), blocks of 64 (step 51, ours from 16 rows: BW = 64 in 2 stages, copied in
-halves of BWP rows), AHEAD (step 52: `_produce_ahead`, the entries a block ahead), KSPLIT (step 53: `_consume_half`,
-the consumer as two 4-warp partitions with half of the rank each, their partial scores exchanged once).
+halves of BWP rows), AHEAD (step 52: `_produce_ahead`, the entries a block ahead; ours since stop 55).
 
 The same arithmetic as ours, in the same order: the scores q · c^T scaled, -inf where an entry is invalid, the
 running max, p = e^(s - m), the rescale e^(m_old - m), acc·alpha + p·c with p in c's dtype, o = acc / l; the
@@ -127,13 +126,11 @@ def _mma(N, num_warps):
 
 
 @gluon.jit
-def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr,
-            RT: gl.constexpr, C0: gl.constexpr):
-    """q[b·S + s] ([H, R], rows past H zero), its rank columns C0 .. C0 + RT (step 53's halves; else 0 .. R), into
-    q_smem (that column range's tile), visible to the warp-group MMA."""
+def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr):
+    """q[b·S + s] ([H, R], rows past H zero) into shared memory, visible to the warp-group MMA."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
     o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
-    o_r = C0 + gl.arange(0, RT, layout=gl.SliceLayout(0, ld))
+    o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
     mask_h = o_h < H
     b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
     q_smem.store(b_q)
@@ -167,16 +164,15 @@ def _online_softmax(b_s, mask_w, b_m, b_l, b_acc, b_c, scale, mma_o: gl.constexp
 
 @gluon.jit
 def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
-             SPLIT: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr, RT: gl.constexpr, C0: gl.constexpr,
-             LSE: gl.constexpr):
-    """o = acc / l (0 for an empty selection) and, SPLIT and LSE, the split's log-sum-exp (-inf when empty): the
-    Triton kernel's outputs. b_acc holds rank columns C0 .. C0 + RT of o (step 53's halves; else 0 .. R)."""
+             SPLIT: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+    """o = acc / l (0 for an empty selection) and, SPLIT, the split's log-sum-exp (-inf when empty): the Triton
+    kernel's outputs."""
     b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
     b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
     oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
-    orr = C0 + gl.arange(0, RT, layout=gl.SliceLayout(0, mma_o))
+    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
     gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
-    if SPLIT and LSE:
+    if SPLIT:
         oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
         b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
         gl.store(lse + i_row * H + oh_s, b_lse, mask=oh_s < H)
@@ -190,7 +186,7 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
     (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps, R, 0)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -213,60 +209,7 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
         # both warp groups' MMAs on stage s are done before one thread hands it back to the producer
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s))
-    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o, R, 0, True)
-
-
-@gluon.jit
-def _consume_half(q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xready, xfree, i_bs, i_row, T, W, w_lo,
-                  w_hi, n_len, n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
-                  BW: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, HALF: gl.constexpr):
-    """Issue 14 step 53's consumer: one of two 4-warp partitions, HALF of the rank. Its scores are q · c^T over its
-    half of the rank (m64 n64: half the instructions of _consume's m64 n32 over the whole rank); the two halves'
-    partial scores meet once in shared memory (x_smem, the mbarriers xready / xfree), so each partition holds the
-    whole block's scores: its max and sum need no exchange, and p feeds its half of p · c from registers. It writes
-    its half of o (HALF 0 also the split's log-sum-exp). Both partitions add the same two partials (a + b = b + a),
-    so they hold the same scores, max and sum."""
-    mma_s: gl.constexpr = _mma(BW, 4)
-    mma_o: gl.constexpr = _mma(R // 2, 4)
-    RH: gl.constexpr = R // 2
-    # q's half of the rank this partition's scores read
-    q_half = q_smem.slice(HALF * RH, RH, dim=1)
-    _load_q(q, q_half, i_bs, H, R, BH, 4, RH, HALF * RH)
-
-    s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
-    b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
-    b_l = gl.zeros([BH], gl.float32, layout=gl.SliceLayout(1, mma_s))
-    b_acc = gl.zeros([BH, RH], gl.float32, layout=mma_o)
-    b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, 0, BW, s_cols, gl.int32)
-    for i_w in range(n_blocks):
-        s = i_w % STAGES
-        b_idx = b_idx_next
-        b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols, gl.int32)
-        mask_w = (b_idx >= 0) & (b_idx < n_len)
-        mbarrier.wait(ready.index(s), (i_w // STAGES) & 1)
-        fence_async_shared()
-        b_c = c_smem.index(s).slice(HALF * RH, RH, dim=1)
-        b_x = warpgroup_mma_wait(num_outstanding=0, deps=(_scores(q_half, b_c, BH, BW, mma_s), ))
-        # this half's partial scores out once the other partition has read the previous block's (a fresh
-        # barrier's parity-1 wait passes), then the other half's in
-        mbarrier.wait(xfree.index(HALF), (i_w & 1) ^ 1)
-        x_smem.index(HALF).store(b_x)
-        gl.thread_barrier()
-        mbarrier.arrive(xready.index(HALF))
-        mbarrier.wait(xready.index(1 - HALF), i_w & 1)
-        b_y = x_smem.index(1 - HALF).load(mma_s)
-        gl.thread_barrier()
-        mbarrier.arrive(xfree.index(1 - HALF))
-        if HALF == 0:
-            b_s = b_x + b_y
-        else:
-            b_s = b_y + b_x
-        b_m, b_l, b_acc = _online_softmax(b_s, mask_w, b_m, b_l, b_acc, b_c, scale, mma_o)
-        b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_acc, ))
-        # this partition's MMAs on stage s are done: one of the stage's two releases
-        gl.thread_barrier()
-        mbarrier.arrive(empty.index(s))
-    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o, RH, HALF * RH, HALF == 0)
+    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
 
 
 @gluon.jit
@@ -279,7 +222,7 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
     behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps, R, 0)
+    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -306,7 +249,7 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
         b_s, b_acc = warpgroup_mma_wait(num_outstanding=0, deps=(b_sn, b_acc))
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s))
-    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o, R, 0, True)
+    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
 
 
 @gluon.jit
@@ -317,7 +260,6 @@ def mla_sparse_absorbed_ws_kernel(
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
     num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32, AHEAD: gl.constexpr = False,
-    KSPLIT: gl.constexpr = False, CONSUMER_REGS: gl.constexpr = 216,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -341,29 +283,9 @@ def mla_sparse_absorbed_ws_kernel(
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=PRODUCER_WARPS * 32)
-        # KSPLIT (step 53): each of the two consumer partitions releases a stage once
-        mbarrier.init(empty.index(i), count=2 if KSPLIT else 1)
+        mbarrier.init(empty.index(i), count=1)
 
-    if KSPLIT:
-        # step 53: the kernel's num_warps (4) are consumer half 0; a 4-warp worker is half 1, then the producer
-        x_smem = gl.allocate_shared_memory(gl.float32, [2, BH, BW], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-        xready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        xfree = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(xready.index(i), count=1)
-            mbarrier.init(xfree.index(i), count=1)
-        gl.warp_specialize([
-            (_consume_half, (q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xready, xfree, i_bs, i_row,
-                             T, W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, 0)),
-            (_consume_half, (q, indices, out, lse, q_smem, c_smem, x_smem, ready, empty, xready, xfree, i_bs, i_row,
-                             T, W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, 1)),
-            (_produce_ahead, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
-                              n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
-        ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
-        for i in gl.static_range(2):
-            mbarrier.invalidate(xready.index(i))
-            mbarrier.invalidate(xfree.index(i))
-    elif OVERLAP:
+    if OVERLAP:
         gl.warp_specialize([
             (_consume_overlap, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi,
                                 n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),

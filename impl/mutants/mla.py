@@ -285,54 +285,6 @@ class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_ahead_bw64_ns())
 
 
-def _ksplit_ns():
-    """The namespace step 53's consumer halves (`_consume_half`) run in for their mutants:
-    impl.candidates.mla_producer_ksplit until it lands."""
-    from impl.candidates import mla_producer_ksplit
-    return mla_producer_ksplit.mla
-
-
-@mutant("mla.absorbed", "output", base="triton", device="cuda")
-class MlaProducerKsplitDropsTheOtherHalf(TritonMLA):
-    """Step 53's first consumer half takes its own partial scores (half of the rank) as the block's scores, without the other half's: its softmax, and so the first half of o, weighs the entries by half a dot product."""
-
-    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_consume_half",), "b_s = b_x + b_y", "b_s = b_x", w, q, latent, indices, lengths,
-                            return_scores, splits, ns=_ksplit_ns())
-
-
-# step 53's twins of step 49's consumer mutants: the same edits in the helpers `_consume_half` calls (or in its own
-# loop), so its landing keeps every consumer bug class covered on the path ours would run
-@mutant("mla.absorbed", "output", base="triton", device="cuda")
-class MlaProducerKsplitNoRescale(TritonMLA):
-    """Step 53's consumer halves take the online softmax's correction factor as exp(m_new - m_new) = 1, so blocks summed before a larger max keep their weight."""
-
-    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_consume_half", "_online_softmax"), "b_alpha = gl.exp(b_m - b_mn)",
-                            "b_alpha = gl.exp(b_mn - b_mn)", w, q, latent, indices, lengths, return_scores, splits,
-                            ns=_ksplit_ns())
-
-
-@mutant("mla.absorbed", "output", base="triton", device="cuda")
-class MlaProducerKsplitEmptyLseZero(TritonMLA):
-    """Step 53's first consumer half writes log-sum-exp 0, not -inf, for a split with no valid entry, so the merge weighs its zero output in."""
-
-    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_consume_half", "_store_o"), "gl.log(gl.where(b_l > 0, b_l, 1.)), float(\"-inf\"))",
-                            "gl.log(gl.where(b_l > 0, b_l, 1.)), 0.)", w, q, latent, indices, lengths,
-                            return_scores, splits, ns=_ksplit_ns())
-
-
-@mutant("mla.absorbed", "output", base="triton", device="cuda")
-class MlaProducerKsplitMaskABlockLate(TritonMLA):
-    """Step 53's consumer halves load the entries for their score mask two blocks ahead instead of one: from a split's second block on, each block's scores are masked by the validity of the block after it."""
-
-    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        return _ws_absorbed(("_consume_half",), "w_lo, w_hi, i_w + 1, BW, s_cols, gl.int32)",
-                            "w_lo, w_hi, i_w + 2, BW, s_cols, gl.int32)",
-                            w, q, latent, indices, lengths, return_scores, splits, ns=_ksplit_ns())
-
-
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
