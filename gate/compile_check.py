@@ -43,7 +43,7 @@ KDA_INTRA = KernelRecord(
 MLA_WS = KernelRecord(
     "mla_gluon", "mla_sparse_absorbed_ws_kernel",
     dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-    dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+    dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32", stride_q_bs="i32", stride_q_h="i32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
          block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False),
     dict(num_warps=8))
@@ -228,26 +228,30 @@ RECORDS = (
                  dict(M=4, TAIL=True, ONE=False, RB=2, BS=1, BP=2048, BM=4, BW=1024, PACKED=True), dict(num_warps=8)),
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
+                      stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=2)),
     # ours from 7 query rows on (issue 14 steps 40, 41, 47; impl.candidates.mla_heads64*): 64 heads a program
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
+                      stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=64, BW=32, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=3)),
     # the paged cache (64-token pages, vLLM's FlashMLA block size) read through the block table
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
+                      stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64,
                       PREFETCH=True), dict(num_warps=8, num_stages=2)),
     # below 8 query rows with one-block splits and one pipeline stage (issue 14 step 45's second form,
     # impl.candidates.mla_splits_w1)
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
-                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32"),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
+                      stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
                       PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=1)),
     # issue 14 steps 49-51 (MLA_WS above)
@@ -264,6 +268,10 @@ RECORDS = (
     # step 52's candidate: the producer's entries a block ahead (impl.mla.PRODUCER_AHEAD_REGS), blocks of 32 and 64
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "AHEAD": True, "PRODUCER_REGS": 64}),
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
+    # step 55's candidate: unsplit (from 67 rows), the output in W_UV's dtype (bf16) cast in the epilogue
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
+                    constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
+                                "SPLIT": False}),
     # the split merge written in bf16, (BR ranks, BJ splits) a program, in one round of loads or two: ours' tiles of
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's
@@ -453,6 +461,8 @@ def main(argv=None) -> int:
             label += " (blocks of 64)"
         if rec.module == "mla_gluon" and rec.constexprs.get("AHEAD"):
             label += " (entries ahead)"
+        if rec.module == "mla_gluon" and not rec.constexprs.get("SPLIT"):
+            label += " (unsplit, bf16 out)" if rec.pointers.get("out") == BF else " (unsplit)"
         if rec.module == "mla_gluon" and not triton.__version__.startswith("3.6."):
             # Gluon's calls changed after 3.6 (impl/kernels/mla_gluon.py): not a compile failure of this kernel
             print(f"{label:48s} not compiled: written for Triton 3.6's Gluon API (this is {triton.__version__})")

@@ -270,6 +270,34 @@ PRODUCER_AHEAD = True
 PRODUCER_AHEAD_REGS = {32: 64, 64: 72}
 
 
+# issue 14 step 54's candidate (impl.candidates.mla_q_strides): the sparse kernels read q_abs through its row and head
+# strides where its rows b·S + s are equally spaced with a unit stride along R (the W_UK fold's einsum returns
+# [H, B·S, R] memory seen as [B, S, H, R]); False: q_abs copied contiguous first, an elementwise launch of 3.7-13 us at
+# B = 16-128 (stop 55b, H100: `scripts/mla_fixed_probe.py`)
+Q_STRIDES = False
+
+
+# issue 14 step 55's candidate (impl.candidates.mla_out_uv, with step 54's Q_STRIDES): where the selection is not split
+# (from 67 query rows at 64 heads on 132 SMs) and W_UV's fold follows, the sparse kernel writes its output in W_UV's
+# dtype, rounded to nearest even in the kernel as torch's cast would: the same bits without the float32 output's cast
+# launch (5.8 us at B = 128 on an H100, stop 55b). False: float32, cast before the fold. Not under the interpreter
+OUT_UV = False
+
+
+def _q_operand(q_abs):
+    """q_abs [B, S, H, R] as the sparse kernels read it: (q, the stride between query rows b·S + s, the stride between
+    heads), unit stride along R. Step 54 (Q_STRIDES): a tensor of the kernels' dtype whose rows are equally spaced is
+    read where it is; anything else is made contiguous (kernel_operand: float32 under the interpreter)."""
+    B, S, H, R = q_abs.shape
+    same_dtype = q_abs.dtype == torch.float32 or (not interpreted() and q_abs.dtype in (torch.bfloat16, torch.float16))
+    if Q_STRIDES and same_dtype and q_abs.stride(3) == 1:
+        # rows b·S + s at one stride: S = 1 (the row is b), B = 1 (the row is s), or the batch stride S rows
+        if S == 1 or B == 1 or q_abs.stride(0) == S * q_abs.stride(1):
+            return q_abs, q_abs.stride(0) if S == 1 else q_abs.stride(1), q_abs.stride(2)
+    q = kernel_operand(q_abs)
+    return q, H * R, R
+
+
 def _producer_block(rows: int) -> dict:
     """The producer kernel's entry block for `rows` query rows: {BW, STAGES, REGS} (the producer warps' registers)."""
     if PRODUCER_BW64_ROWS and rows >= PRODUCER_BW64_ROWS:
@@ -300,20 +328,21 @@ def _copy_tile(R: int) -> dict:
     return dict(VEC=vec, TR=min(32, R // vec))
 
 
-def _gather_attend(ws: bool, grid, q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
+def _gather_attend(ws: bool, grid, q_abs, q_strides, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                    split: bool, meta: dict):
     """One launch of the sparse kernel over `grid` (query rows, head blocks, splits): the producer kernel when `ws`,
-    else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`)."""
+    else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`); q_strides: q_abs's
+    (row, head) strides (`_q_operand`)."""
     if ws:
         blk = _producer_block(grid[0])
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
-            q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, H=meta["H"], R=meta["R"],
+            q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, *q_strides, H=meta["H"], R=meta["R"],
             BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
             num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
-                                             SPLIT=split, **meta)
+                                             *q_strides, SPLIT=split, **meta)
 
 
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
@@ -347,7 +376,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     if B * S * H * R == 0:
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
         return out if w_uv is None else _fold_uv(out, w_uv)
-    q_abs = kernel_operand(q_abs)
+    q_abs, *q_strides = _q_operand(q_abs)
     latent = kernel_operand(latent.to(q_abs.dtype))
     plan = _launch(q_abs.device, B * S, H, W, R, splits, config)
     BR, NS, W_SPLIT, stages = plan["br"], plan["splits"], plan["w_split"], plan["num_stages"]
@@ -360,14 +389,15 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     idx, lengths = indices.contiguous(), lengths.contiguous()
     ws = _producer_applies(q_abs, latent, H, R, plan)
     if NS == 1:
-        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32)
-        _gather_attend(ws, (B * S, n_hb, 1), q_abs, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M, scale,
-                       False, meta)
+        uv_dtype = OUT_UV and w_uv is not None and not interpreted()
+        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=w_uv.dtype if uv_dtype else torch.float32)
+        _gather_attend(ws, (B * S, n_hb, 1), q_abs, q_strides, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M,
+                       scale, False, meta)
     else:
         part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
-        _gather_attend(ws, (B * S, n_hb, NS), q_abs, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT, M, scale,
-                       True, meta)
+        _gather_attend(ws, (B * S, n_hb, NS), q_abs, q_strides, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT,
+                       M, scale, True, meta)
         BJ, BRM = _merge_plan(NS, BR)
         if w_uv is not None and B * S <= ROWS_UV:
             V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)

@@ -35,7 +35,7 @@ def _gather(c, block_table, i_b, b_idx, n_len, T, M, o_r, mask_r, R: tl.constexp
 @triton.jit
 def mla_sparse_absorbed_fwd_kernel(
     q, c, indices, lengths, out, lse, block_table,
-    S, T, W, W_SPLIT, M, scale,
+    S, T, W, W_SPLIT, M, scale, stride_q_bs, stride_q_h,
     H: tl.constexpr, R: tl.constexpr,
     BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = False,
@@ -45,10 +45,12 @@ def mla_sparse_absorbed_fwd_kernel(
     One program per (query row b·S + s, head block, selection split). A split streams its W_SPLIT
     entries in blocks of BW with an online softmax; -1 entries (and anything outside [0, lengths[b]))
     are skipped, so an empty selection gives 0, not NaN.
-    q: [B, S, H, R] (absorbed through W_UK), c: [B, T, R], indices: [B, S, W] int, lengths: [B] int.
-    SPLIT False: out [B, S, H, R] float32, lse unused. SPLIT True: out [B, S, NS, H, R] holds each
-    split's normalized partial output and lse [B, S, NS, H] its log-sum-exp (-inf when empty), for
-    mla_merge_kernel (or mla_merge_uv_kernel).
+    q: [B, S, H, R] (absorbed through W_UK), row b·S + s and head h at q + (b·S + s)·stride_q_bs + h·stride_q_h,
+    unit stride along R (issue 14 step 54: the W_UK fold's [H, B·S, R] memory read where it is), c: [B, T, R],
+    indices: [B, S, W] int, lengths: [B] int.
+    SPLIT False: out [B, S, H, R] float32 (or, issue 14 step 55, W_UV's dtype when its fold follows), lse unused.
+    SPLIT True: out [B, S, NS, H, R] holds each split's normalized partial output and lse [B, S, NS, H] its
+    log-sum-exp (-inf when empty), for mla_merge_kernel (or mla_merge_uv_kernel).
     PAGED (a paged cache, docs/candidates.md section 13): c is the page pool [N, PAGE, R] and row b's
     position t is read from page block_table[b, t // PAGE] (block_table [B, M] int), slot t % PAGE;
     only entries < lengths[b] are ever looked up, so no block-table entry past the row's pages is read.
@@ -66,7 +68,8 @@ def mla_sparse_absorbed_fwd_kernel(
     mask_h = o_h < H
     mask_r = o_r < R
     mask_hr = mask_h[:, None] & mask_r[None, :]
-    p_q = q + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
+    # int64 heads: a prefill's head stride B·S·R passes 2^31 elements
+    p_q = q + i_bs * stride_q_bs + o_h[:, None].to(tl.int64) * stride_q_h + o_r[None, :]
     b_q = tl.load(p_q, mask=mask_hr, other=0.)                                             # [BH, BR]
     n_len = tl.load(lengths + i_b).to(tl.int64)
 
@@ -104,7 +107,8 @@ def mla_sparse_absorbed_fwd_kernel(
         tl.store(lse + i_row * H + o_h, b_lse, mask=mask_h)
     else:
         p_o = out + (i_bs * H + o_h[:, None]) * R + o_r[None, :]
-        tl.store(p_o, b_o, mask=mask_hr)
+        # float32, or (issue 14 step 55) W_UV's dtype, rounded to nearest even as torch's cast would
+        tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)
 
 
 @triton.jit

@@ -126,13 +126,17 @@ def _mma(N, num_warps):
 
 
 @gluon.jit
-def _load_q(q, q_smem, i_bs, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, num_warps: gl.constexpr):
-    """q[b·S + s] ([H, R], rows past H zero) into shared memory, visible to the warp-group MMA."""
+def _load_q(q, q_smem, i_bs, stride_q_bs, stride_q_h, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
+            num_warps: gl.constexpr):
+    """q[b·S + s] ([H, R] through its row and head strides, rows past H zero) into shared memory, visible to the
+    warp-group MMA."""
     ld: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
     o_h = gl.arange(0, BH, layout=gl.SliceLayout(1, ld))
     o_r = gl.arange(0, R, layout=gl.SliceLayout(0, ld))
     mask_h = o_h < H
-    b_q = gl.load(q + (i_bs * H + o_h[:, None]) * R + o_r[None, :], mask=mask_h[:, None], other=0.)
+    # int64 heads: a prefill's head stride B·S·R passes 2^31 elements
+    b_q = gl.load(q + i_bs * stride_q_bs + o_h[:, None].to(gl.int64) * stride_q_h + o_r[None, :], mask=mask_h[:, None],
+                  other=0.)
     q_smem.store(b_q)
     # q's generic-proxy stores before the warp-group MMA's async-proxy reads
     fence_async_shared()
@@ -171,7 +175,8 @@ def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr,
     b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
     oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
     orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
-    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o, mask=(oh < H)[:, None])
+    # out's dtype: float32, or (issue 14 step 55, unsplit) W_UV's, rounded here as torch's cast would (to nearest even)
+    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o.to(out.dtype.element_ty), mask=(oh < H)[:, None])
     if SPLIT:
         oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
         b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
@@ -179,14 +184,14 @@ def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr,
 
 
 @gluon.jit
-def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len, n_blocks,
-             scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
-             SPLIT: gl.constexpr, num_warps: gl.constexpr):
+def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo,
+             w_hi, n_len, n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
+             STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
     """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
     (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
+    _load_q(q, q_smem, i_bs, stride_q_bs, stride_q_h, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -213,16 +218,16 @@ def _consume(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
 
 
 @gluon.jit
-def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
-                     n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
-                     STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
+def _consume_overlap(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
+                     W, w_lo, w_hi, n_len, n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
+                     BW: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
     """Issue 14 step 50's default partition (OVERLAP; refuted on the H200, 0.96-1.005x `_consume`: kept for its
     candidate impl.candidates.mla_producer_overlap): `_consume` with block i + 1's scores issued to the tensor
     cores before block i's softmax, so the softmax (CUDA cores) runs while they compute; block i's p · c then queues
     behind them and one wait takes both. The same arithmetic per block as `_consume`, in the same order."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
-    _load_q(q, q_smem, i_bs, H, R, BH, num_warps)
+    _load_q(q, q_smem, i_bs, stride_q_bs, stride_q_h, H, R, BH, num_warps)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -255,7 +260,7 @@ def _consume_overlap(q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i
 @gluon.jit
 def mla_sparse_absorbed_ws_kernel(
     q, c, indices, lengths, out, lse, block_table,
-    S, T, W, W_SPLIT, M, scale,
+    S, T, W, W_SPLIT, M, scale, stride_q_bs, stride_q_h,
     H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
@@ -264,8 +269,9 @@ def mla_sparse_absorbed_ws_kernel(
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
     own warps. One program per (query row b·S + s, selection split); out / lse as ours'.
-    q: [B, S, H, R] bf16, c: [B, T, R] bf16 (PAGED: the page pool [N, PAGE, R], block_table [B, M] int; else
-    block_table None and M unused), indices: [B, S, W] int, lengths: [B] int."""
+    q: [B, S, H, R] bf16 (row b·S + s, head h at q + (b·S + s)·stride_q_bs + h·stride_q_h), c: [B, T, R] bf16
+    (PAGED: the page pool [N, PAGE, R], block_table [B, M] int; else block_table None and M unused),
+    indices: [B, S, W] int, lengths: [B] int."""
     i_bs, i_sp = gl.program_id(0).to(gl.int64), gl.program_id(2).to(gl.int64)
     n_sp = gl.num_programs(2).to(gl.int64)
     i_b = i_bs // S
@@ -287,22 +293,23 @@ def mla_sparse_absorbed_ws_kernel(
 
     if OVERLAP:
         gl.warp_specialize([
-            (_consume_overlap, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi,
-                                n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_consume_overlap, (q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs,
+                                i_row, T, W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT,
+                                num_warps)),
             (_produce, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
                         n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     elif AHEAD:
         gl.warp_specialize([
-            (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
-                        n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_consume, (q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
+                        W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
             (_produce_ahead, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
                               n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consume, (q, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo, w_hi, n_len,
-                        n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+            (_consume, (q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
+                        W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
             (_produce, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
                         n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])

@@ -285,6 +285,75 @@ class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_ahead_bw64_ns())
 
 
+def _q_ns():
+    """The namespace issue 14 step 54's strided q runs in for its mutants: impl.candidates.mla_q_strides (ours with
+    Q_STRIDES) until it lands, ours after."""
+    from impl.candidates import mla_q_strides
+    return mla_q_strides.mla
+
+
+# Step 54's three mutants: the W_UK fold's q_abs ([H, B·S, R] memory seen as [B, S, H, R]) read through the wrong
+# strides. Only a strided q shows them (a contiguous one has row stride H·R and head stride R): mla.absorbed's q_abs
+# is the fold's einsum, read where it is on the GPU (bf16 and float32) and on the CPU in float32; the CPU's bf16 runs
+# the interpreter on a float32 copy (kernel_operand), contiguous, so there the first two are float32 mutants
+@mutant("mla.absorbed", "output", base="triton", dtype="float32")
+class MlaQStridesRowsAsContiguous(TritonMLA):
+    """The sparse kernels read q_abs where it is (issue 14 step 54) but are handed a contiguous tensor's strides (row H·R, head R), so each query row reads its heads from another row's and head's memory."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        ns = _q_ns()
+        real = ns._q_operand
+
+        def as_contiguous(q_abs):
+            q_op, _, _ = real(q_abs)
+            return q_op, q_abs.shape[2] * q_abs.shape[3], q_abs.shape[3]
+        ns._q_operand = as_contiguous
+        try:
+            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+        finally:
+            ns._q_operand = real
+
+
+@mutant("mla.absorbed", "output", base="triton", dtype="float32")
+class MlaQStridesHeadsStepR(TritonMLA):
+    """The Triton sparse kernel steps from head to head by R elements, not by q's head stride (issue 14 step 54): right for a contiguous q, wrong for the W_UK fold's, whose heads are B·S·R apart."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        ns = _q_ns()
+        with kernel_edited(ns, "mla_sparse_absorbed_fwd_kernel", "o_h[:, None].to(tl.int64) * stride_q_h",
+                           "o_h[:, None].to(tl.int64) * R"):
+            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerQHeadsStepR(TritonMLA):
+    """The producer kernel's q load (issue 14 step 54) steps from head to head by R elements, not by q's head stride: right for a contiguous q, wrong for the W_UK fold's."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_consume", "_load_q"), "o_h[:, None].to(gl.int64) * stride_q_h",
+                            "o_h[:, None].to(gl.int64) * R", w, q, latent, indices, lengths, return_scores, splits,
+                            ns=_q_ns())
+
+
+def _out_uv_ns():
+    """The namespace issue 14 step 55's output in W_UV's dtype runs in for its mutant: impl.candidates.mla_out_uv
+    until it lands, ours after."""
+    from impl.candidates import mla_out_uv
+    return mla_out_uv.mla
+
+
+# step 55's cast in the producer kernel's epilogue: the attend of mla.absorbed's drawn cases (tiny selections, one
+# split from 7 query rows on) writes through it in bf16 on the GPU; its rounding (to nearest even, ours' bits) is held
+# by tests/test_mla_out_uv.py, not by a bound
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerOutUvUnnormalized(TritonMLA):
+    """The producer kernel's epilogue casts to the output's dtype (issue 14 step 55) from the accumulator before its division by the softmax sum: each head's output is scaled by its sum of e^(s - m)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_consume", "_store_o"), "b_o.to(out.dtype.element_ty)", "b_acc.to(out.dtype.element_ty)",
+                            w, q, latent, indices, lengths, return_scores, splits, ns=_out_uv_ns())
+
+
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
