@@ -2,14 +2,16 @@
 q_abs read through its strides, impl.candidates.mla_q_strides) and step 55's (`outuv`: that, and the unsplit kernel's
 output in W_UV's dtype, impl.candidates.mla_out_uv), with `merge1` (step 54's candidate with the split merge in one
 round of loads, step 46's switch: a timing only, to see whether the merge's two rounds are the merge's cost at
-B = 16-64) on a 32K cache (and B = 1 at 128K), one query a row.
+B = 16-64) on a 32K cache (and B = 1 at 128K), one query a row. `ours2`: a second copy of ours (the same code,
+its own compile and graph): the control, ours' ratio to it is the probe's noise between identical launches.
 
 Per shape: sparse_absorbed (the bench's "kernel": the sparse kernel and the split merge) and the whole decode
 (attend: the W_UK fold, the kernel, the merge, W_UV; held to the float64 oracle first), CUDA-graph replays in
 --repeats alternating rounds (gate.benchlib.alternating: each the median of a do_bench loop), ours' time over each
 form's printed as x; then each form's kernels' device times at B = 32 and 128 (profiler).
 
-    PYTHONPATH=. python3 scripts/mla_q_probe.py [--repeats 5] [--json F]
+    PYTHONPATH=. python3 scripts/mla_q_probe.py [--forms ours,qstrides,outuv,merge1] [--shapes 1x32768,32x32768]
+        [--repeats 5] [--json F]
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ SHAPES = ((1, 131072), (1, 32768), (4, 32768), (8, 32768), (16, 32768), (32, 327
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--forms", default="ours,qstrides,outuv,merge1",
+                   help="comma-separated forms (ours always): ours2, qstrides, outuv, merge1")
+    p.add_argument("--shapes", default=None, help="comma-separated BxT (default: B = 1 at 128K and 32K, 4-256 at 32K)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -36,9 +41,15 @@ def main(argv=None) -> int:
     from impl.candidates import mla_out_uv, mla_q_strides
     from impl.candidates.mla_heads64 import module_copy
     merge1 = module_copy("scripts.mla_q_probe.merge1", Q_STRIDES=True, MERGE_ONE_ROUND=True)
-    forms = {"ours": im, "qstrides": mla_q_strides.mla, "outuv": mla_out_uv.mla, "merge1": merge1}
+    forms = {"ours": im, "ours2": module_copy("scripts.mla_q_probe.ours2"), "qstrides": mla_q_strides.mla,
+             "outuv": mla_out_uv.mla, "merge1": merge1}
+    keep = {"ours", *args.forms.split(",")}
+    if keep - set(forms):
+        p.error(f"--forms: unknown {sorted(keep - set(forms))} (known: {', '.join(forms)})")
+    forms = {n: ns for n, ns in forms.items() if n in keep}
+    shapes = SHAPES if args.shapes is None else [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     out = {}
-    for B, T in SHAPES:
+    for B, T in shapes:
         w, latent, q, idx, lengths, q_abs = decode_inputs(B, T)
         kern = {n: graph(lambda ns=ns: ns.sparse_absorbed(q_abs, latent, idx, lengths, DN ** -0.5))
                 for n, ns in forms.items()}

@@ -1,15 +1,18 @@
 """Issue 14 step 54 (impl.candidates.mla_q_strides): the sparse kernels read q_abs through its row and head strides
-instead of a contiguous copy. The same values into the same registers, so the same bits as ours (which copies) on
-every input: the W_UK fold's layout ([H, B·S, R] memory seen as [B, S, H, R]) at one and several queries a row, one
-and several selection splits, a contiguous and a paged cache; on the CPU in float32 (the Triton kernel under the
-interpreter) and on the GPU in bf16 (the Triton kernel below 7 query rows, the producer kernel from 7 on)."""
+instead of a contiguous copy. The same values into the same registers, so the same bits as ours before it (which
+copies) on every input: the W_UK fold's layout ([H, B·S, R] memory seen as [B, S, H, R]) at one and several queries
+a row, one and several selection splits, a contiguous and a paged cache; on the CPU in float32 (the Triton kernel
+under the interpreter) and on the GPU in bf16 (the Triton kernel below 7 query rows, the producer kernel from 7 on)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from impl import mla as im
+from impl.candidates.mla_heads64 import module_copy
 from impl.candidates.mla_q_strides import mla as cand
+
+# ours before step 54 (the contiguous copy), whether or not it has landed
+im = module_copy(f"{__name__}.before", Q_STRIDES=False, OUT_UV=False)
 
 
 def _folded(B, S, H, R, N=16, device="cpu", dtype=torch.float32, seed=0):
@@ -48,7 +51,7 @@ def test_the_fold_is_strided_and_read_where_it_is():
     assert got.data_ptr() == q.data_ptr() and (row, head) == (q.stride(1), q.stride(2))
     one = _folded(3, 1, 4, 32)
     assert cand._q_operand(one)[1:] == (one.stride(0), one.stride(2))
-    # ours copies
+    # ours before it copies
     assert im._q_operand(q)[0].is_contiguous() and im._q_operand(q)[1:] == (4 * 32, 32)
 
 

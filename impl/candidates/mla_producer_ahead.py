@@ -16,5 +16,6 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", PRODUCER_AHEAD=True)
+# the form of its step: the q_abs copy and the float32 unsplit output (issue 14 steps 54, 55) pinned as before them
+mla = module_copy(f"{__name__}.mla", PRODUCER_AHEAD=True, Q_STRIDES=False, OUT_UV=False)
 Candidate = types.SimpleNamespace(mla=mla)

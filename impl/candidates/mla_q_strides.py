@@ -16,5 +16,5 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", Q_STRIDES=True)
+mla = module_copy(f"{__name__}.mla", Q_STRIDES=True, OUT_UV=False)
 Candidate = types.SimpleNamespace(mla=mla)
