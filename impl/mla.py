@@ -273,15 +273,16 @@ PRODUCER_AHEAD_REGS = {32: 64, 64: 72}
 # issue 14 step 54's candidate (impl.candidates.mla_q_strides): the sparse kernels read q_abs through its row and head
 # strides where its rows b·S + s are equally spaced with a unit stride along R (the W_UK fold's einsum returns
 # [H, B·S, R] memory seen as [B, S, H, R]); False: q_abs copied contiguous first, an elementwise launch of 3.7-13 us at
-# B = 16-128 (stop 55b, H100: `scripts/mla_fixed_probe.py`)
-Q_STRIDES = False
+# B = 16-128 (stop 55b, H100: `scripts/mla_fixed_probe.py`). True since it landed (gated at seeds 103 and 104)
+Q_STRIDES = True
 
 
 # issue 14 step 55's candidate (impl.candidates.mla_out_uv, with step 54's Q_STRIDES): where the selection is not split
 # (from 67 query rows at 64 heads on 132 SMs) and W_UV's fold follows, the sparse kernel writes its output in W_UV's
 # dtype, rounded to nearest even in the kernel as torch's cast would: the same bits without the float32 output's cast
-# launch (5.8 us at B = 128 on an H100, stop 55b). False: float32, cast before the fold. Not under the interpreter
-OUT_UV = False
+# launch (5.8 us at B = 128 on an H100, stop 55b). False: float32, cast before the fold. Not under the interpreter.
+# True since it landed (gated at seeds 103 and 104)
+OUT_UV = True
 
 
 def _q_operand(q_abs):

@@ -286,10 +286,8 @@ class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
 
 
 def _q_ns():
-    """The namespace issue 14 step 54's strided q runs in for its mutants: impl.candidates.mla_q_strides (ours with
-    Q_STRIDES) until it lands, ours after."""
-    from impl.candidates import mla_q_strides
-    return mla_q_strides.mla
+    """The namespace issue 14 step 54's strided q runs in for its mutants: ours since it landed."""
+    return im
 
 
 # Step 54's three mutants: the W_UK fold's q_abs ([H, B·S, R] memory seen as [B, S, H, R]) read through the wrong
@@ -336,10 +334,8 @@ class MlaProducerQHeadsStepR(TritonMLA):
 
 
 def _out_uv_ns():
-    """The namespace issue 14 step 55's output in W_UV's dtype runs in for its mutant: impl.candidates.mla_out_uv
-    until it lands, ours after."""
-    from impl.candidates import mla_out_uv
-    return mla_out_uv.mla
+    """The namespace issue 14 step 55's output in W_UV's dtype runs in for its mutant: ours since it landed."""
+    return im
 
 
 # step 55's cast in the producer kernel's epilogue: the attend of mla.absorbed's drawn cases (tiny selections, one
