@@ -45,7 +45,8 @@ MLA_WS = KernelRecord(
     dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
     dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32", stride_q_bs="i32", stride_q_h="i32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
-         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False),
+         block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False, timeline=None,
+         TIMELINE=False),
     dict(num_warps=8))
 
 
@@ -268,6 +269,10 @@ RECORDS = (
     # step 52's candidate: the producer's entries a block ahead (impl.mla.PRODUCER_AHEAD_REGS), blocks of 32 and 64
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "AHEAD": True, "PRODUCER_REGS": 64}),
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
+    # the timeline probe's form (issue 14 step 56: %globaltimer stamps per program; diagnostics only)
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "timeline": "*i64"},
+                    constexprs={**{k: v for k, v in MLA_WS.constexprs.items() if k != "timeline"}, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
+                                "TIMELINE": True}),
     # step 55's candidate: unsplit (from 67 rows), the output in W_UV's dtype (bf16) cast in the epilogue
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
@@ -461,6 +466,8 @@ def main(argv=None) -> int:
             label += " (blocks of 64)"
         if rec.module == "mla_gluon" and rec.constexprs.get("AHEAD"):
             label += " (entries ahead)"
+        if rec.module == "mla_gluon" and rec.constexprs.get("TIMELINE"):
+            label += " (timeline stamps)"
         if rec.module == "mla_gluon" and not rec.constexprs.get("SPLIT"):
             label += " (unsplit, bf16 out)" if rec.pointers.get("out") == BF else " (unsplit)"
         if rec.module == "mla_gluon" and not triton.__version__.startswith("3.6."):

@@ -299,6 +299,11 @@ def _q_operand(q_abs):
     return q, H * R, R
 
 
+# diagnostics (scripts/mla_timeline_probe.py, issue 14 step 56): a [programs, 8] int64 buffer the producer kernel's
+# entries-ahead form fills with %globaltimer stamps per program (impl/kernels/mla_gluon.py `_stamp`); None: off
+_TIMELINE = None
+
+
 def _producer_block(rows: int) -> dict:
     """The producer kernel's entry block for `rows` query rows: {BW, STAGES, REGS} (the producer warps' registers)."""
     if PRODUCER_BW64_ROWS and rows >= PRODUCER_BW64_ROWS:
@@ -340,7 +345,8 @@ def _gather_attend(ws: bool, grid, q_abs, q_strides, latent, idx, lengths, out, 
             q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale, *q_strides, H=meta["H"], R=meta["R"],
             BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
-            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD)
+            num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD, timeline=_TIMELINE,
+            TIMELINE=_TIMELINE is not None and PRODUCER_AHEAD and not PRODUCER_OVERLAP)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              *q_strides, SPLIT=split, **meta)

@@ -40,6 +40,15 @@ def _entries(indices, i_bs, W, w_lo, w_hi, i_w, BW: gl.constexpr, layout: gl.con
 
 
 @gluon.jit
+def _stamp(timeline, i_row, K: gl.constexpr):
+    """Diagnostics (the TIMELINE form, scripts/mla_timeline_probe.py): the global timer (ns) into timeline[i_row, K]
+    of a [programs, 8] int64 buffer, written by every thread of the calling partition (one clock, within ns)."""
+    t = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [i_row.to(gl.int32)], dtype=gl.int64,
+                                  is_pure=False, pack=1)
+    gl.store(timeline + i_row * 8 + K, t)
+
+
+@gluon.jit
 def _rows(c, block_table, b_idx, i_b, T, M, n_len, o_r, R: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr):
     """The cache addresses of entries b_idx ([BWP, R] pointers) and their validity (-1, or outside [0, n_len): no
     copy, cp.async zero-fills the row), contiguous or paged (both producers' arithmetic)."""
@@ -85,7 +94,8 @@ def _produce(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, 
 @gluon.jit
 def _produce_ahead(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len, n_blocks,
                    BW: gl.constexpr, R: gl.constexpr, STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                   VEC: gl.constexpr, TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr, BWP: gl.constexpr):
+                   VEC: gl.constexpr, TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr, BWP: gl.constexpr,
+                   i_row=0, timeline=None, TIMELINE: gl.constexpr = False):
     """Issue 14 step 52's worker partition: _produce with each block's entries loaded one block ahead. _produce
     loads a half's entries and then waits for them before it can form that half's addresses (Nsight, stop 53: the
     producer warps' most sampled stall, on the entries' compare); here block i + 1's entries (both halves, int32)
@@ -95,6 +105,8 @@ def _produce_ahead(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, 
     e_l: gl.constexpr = gl.SliceLayout(1, layout)
     o_r = gl.arange(0, R, layout=gl.SliceLayout(0, layout))
     NH: gl.constexpr = BW // BWP
+    if TIMELINE:
+        _stamp(timeline, i_row, 5)
     e0 = _entries(indices, i_bs, W, w_lo, w_hi, 0, BWP, e_l, gl.int32)
     e1 = e0
     if NH == 2:
@@ -114,6 +126,11 @@ def _produce_ahead(c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, 
             p_c, mask_w = _rows(c, block_table, b1, i_b, T, M, n_len, o_r, R, PAGED, PAGE)
             async_copy.async_copy_global_to_shared(c_smem.index(s).slice(BWP, BWP), p_c, mask=mask_w[:, None])
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+        if TIMELINE:
+            if i_w == 0:
+                _stamp(timeline, i_row, 6)
+    if TIMELINE:
+        _stamp(timeline, i_row, 7)
 
 
 @gluon.constexpr_function
@@ -186,12 +203,17 @@ def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr,
 @gluon.jit
 def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo,
              w_hi, n_len, n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
-             STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr):
+             STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr, timeline=None,
+             TIMELINE: gl.constexpr = False):
     """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
     (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
     mma_o: gl.constexpr = _mma(R, num_warps)
+    if TIMELINE:
+        _stamp(timeline, i_row, 0)
     _load_q(q, q_smem, i_bs, stride_q_bs, stride_q_h, H, R, BH, num_warps)
+    if TIMELINE:
+        _stamp(timeline, i_row, 1)
 
     s_cols: gl.constexpr = gl.SliceLayout(0, mma_s)
     b_m = gl.full([BH], -1e30, gl.float32, layout=gl.SliceLayout(1, mma_s))
@@ -205,6 +227,9 @@ def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, read
         b_idx_next = _entries(indices, i_bs, W, w_lo, w_hi, i_w + 1, BW, s_cols)
         mask_w = (b_idx >= 0) & (b_idx < n_len)
         mbarrier.wait(ready.index(s), (i_w // STAGES) & 1)
+        if TIMELINE:
+            if i_w == 0:
+                _stamp(timeline, i_row, 2)
         # the producer's cp.async writes (generic proxy) before this block's MMAs read them (async proxy)
         fence_async_shared()
         b_c = c_smem.index(s)
@@ -214,7 +239,11 @@ def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, read
         # both warp groups' MMAs on stage s are done before one thread hands it back to the producer
         gl.thread_barrier()
         mbarrier.arrive(empty.index(s))
+    if TIMELINE:
+        _stamp(timeline, i_row, 3)
     _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
+    if TIMELINE:
+        _stamp(timeline, i_row, 4)
 
 
 @gluon.jit
@@ -265,6 +294,7 @@ def mla_sparse_absorbed_ws_kernel(
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
     num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32, AHEAD: gl.constexpr = False,
+    timeline=None, TIMELINE: gl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -302,9 +332,11 @@ def mla_sparse_absorbed_ws_kernel(
     elif AHEAD:
         gl.warp_specialize([
             (_consume, (q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
-                        W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps)),
+                        W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps, timeline,
+                        TIMELINE)),
             (_produce_ahead, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
-                              n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP)),
+                              n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP, i_row,
+                              timeline, TIMELINE)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
