@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 14 step 56 (~60 s): the producer kernel's per-program timeline (scripts/mla_timeline_probe.py) at B = 32
-# (9 blocks and 1 block a program), 128 (33 and 1) and 16 (5); the kernel's GPU tests with the TIMELINE form
-# compiled beside ours (the stamps change no output)
+# (9 blocks and 1 block a program), 128 (33 and 1) and 16 (5); the probe also checks the stamped launch's output is
+# ours' bit for bit
 #   OUT=/tmp/out bash scripts/gpu_stop57.sh
 set -u
 NAME=${NAME:-stop57}

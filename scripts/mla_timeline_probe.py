@@ -54,22 +54,25 @@ def main(argv=None) -> int:
         sub = idx[..., :min(idx.shape[-1], NS * 64 * blocks)].contiguous()
         fn = lambda: im.sparse_absorbed(q_abs, latent, sub, lengths, DN ** -0.5, NS)
         dev = sum(v for k, v in kernel_times(fn, calls=10, top=None, width=None).items() if "mla_sparse_absorbed" in k)
+        plain = fn()
         im._TIMELINE = torch.zeros(B * NS, len(STAMPS), dtype=torch.int64, device="cuda")
         try:
             for _ in range(3):                          # the last call's stamps
-                fn()
+                stamped = fn()
             torch.cuda.synchronize()
             t = im._TIMELINE.clone()
         finally:
             im._TIMELINE = None
+        same = bool(torch.equal(plain, stamped))
         if bool((t == 0).any()):
             print(f"B={B} blocks {blocks}: some stamps missing (the TIMELINE form did not run?)", flush=True)
             continue
         ph = _phases(t)
         span = float((t[:, 4].max() - t[:, [0, 5]].min()).item()) / 1e3
         res[f"B{B}_n{blocks}"] = {"splits": NS, "device_us": dev, "span_us": span, "phases": ph}
-        print(f"B={B}, {NS} splits, {blocks} blocks of 64 a program: profiler {dev:.2f} us, stamped span {span:.2f} us",
-              flush=True)
+        res[f"B{B}_n{blocks}"]["same_output"] = same
+        print(f"B={B}, {NS} splits, {blocks} blocks of 64 a program: profiler {dev:.2f} us, stamped span {span:.2f} us; "
+              f"the stamped launch's output {'is' if same else 'is NOT'} ours' bit for bit", flush=True)
         for k, (med, mx) in ph.items():
             print(f"    {k:48s} median {med:7.2f} us   max {mx:7.2f} us", flush=True)
     if args.json:
