@@ -109,13 +109,15 @@ def time_decode_forms(forms: dict, w, q, latent, idx, lengths, repeats: int, tag
     over its own. Returns (the timings, {name: the graphed call})."""
     from gate.benchlib import alternating
     B = q.shape[0]
-    fns = {}
+    fns, errs = {}, {}
     for name, ns in forms.items():
-        e = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
+        e = errs[name] = _check_decode(w, q, latent, idx, lengths, sorted({0, B - 1}), ns)
         print(f"{tag} {name}: rel-L2 {e:.2e} (oracle)", flush=True)
         if e <= 2e-2:
             fns[name] = graph(lambda ns=ns: ns.attend(w, q, latent, idx, lengths))
     res = alternating(fns, repeats)
+    for n, r in res.items():
+        r["oracle_rel_l2"] = errs[n]
     for n, r in res.items():
         print(f"  {tag} {n:10s} {r['median_us']:8.2f} us [{r['min_us']:.2f}-{r['max_us']:.2f}]  "
               f"ours/this {res['ours']['median_us'] / r['median_us']:.3f}x", flush=True)

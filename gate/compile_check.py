@@ -269,6 +269,9 @@ RECORDS = (
     # step 52's candidate: the producer's entries a block ahead (impl.mla.PRODUCER_AHEAD_REGS), blocks of 32 and 64
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "AHEAD": True, "PRODUCER_REGS": 64}),
     MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
+    # step 57's candidate: the split partials in bf16 (the merge below reads them)
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
+                    constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
     # the timeline probe's form (issue 14 step 56: %globaltimer stamps per program; diagnostics only)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "timeline": "*i64"},
                     constexprs={**{k: v for k, v in MLA_WS.constexprs.items() if k != "timeline"}, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
@@ -283,6 +286,9 @@ RECORDS = (
     *(KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
                    dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one), dict(num_warps=4))
       for br, bj, one in ((512, 16, False), (128, 16, False), (128, 64, False), (128, 64, True), (512, 16, True))),
+    # step 57's candidate: bf16 partials, ours' tile
+    KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
     # with W_UV applied (step 43's refuted candidate)
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),
@@ -468,6 +474,8 @@ def main(argv=None) -> int:
             label += " (entries ahead)"
         if rec.module == "mla_gluon" and rec.constexprs.get("TIMELINE"):
             label += " (timeline stamps)"
+        if rec.module == "mla_gluon" and rec.constexprs.get("SPLIT") and rec.pointers.get("out") == BF:
+            label += " (bf16 partials)"
         if rec.module == "mla_gluon" and not rec.constexprs.get("SPLIT"):
             label += " (unsplit, bf16 out)" if rec.pointers.get("out") == BF else " (unsplit)"
         if rec.module == "mla_gluon" and not triton.__version__.startswith("3.6."):

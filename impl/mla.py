@@ -285,6 +285,19 @@ Q_STRIDES = True
 OUT_UV = True
 
 
+# issue 14 step 57's candidate (impl.candidates.mla_part_bf16): where the selection is split, each split's partial
+# output is stored in q's dtype when that is bf16 or fp16 (the merge sums them in float32): at B = 32 the float32
+# partials are 16.8 MB written at the programs' end (their epilogue: 4.0 us of 40.5, stop 57's timeline) and read
+# again by the merge (4.3 us): half the selected rows' 33.6 MB once more. False: float32 partials. The interpreter
+# runs float32 operands, so there they stay float32
+PART_BF16 = False
+
+
+def _part_dtype(q_abs) -> torch.dtype:
+    """The split partials' dtype: float32, or (step 57, PART_BF16) q's when that is bf16 or fp16."""
+    return q_abs.dtype if PART_BF16 and q_abs.dtype in (torch.bfloat16, torch.float16) else torch.float32
+
+
 def _q_operand(q_abs):
     """q_abs [B, S, H, R] as the sparse kernels read it: (q, the stride between query rows b·S + s, the stride between
     heads), unit stride along R. Step 54 (Q_STRIDES): a tensor of the kernels' dtype whose rows are equally spaced is
@@ -401,7 +414,7 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         _gather_attend(ws, (B * S, n_hb, 1), q_abs, q_strides, latent, idx, lengths, out, out, bt, S, T, W, W_SPLIT, M,
                        scale, False, meta)
     else:
-        part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=torch.float32)
+        part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=_part_dtype(q_abs))
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
         _gather_attend(ws, (B * S, n_hb, NS), q_abs, q_strides, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT,
                        M, scale, True, meta)

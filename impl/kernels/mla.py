@@ -102,7 +102,8 @@ def mla_sparse_absorbed_fwd_kernel(
     if SPLIT:
         i_row = i_bs * n_sp + i_sp
         p_o = out + (i_row * H + o_h[:, None]) * R + o_r[None, :]
-        tl.store(p_o, b_o, mask=mask_hr)
+        # float32 partials, or (issue 14 step 57) the caller's bf16
+        tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)
         b_lse = tl.where(b_l > 0, b_m + tl.log(tl.where(b_l > 0, b_l, 1.)), float("-inf"))
         tl.store(lse + i_row * H + o_h, b_lse, mask=mask_h)
     else:
@@ -133,8 +134,9 @@ def _merged(part, lse, i_bs, i_h, NS, L, o_r, mask_r, H: tl.constexpr, R: tl.con
         mask_j = j0 + o_j < NS
         i_row = i_bs * NS + j0 + o_j
         b_p = tl.exp(tl.load(lse + i_row * H + i_h, mask=mask_j, other=float("-inf")) - L)    # 0: empty, past NS
+        # float32, or (issue 14 step 57) the caller's bf16: the weights' products and sums in float32 either way
         b_o = tl.load(part + (i_row[:, None] * H + i_h) * R + o_r[None, :],
-                      mask=mask_j[:, None] & mask_r[None, :], other=0.)
+                      mask=mask_j[:, None] & mask_r[None, :], other=0.).to(tl.float32)
         b_acc += tl.sum(b_p[:, None] * b_o, 0)
         b_l += b_p
     return b_acc, tl.sum(b_l, 0)
@@ -150,7 +152,7 @@ def _merged_one_round(part, lse, i_bs, i_h, NS, o_r, mask_r, H: tl.constexpr, R:
     i_row = i_bs * NS + o_j
     b_x = tl.load(lse + i_row * H + i_h, mask=mask_j, other=float("-inf"))
     b_o = tl.load(part + (i_row[:, None] * H + i_h) * R + o_r[None, :], mask=mask_j[:, None] & mask_r[None, :],
-                  other=0.)
+                  other=0.).to(tl.float32)
     L = tl.max(tl.maximum(tl.full([BJ], -1e30, dtype=tl.float32), b_x), 0)
     b_p = tl.exp(b_x - L)
     b_acc = tl.zeros_like(o_r).to(tl.float32) + tl.sum(b_p[:, None] * b_o, 0)

@@ -350,6 +350,24 @@ class MlaProducerOutUvUnnormalized(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_out_uv_ns())
 
 
+def _part_ns():
+    """The namespace issue 14 step 57's low-precision partials run in for its mutant: impl.candidates.mla_part_bf16
+    until it lands, ours after."""
+    from impl.candidates import mla_part_bf16
+    return mla_part_bf16.mla
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaSplitPartialsUnnormalized(TritonMLA):
+    """The Triton kernel's split partials, cast to the partials' dtype on their way out (issue 14 step 57), are the accumulator before its division by the split's softmax sum: the merge then weighs unnormalized sums."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        ns = _part_ns()
+        with kernel_edited(ns, "mla_sparse_absorbed_fwd_kernel", "tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse",
+                           "tl.store(p_o, b_acc.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse"):
+            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
 @mutant("mla.paths", "latent_cache", base="triton")
 class CacheInPlaceWithoutTheTipRule(TritonMLA):
     """The in-place cache append (issue 14 step 19's candidate, impl.candidates.cache_in_place) writes past ANY view of a buffer with room, not only its tip: a second continuation of one state overwrites the rows the first one's state reads (a fork that shares, not copies)."""
