@@ -285,11 +285,10 @@ Q_STRIDES = True
 OUT_UV = True
 
 
-# issue 14 step 57's candidate (impl.candidates.mla_part_bf16): where the selection is split, each split's partial
-# output is stored in q's dtype when that is bf16 or fp16 (the merge sums them in float32): at B = 32 the float32
-# partials are 16.8 MB written at the programs' end (their epilogue: 4.0 us of 40.5, stop 57's timeline) and read
-# again by the merge (4.3 us): half the selected rows' 33.6 MB once more. False: float32 partials. The interpreter
-# runs float32 operands, so there they stay float32
+# issue 14 step 57's candidate (impl.candidates.mla_part_bf16; refuted in stop 58: 0.79-0.89x at B = 8-64, the
+# bf16 merge converting layouts through shared memory and the epilogue's bf16 stores half-sector writes): where the
+# selection is split, each split's partial output stored in q's dtype when that is bf16 or fp16 (the merge sums in
+# float32). False: float32 partials. The interpreter runs float32 operands, so there they stay float32
 PART_BF16 = False
 
 

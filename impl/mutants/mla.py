@@ -350,19 +350,13 @@ class MlaProducerOutUvUnnormalized(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_out_uv_ns())
 
 
-def _part_ns():
-    """The namespace issue 14 step 57's low-precision partials run in for its mutant: impl.candidates.mla_part_bf16
-    until it lands, ours after."""
-    from impl.candidates import mla_part_bf16
-    return mla_part_bf16.mla
-
-
+# the split store's cast (issue 14 step 57, whose bf16 partials were refuted; ours stores float32 through it)
 @mutant("mla.absorbed", "output", base="triton")
 class MlaSplitPartialsUnnormalized(TritonMLA):
-    """The Triton kernel's split partials, cast to the partials' dtype on their way out (issue 14 step 57), are the accumulator before its division by the split's softmax sum: the merge then weighs unnormalized sums."""
+    """The Triton kernel's split partials, cast to the partial buffer's dtype on their way out, are the accumulator before its division by the split's softmax sum: the merge then weighs unnormalized sums."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        ns = _part_ns()
+        ns = im
         with kernel_edited(ns, "mla_sparse_absorbed_fwd_kernel", "tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse",
                            "tl.store(p_o, b_acc.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse"):
             return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
