@@ -46,7 +46,7 @@ MLA_WS = KernelRecord(
     dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32", stride_q_bs="i32", stride_q_h="i32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
          block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False, timeline=None,
-         TIMELINE=False),
+         TIMELINE=False, STAGE_O=False),
     dict(num_warps=8))
 
 
@@ -272,6 +272,10 @@ RECORDS = (
     # step 57's candidate: the split partials in bf16 (the merge below reads them)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
+    # step 58's candidate: the unsplit bf16 output staged through q's shared-memory tile, whole-row stores
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
+                    constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
+                                "SPLIT": False, "STAGE_O": True}),
     # the timeline probe's form (issue 14 step 56: %globaltimer stamps per program; diagnostics only)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "timeline": "*i64"},
                     constexprs={**{k: v for k, v in MLA_WS.constexprs.items() if k != "timeline"}, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
@@ -472,6 +476,8 @@ def main(argv=None) -> int:
             label += " (blocks of 64)"
         if rec.module == "mla_gluon" and rec.constexprs.get("AHEAD"):
             label += " (entries ahead)"
+        if rec.module == "mla_gluon" and rec.constexprs.get("STAGE_O"):
+            label += " (staged epilogue)"
         if rec.module == "mla_gluon" and rec.constexprs.get("TIMELINE"):
             label += " (timeline stamps)"
         if rec.module == "mla_gluon" and rec.constexprs.get("SPLIT") and rec.pointers.get("out") == BF:

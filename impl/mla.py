@@ -311,6 +311,13 @@ def _q_operand(q_abs):
     return q, H * R, R
 
 
+# issue 14 step 58's candidate (impl.candidates.mla_stage_o): where the producer kernel's output is in q's dtype
+# (bf16: the unsplit launch before W_UV's fold, step 55), its epilogue goes through q's shared-memory tile and stores
+# whole rows 16 bytes a thread (impl/kernels/mla_gluon.py `_store_o_staged`); False: stored from the MMA layout,
+# half-sector writes in bf16 (stop 58: ~2.5 us of device time at B = 128 against the float32 output)
+EPILOGUE_STAGED = False
+
+
 # diagnostics (scripts/mla_timeline_probe.py, issue 14 step 56): a [programs, 8] int64 buffer the producer kernel's
 # entries-ahead form fills with %globaltimer stamps per program (impl/kernels/mla_gluon.py `_stamp`); None: off
 _TIMELINE = None
@@ -358,7 +365,8 @@ def _gather_attend(ws: bool, grid, q_abs, q_strides, latent, idx, lengths, out, 
             BH=meta["BH"], BW=blk["BW"], STAGES=blk["STAGES"], SPLIT=split, PRODUCER_WARPS=PRODUCER_WARPS,
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
             num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD, timeline=_TIMELINE,
-            TIMELINE=_TIMELINE is not None and PRODUCER_AHEAD and not PRODUCER_OVERLAP)
+            TIMELINE=_TIMELINE is not None and PRODUCER_AHEAD and not PRODUCER_OVERLAP,
+            STAGE_O=EPILOGUE_STAGED and PRODUCER_AHEAD and not PRODUCER_OVERLAP and out.dtype == q_abs.dtype)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
                                              *q_strides, SPLIT=split, **meta)

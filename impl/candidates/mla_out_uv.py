@@ -15,5 +15,6 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", Q_STRIDES=True, OUT_UV=True)
+# its step's form: the output stored from the MMA layout (step 58 pinned off)
+mla = module_copy(f"{__name__}.mla", Q_STRIDES=True, OUT_UV=True, EPILOGUE_STAGED=False)
 Candidate = types.SimpleNamespace(mla=mla)

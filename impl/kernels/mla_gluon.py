@@ -184,16 +184,39 @@ def _online_softmax(b_s, mask_w, b_m, b_l, b_acc, b_c, scale, mma_o: gl.constexp
 
 
 @gluon.jit
+def _store_o_staged(out, b_o, o_smem, i_row, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
+                    num_warps: gl.constexpr):
+    """Issue 14 step 58: o ([BH, R] in the MMA layout) through shared memory (o_smem: q's tile, free once the last
+    block's MMAs are done), then out in row-contiguous 16-byte stores. From the MMA layout a warp's store covers 8
+    rows x 8 columns: eight full 32-byte sectors in float32 but eight half sectors in bf16, so a bf16 output halves
+    the bytes, not the transactions (stop 58); re-read a row at a time, a warp writes 512 contiguous bytes."""
+    # rounded to o_smem's dtype (out's: the caller stages only when they match) as torch's cast would (nearest even)
+    o_smem.store(b_o.to(o_smem.dtype))
+    # every consumer warp's part of the tile written before any warp reads another's rows
+    gl.thread_barrier()
+    st: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [num_warps, 1], [1, 0])
+    b_s = o_smem.load(st)
+    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, st))
+    orr = gl.arange(0, R, layout=gl.SliceLayout(0, st))
+    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_s, mask=(oh < H)[:, None])
+
+
+@gluon.jit
 def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr,
-             SPLIT: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr):
+             SPLIT: gl.constexpr, mma_s: gl.constexpr, mma_o: gl.constexpr, o_smem=None,
+             STAGE_O: gl.constexpr = False, num_warps: gl.constexpr = 8):
     """o = acc / l (0 for an empty selection) and, SPLIT, the split's log-sum-exp (-inf when empty): the Triton
-    kernel's outputs."""
+    kernel's outputs. STAGE_O (step 58): o through shared memory (`_store_o_staged`)."""
     b_lo = gl.convert_layout(b_l, gl.SliceLayout(1, mma_o))
     b_o = b_acc / gl.where(b_lo > 0, b_lo, 1.)[:, None]
-    oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
-    orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
-    # out's dtype: float32, or (issue 14 step 55, unsplit) W_UV's, rounded here as torch's cast would (to nearest even)
-    gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o.to(out.dtype.element_ty), mask=(oh < H)[:, None])
+    if STAGE_O:
+        _store_o_staged(out, b_o, o_smem, i_row, H, R, BH, num_warps)
+    else:
+        oh = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_o))
+        orr = gl.arange(0, R, layout=gl.SliceLayout(0, mma_o))
+        # out's dtype: float32, or (issue 14 step 55, unsplit) W_UV's, rounded as torch's cast would (nearest even)
+        gl.store(out + (i_row * H + oh[:, None]) * R + orr[None, :], b_o.to(out.dtype.element_ty),
+                 mask=(oh < H)[:, None])
     if SPLIT:
         oh_s = gl.arange(0, BH, layout=gl.SliceLayout(1, mma_s))
         b_lse = gl.where(b_l > 0, b_m + gl.log(gl.where(b_l > 0, b_l, 1.)), float("-inf"))
@@ -204,7 +227,7 @@ def _store_o(out, lse, b_acc, b_m, b_l, i_row, H: gl.constexpr, R: gl.constexpr,
 def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T, W, w_lo,
              w_hi, n_len, n_blocks, scale, H: gl.constexpr, R: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
              STAGES: gl.constexpr, SPLIT: gl.constexpr, num_warps: gl.constexpr, timeline=None,
-             TIMELINE: gl.constexpr = False):
+             TIMELINE: gl.constexpr = False, STAGE_O: gl.constexpr = False):
     """The default partition: q into shared memory, then per block the scores, the online softmax and p · c
     (SPEC §7's absorbed attention over the block's rows), then o and (SPLIT) the split's log-sum-exp."""
     mma_s: gl.constexpr = _mma(BW, num_warps)
@@ -241,7 +264,8 @@ def _consume(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, read
         mbarrier.arrive(empty.index(s))
     if TIMELINE:
         _stamp(timeline, i_row, 3)
-    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o)
+    # step 58 (STAGE_O): q's tile is free now, every block's MMAs done (the loop's last wait and barrier)
+    _store_o(out, lse, b_acc, b_m, b_l, i_row, H, R, BH, SPLIT, mma_s, mma_o, q_smem, STAGE_O, num_warps)
     if TIMELINE:
         _stamp(timeline, i_row, 4)
 
@@ -294,7 +318,7 @@ def mla_sparse_absorbed_ws_kernel(
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
     num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32, AHEAD: gl.constexpr = False,
-    timeline=None, TIMELINE: gl.constexpr = False,
+    timeline=None, TIMELINE: gl.constexpr = False, STAGE_O: gl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -333,7 +357,7 @@ def mla_sparse_absorbed_ws_kernel(
         gl.warp_specialize([
             (_consume, (q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_smem, ready, empty, i_bs, i_row, T,
                         W, w_lo, w_hi, n_len, n_blocks, scale, H, R, BH, BW, STAGES, SPLIT, num_warps, timeline,
-                        TIMELINE)),
+                        TIMELINE, STAGE_O)),
             (_produce_ahead, (c, indices, block_table, c_smem, ready, empty, i_bs, i_b, T, M, W, w_lo, w_hi, n_len,
                               n_blocks, BW, R, STAGES, PRODUCER_WARPS, VEC, TR, PAGED, PAGE, BWP, i_row,
                               timeline, TIMELINE)),

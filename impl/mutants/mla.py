@@ -350,6 +350,23 @@ class MlaProducerOutUvUnnormalized(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_out_uv_ns())
 
 
+def _stage_ns():
+    """The namespace issue 14 step 58's staged epilogue runs in for its mutant: impl.candidates.mla_stage_o until it
+    lands, ours after."""
+    from impl.candidates import mla_stage_o
+    return mla_stage_o.mla
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerStagedStoreDropsHeads(TritonMLA):
+    """The producer kernel's staged epilogue (issue 14 step 58) masks its row-contiguous store to the first half of the heads: the other half of the output is never written (whatever the buffer held)."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_consume", "_store_o", "_store_o_staged"), "mask=(oh < H)[:, None])",
+                            "mask=(oh < H // 2)[:, None])", w, q, latent, indices, lengths, return_scores, splits,
+                            ns=_stage_ns())
+
+
 # the split store's cast (issue 14 step 57, whose bf16 partials were refuted; ours stores float32 through it)
 @mutant("mla.absorbed", "output", base="triton")
 class MlaSplitPartialsUnnormalized(TritonMLA):
