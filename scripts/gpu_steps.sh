@@ -9,6 +9,8 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 L=$OUT/$NAME
 mkdir -p "$L"
+# archived once more when the script ends: lines appended to summary.txt after the last step (verdicts) reach the tgz
+trap 'tar czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME"' EXIT
 SEEDS=${SEEDS:-0 1}
 # tiny_config NAME [softplus]: the tiny checkpoint's config at /tmp/NAME with KDA head dim 128 (the tiny
 # geometry's head dims <= 32 never reach the GPU's K tiles of 32-64); softplus: with the softplus gate
