@@ -272,6 +272,10 @@ RECORDS = (
     # step 57's candidate: the split partials in bf16 (the merge below reads them)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
+    # step 59's candidate: bf16 split partials staged the same way (the lse stored as before)
+    MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
+                    constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
+                                "STAGE_O": True}),
     # step 58's candidate: the unsplit bf16 output staged through q's shared-memory tile, whole-row stores
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
@@ -290,9 +294,11 @@ RECORDS = (
     *(KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
                    dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one), dict(num_warps=4))
       for br, bj, one in ((512, 16, False), (128, 16, False), (128, 64, False), (128, 64, True), (512, 16, True))),
-    # step 57's candidate: bf16 partials, ours' tile
+    # step 57's candidate: bf16 partials, ours' tile; step 59's: the same on 2 warps (no shared memory)
     KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
                  dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
+    KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=2)),
     # with W_UV applied (step 43's refuted candidate)
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),

@@ -292,6 +292,22 @@ OUT_UV = True
 PART_BF16 = False
 
 
+# issue 14 step 59's candidate (impl.candidates.mla_part_bf16_staged, with PART_BF16 and EPILOGUE_STAGED): the merge
+# of bf16 partials on as many warps as lay one 16-byte vector a thread along its rank tile (2 at R = 512), so every
+# warp lies along the rank and the sum over splits stays inside each thread. At 4 warps the compiled bf16 merge puts
+# two warps along the splits and reduces across them through shared memory (35 accesses and 5 barriers a program,
+# Triton 3.6: step 57's 4.5 -> 12.4 us at B = 32); float32 partials lie along the rank at 4 warps already. False: 4
+MERGE_BF16_WARPS = False
+
+
+def _merge_warps(part, BRM: int) -> int:
+    """The split merge's warps for partials `part` and rank tile BRM: 4 (ours); MERGE_BF16_WARPS, for 16-bit
+    partials, one 16-byte vector a thread along the tile (at least 1, at most 4)."""
+    if not MERGE_BF16_WARPS or part.element_size() != 2:
+        return 4
+    return max(1, min(4, BRM * part.element_size() // (16 * 32)))
+
+
 def _part_dtype(q_abs) -> torch.dtype:
     """The split partials' dtype: float32, or (step 57, PART_BF16) q's when that is bf16 or fp16."""
     return q_abs.dtype if PART_BF16 and q_abs.dtype in (torch.bfloat16, torch.float16) else torch.float32
@@ -437,7 +453,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         # dtype (no cast launch before W_UV); the rank in chunks of MERGE_BR over programs (step 44)
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
         mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ,
-                                                          ONE_ROUND=MERGE_ONE_ROUND and NS <= BJ, num_warps=4)
+                                                          ONE_ROUND=MERGE_ONE_ROUND and NS <= BJ,
+                                                          num_warps=_merge_warps(part, BRM))
     return out if w_uv is None else _fold_uv(out, w_uv)
 
 

@@ -367,6 +367,33 @@ class MlaProducerStagedStoreDropsHeads(TritonMLA):
                             ns=_stage_ns())
 
 
+def _part_staged_ns():
+    """The namespace issue 14 step 59's staged bf16 partials and 2-warp merge run in for its mutants:
+    impl.candidates.mla_part_bf16_staged until it lands, ours after."""
+    from impl.candidates import mla_part_bf16_staged
+    return mla_part_bf16_staged.mla
+
+
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaProducerStagedPartialsDropHeads(TritonMLA):
+    """Step 58's staged store masked to the first half of the heads, through step 59 (bf16 split partials staged the same way): half of each split's partial output is never written."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        return _ws_absorbed(("_consume", "_store_o", "_store_o_staged"), "mask=(oh < H)[:, None])",
+                            "mask=(oh < H // 2)[:, None])", w, q, latent, indices, lengths, return_scores, splits,
+                            ns=_part_staged_ns())
+
+
+@mutant("mla.absorbed", "output", base="triton")
+class MlaCombineBf16DropsLastSplit(TritonMLA):
+    """The split merge handed one split fewer than the kernel wrote, through step 59 (bf16 partials merged on 2 warps on the GPU): the last split dropped, each later row's partials read a split short."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        ns = _part_staged_ns()
+        with kernel_edited(ns, "mla_merge_kernel", "    if ONE_ROUND:\n", "    NS = NS - 1\n    if ONE_ROUND:\n"):
+            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
 # the split store's cast (issue 14 step 57, whose bf16 partials were refuted; ours stores float32 through it)
 @mutant("mla.absorbed", "output", base="triton")
 class MlaSplitPartialsUnnormalized(TritonMLA):
