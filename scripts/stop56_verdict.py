@@ -6,69 +6,36 @@ verdict and, last, `lands: step54,step55` / `lands: step54` / `lands: none`.
 """
 from __future__ import annotations
 
-import glob
-import json
-import os
-import re
 import sys
 
-PASS = "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run"
+from verdict_common import at_least as ok
+from verdict_common import caught, gates_passed, get, load_probe, shapes_of, tests_passed
+
 MUTANTS54 = ("mla_q_strides_rows_as_contiguous", "mla_q_strides_heads_step_r", "mla_producer_q_heads_step_r")
 MUTANTS55 = ("mla_producer_out_uv_unnormalized",)
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def gates_passed(d: str, step: int) -> bool:
-    logs = glob.glob(os.path.join(d, f"gate{step}_*.log"))
-    return len(logs) == 3 and all(PASS in _read(f) for f in logs)
-
-
-def tests_passed(d: str) -> bool:
-    lines = _read(os.path.join(d, "tests.log")).strip().splitlines()
-    return bool(lines) and re.search(r"\d+ passed", lines[-1]) is not None and not re.search(r"failed|error",
-                                                                                            lines[-1])
-
-
-def caught(d: str, names) -> int:
-    text = _read(os.path.join(d, "zoo54.log"))
-    return sum(1 for n in names if re.search(rf"^│ {n} +│ caught", text, re.M))
-
-
 def main(argv) -> int:
     d = argv[1]
-    try:
-        probe = json.load(open(os.path.join(d, "probe.json")))
-    except (OSError, ValueError):
-        probe = {}
+    probe = load_probe(d)
 
     def ratio(shape, part, num, den):
-        r = probe.get(shape, {}).get(part, {})
-        if num not in r or den not in r:
-            return float("nan")
-        return r[num]["median_us"] / r[den]["median_us"]
+        return get(probe, shape, part, num) / get(probe, shape, part, den)
 
-    shapes = sorted(probe, key=lambda k: (int(k.split("_")[0][1:]), k))
+    shapes = shapes_of(probe)
     print("shape            kernel ours/qstrides  attend ours/qstrides  kernel qstrides/outuv  attend qstrides/outuv")
     for s in shapes:
         print(f"{s:16s} {ratio(s, 'kernel', 'ours', 'qstrides'):20.3f}  {ratio(s, 'attend', 'ours', 'qstrides'):20.3f}"
               f"  {ratio(s, 'kernel', 'qstrides', 'outuv'):21.3f}  {ratio(s, 'attend', 'qstrides', 'outuv'):21.3f}")
-    ok = lambda x, lo: x == x and x >= lo                                   # NaN (not measured) never passes
     t = tests_passed(d)
-    g54, z54 = gates_passed(d, 54), caught(d, MUTANTS54)
+    g54, z54 = gates_passed(d, "gate54"), caught(d, "zoo54.log", MUTANTS54)
     p54 = (bool(shapes) and ok(ratio("B32_T32768", "kernel", "ours", "qstrides"), 1.03)
            and ok(ratio("B128_T32768", "kernel", "ours", "qstrides"), 1.03)
            and all(ok(ratio(s, p, "ours", "qstrides"), 0.99) for s in shapes for p in ("kernel", "attend")))
     land54 = g54 and t and z54 == len(MUTANTS54) and p54
     print(f"step 54: gates {int(g54)}; tests {int(t)}; mutants caught {z54} of {len(MUTANTS54)}; probe rule {int(p54)}"
           f"; lands {int(land54)}")
-    g55, z55 = gates_passed(d, 55), caught(d, MUTANTS55)
+    g55, z55 = gates_passed(d, "gate55"), caught(d, "zoo54.log", MUTANTS55)
     p55 = (bool(shapes) and ok(ratio("B128_T32768", "attend", "qstrides", "outuv"), 1.02)
            and ok(ratio("B256_T32768", "attend", "qstrides", "outuv"), 1.02)
            and all(ok(ratio(s, p, "qstrides", "outuv"), 0.99) for s in shapes for p in ("kernel", "attend")))
