@@ -14,26 +14,35 @@ from impl.candidates.mla_q_strides import mla as before
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-@pytest.mark.parametrize("B", [8, 70, 128, 200])
-def test_the_decode_keeps_its_bits(B):
+def decodes(ref_ns, ns, B: int) -> tuple:
+    """(ref_ns', ns') attend outputs on the bench's decode inputs at B rows, 4K cache (tests/test_mla_stage_o.py too)."""
     from gate.bench_mla import decode_inputs
     w, latent, q, idx, lengths, _ = decode_inputs(B, 4096)
-    plan = cand._launch(q.device, B, q.shape[2], idx.shape[-1], latent.shape[-1])
-    o_before, _ = before.attend(w, q, latent, idx, lengths)
-    o, _ = cand.attend(w, q, latent, idx, lengths)
-    assert bool(torch.isfinite(o_before).all()) and bool(o_before.abs().sum() > 0)
-    assert torch.equal(o, o_before), f"B = {B}, {plan['splits']} splits"
+    return ref_ns.attend(w, q, latent, idx, lengths)[0], ns.attend(w, q, latent, idx, lengths)[0]
 
 
-def test_the_paged_decode_keeps_its_bits():
+def paged_decodes(ref_ns, ns, B: int = 96, P: int = 64) -> tuple:
+    """(ref_ns', ns') absorbed_paged outputs over the decode inputs' cache in shuffled pages of P."""
     from gate.bench_mla import decode_inputs
-    B, P = 96, 64
     w, latent, q, idx, lengths, _ = decode_inputs(B, 4096)
     T, R = latent.shape[1], latent.shape[2]
     M = T // P
     table = torch.randperm(B * M, device="cuda").reshape(B, M)
     pool = torch.empty(B * M, P, R, dtype=latent.dtype, device="cuda")
     pool[table.reshape(-1)] = latent.reshape(B * M, P, R)
-    got = cand.absorbed_paged(w, q, pool, table, P, lengths, idx)[0]
-    ref = before.absorbed_paged(w, q, pool, table, P, lengths, idx)[0]
+    return (ref_ns.absorbed_paged(w, q, pool, table, P, lengths, idx)[0],
+            ns.absorbed_paged(w, q, pool, table, P, lengths, idx)[0])
+
+
+@pytest.mark.parametrize("B", [8, 70, 128, 200])
+def test_the_decode_keeps_its_bits(B):
+    o_before, o = decodes(before, cand, B)
+    assert bool(torch.isfinite(o_before).all()) and bool(o_before.abs().sum() > 0)
+    from gate.bench_mla import R, W
+    splits = cand._launch(o.device, B, o.shape[2], W, R)["splits"]
+    assert torch.equal(o, o_before), f"B = {B}, {splits} splits"
+
+
+def test_the_paged_decode_keeps_its_bits():
+    ref, got = paged_decodes(before, cand)
     assert torch.equal(got, ref)

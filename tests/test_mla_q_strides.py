@@ -10,6 +10,7 @@ import torch
 
 from impl.candidates.mla_heads64 import module_copy
 from impl.candidates.mla_q_strides import mla as cand
+from tests.test_mla_prefetch import _paged
 
 # ours before step 54 (the contiguous copy), whether or not it has landed
 im = module_copy(f"{__name__}.before", Q_STRIDES=False, OUT_UV=False)
@@ -31,17 +32,10 @@ def _case(B, S, T, W, H, R, device="cpu", dtype=torch.float32, seed=0):
     return _folded(B, S, H, R, device=device, dtype=dtype, seed=seed), lat, idx, lengths
 
 
-def _paged(lat, P, seed=1):
-    """(the page pool, the block table) holding `lat`'s rows in shuffled pages of P."""
-    B, T, R = lat.shape
-    M = -(-T // P)
-    table = torch.randperm(B * M, generator=torch.Generator().manual_seed(seed)).reshape(B, M).to(lat.device)
-    pool = torch.zeros(B * M, P, R, dtype=lat.dtype, device=lat.device)
-    for b in range(B):
-        for m in range(M):
-            rows = lat[b, m * P:(m + 1) * P]
-            pool[table[b, m], :rows.shape[0]] = rows
-    return pool, table
+def _paged_on(lat, P):
+    """tests/test_mla_prefetch.py's page pool and block table for `lat` (built on the CPU), on lat's device."""
+    pool, table = _paged(lat.cpu(), P)
+    return pool.to(lat.device), table.to(lat.device)
 
 
 def test_the_fold_is_strided_and_read_where_it_is():
@@ -75,7 +69,7 @@ def test_on_the_cpu_the_same_bits_as_ours(S, splits, paged):
     q, lat, idx, lengths = _case(2, S, 300, 70, 3, 32)
     kw = {}
     if paged:
-        lat, table = _paged(lat, 16)
+        lat, table = _paged_on(lat, 16)
         kw = dict(block_table=table, page_size=16)
     ours = im.sparse_absorbed(q, lat, idx, lengths, 0.3, splits, **kw)
     assert bool(torch.isfinite(ours).all()) and bool(ours.abs().sum() > 0)
@@ -90,7 +84,7 @@ def test_on_the_gpu_in_bf16_the_same_bits_as_ours(B, S, paged):
     q, lat, idx, lengths = _case(B, S, 4096, 2051, 64, 512, device="cuda", dtype=torch.bfloat16, seed=B)
     kw = {}
     if paged:
-        lat, table = _paged(lat, 64)
+        lat, table = _paged_on(lat, 64)
         kw = dict(block_table=table, page_size=64)
     assert cand._q_operand(q)[0].data_ptr() == q.data_ptr()
     ours = im.sparse_absorbed(q, lat, idx, lengths, 0.0625, **kw)

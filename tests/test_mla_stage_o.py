@@ -9,6 +9,7 @@ import torch
 
 from impl.candidates.mla_heads64 import module_copy
 from impl.candidates.mla_stage_o import mla as cand
+from tests.test_mla_out_uv import decodes, paged_decodes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -18,23 +19,11 @@ before = module_copy(f"{__name__}.before", EPILOGUE_STAGED=False)
 
 @pytest.mark.parametrize("B", [8, 70, 128, 200])
 def test_the_decode_keeps_its_bits(B):
-    from gate.bench_mla import decode_inputs
-    w, latent, q, idx, lengths, _ = decode_inputs(B, 4096)
-    o_before, _ = before.attend(w, q, latent, idx, lengths)
-    o, _ = cand.attend(w, q, latent, idx, lengths)
+    o_before, o = decodes(before, cand, B)
     assert bool(torch.isfinite(o_before).all()) and bool(o_before.abs().sum() > 0)
     assert torch.equal(o, o_before), f"B = {B}"
 
 
 def test_the_paged_decode_keeps_its_bits():
-    from gate.bench_mla import decode_inputs
-    B, P = 96, 64
-    w, latent, q, idx, lengths, _ = decode_inputs(B, 4096)
-    T, R = latent.shape[1], latent.shape[2]
-    M = T // P
-    table = torch.randperm(B * M, device="cuda").reshape(B, M)
-    pool = torch.empty(B * M, P, R, dtype=latent.dtype, device="cuda")
-    pool[table.reshape(-1)] = latent.reshape(B * M, P, R)
-    got = cand.absorbed_paged(w, q, pool, table, P, lengths, idx)[0]
-    ref = before.absorbed_paged(w, q, pool, table, P, lengths, idx)[0]
+    ref, got = paged_decodes(before, cand)
     assert torch.equal(got, ref)
