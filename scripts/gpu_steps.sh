@@ -27,6 +27,18 @@ has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 # passed PREFIX: 1 when every $L/PREFIX_*.log is a gate verdict with nothing failed, regressed, uncovered, errored
 # or not run (a missing log counts as not passed), else 0
 passed() { local p=1; for f in "$L"/$1_*.log; do grep -qs "0 failed, 0 regressions, 0 not covered, 0 errors, 0 not run" "$f" || p=0; done; echo $p; }
+# matrix_passed: 1 when every $L/matrix*.log reports nothing failed, errored, uncovered or not run (none: 0)
+matrix_passed() {
+  local m=1 f
+  for f in "$L"/matrix*.log; do grep -qs " 0 failed, 0 errors, 0 not covered, 0 not run" "$f" || m=0; done
+  echo $m
+}
+# tests_passed LOG: 1 when LOG's last line is pytest's summary with passes and no failure or error, else 0
+tests_passed() {
+  tail -1 "$1" 2>/dev/null | grep -qE "[0-9]+ passed" && ! tail -1 "$1" | grep -qE "failed|error" && echo 1 || echo 0
+}
+# caught_in LOG...: how many mutants the zoo logs show caught
+caught_in() { cat "$@" 2>/dev/null | grep -cE '^│ [a-z_0-9]+ +│ caught'; }
 step() {
   local name=$1 t=$2 t0; shift 2; t0=$(date +%s)
   timeout "$t" "$@" > "$L/$name.log" 2>&1

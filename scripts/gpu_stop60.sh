@@ -33,9 +33,7 @@ if grep -q "^lands: step58" "$L/summary.txt" && [ "$SECONDS" -lt 360 ]; then
   step testsl 150 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
   wait
   [ "$SECONDS" -lt 560 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
-  M=1; for f in "$L"/matrix*.log; do grep -qs " 0 failed, 0 errors, 0 not covered, 0 not run" "$f" || M=0; done
-  TW=0; tail -1 "$L/testsl.log" | grep -qE "[0-9]+ passed" && ! tail -1 "$L/testsl.log" | grep -qE "failed|error" && TW=1
-  Z=$(grep -cE '^│ mla_[a-z_]+ +│ caught' "$L/zool.log")
+  M=$(matrix_passed); TW=$(tests_passed "$L/testsl.log"); Z=$(caught_in "$L/zool.log")
   echo "landed tree: matrix passed $M; mutants caught $Z of 4; tests $TW; commit: $([ $M = 1 ] && [ "$Z" = 4 ] && [ $TW = 1 ] && echo 1 || echo 0)" \
       | tee -a "$L/summary.txt"
 fi
