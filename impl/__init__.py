@@ -17,12 +17,17 @@ def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def operand_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tl.dot operand of `dtype` is given in: float32 under the interpreter (its bf16 tl.dot is
+    wrong) and for dtypes tl.dot does not take on the GPU (float64); else its own."""
+    if dtype != torch.float32 and (interpreted() or dtype not in (torch.bfloat16, torch.float16)):
+        return torch.float32
+    return dtype
+
+
 def kernel_operand(a: torch.Tensor) -> torch.Tensor:
-    """Contiguous tl.dot operand: float32 under the interpreter (its bf16 tl.dot is wrong) and for
-    dtypes tl.dot does not take on the GPU (float64)."""
-    if a.dtype != torch.float32 and (interpreted() or a.dtype not in (torch.bfloat16, torch.float16)):
-        a = a.float()
-    return a.contiguous()
+    """Contiguous tl.dot operand in `operand_dtype`."""
+    return a.to(operand_dtype(a.dtype)).contiguous()
 
 
 def num_sms(device) -> int:

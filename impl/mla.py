@@ -21,7 +21,7 @@ import torch
 import triton
 
 import impl  # noqa: F401  (selects the interpreter on CPU-only machines before triton runs a kernel)
-from impl import dsa, interpreted, kernel_operand, norm, num_sms, paged
+from impl import dsa, interpreted, kernel_operand, norm, num_sms, operand_dtype, paged
 from impl.graph import capturing
 from impl.kernels.mla import mla_merge_kernel, mla_merge_uv_kernel, mla_sparse_absorbed_fwd_kernel
 
@@ -318,8 +318,7 @@ def _q_operand(q_abs):
     heads), unit stride along R. Step 54 (Q_STRIDES): a tensor of the kernels' dtype whose rows are equally spaced is
     read where it is; anything else is made contiguous (kernel_operand: float32 under the interpreter)."""
     B, S, H, R = q_abs.shape
-    same_dtype = q_abs.dtype == torch.float32 or (not interpreted() and q_abs.dtype in (torch.bfloat16, torch.float16))
-    if Q_STRIDES and same_dtype and q_abs.stride(3) == 1:
+    if Q_STRIDES and operand_dtype(q_abs.dtype) == q_abs.dtype and q_abs.stride(3) == 1:
         # rows b·S + s at one stride: S = 1 (the row is b), B = 1 (the row is s), or the batch stride S rows
         if S == 1 or B == 1 or q_abs.stride(0) == S * q_abs.stride(1):
             return q_abs, q_abs.stride(0) if S == 1 else q_abs.stride(1), q_abs.stride(2)
