@@ -46,7 +46,7 @@ MLA_WS = KernelRecord(
     dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32", stride_q_bs="i32", stride_q_h="i32"),
     dict(H=64, R=512, BH=64, BW=32, STAGES=3, SPLIT=True, PRODUCER_WARPS=4, PRODUCER_REGS=56, VEC=8, TR=32,
          block_table=None, PAGED=False, PAGE=1, num_warps=8, OVERLAP=False, BWP=32, AHEAD=False, timeline=None,
-         TIMELINE=False, STAGE_O=False),
+         TIMELINE=False, STAGE_O=False, DEPENDENTS=False),
     dict(num_warps=8))
 
 
@@ -232,21 +232,21 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
                       stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
-                      PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=2)),
+                      PAGED=False, PAGE=1, PREFETCH=True, DEPENDENTS=False), dict(num_warps=8, num_stages=2)),
     # ours from 7 query rows on (issue 14 steps 40, 41, 47; impl.candidates.mla_heads64*): 64 heads a program
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
                       stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=64, BW=32, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
-                      PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=3)),
+                      PAGED=False, PAGE=1, PREFETCH=True, DEPENDENTS=False), dict(num_warps=8, num_stages=3)),
     # the paged cache (64-token pages, vLLM's FlashMLA block size) read through the block table
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
                  dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32, block_table="*i64"),
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
                       stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, PAGED=True, PAGE=64,
-                      PREFETCH=True), dict(num_warps=8, num_stages=2)),
+                      PREFETCH=True, DEPENDENTS=False), dict(num_warps=8, num_stages=2)),
     # below 8 query rows with one-block splits and one pipeline stage (issue 14 step 45's second form,
     # impl.candidates.mla_splits_w1)
     KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
@@ -254,7 +254,7 @@ RECORDS = (
                  dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
                       stride_q_bs="i32", stride_q_h="i32"),
                  dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
-                      PAGED=False, PAGE=1, PREFETCH=True), dict(num_warps=8, num_stages=1)),
+                      PAGED=False, PAGE=1, PREFETCH=True, DEPENDENTS=False), dict(num_warps=8, num_stages=1)),
     # issue 14 steps 49-51 (MLA_WS above)
     MLA_WS,
     MLA_WS._replace(pointers={**MLA_WS.pointers, "block_table": "*i64"},
@@ -280,6 +280,9 @@ RECORDS = (
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
                                 "SPLIT": False, "STAGE_O": True}),
+    # step 60's candidate: the split launch's programs let the merge's grid start (programmatic dependent launch)
+    MLA_WS._replace(constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
+                                "DEPENDENTS": True}),
     # the timeline probe's form (issue 14 step 56: %globaltimer stamps per program; diagnostics only)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "timeline": "*i64"},
                     constexprs={**{k: v for k, v in MLA_WS.constexprs.items() if k != "timeline"}, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
@@ -292,13 +295,23 @@ RECORDS = (
     # 16 splits over the whole rank (issue 14 step 42); the rank in chunks of 128 (step 44's candidate); up to 64
     # splits a load in [64, 128] tiles (step 45's merge plan at 33 splits); step 46's one round at ours' and step 45's
     *(KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
-                   dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one), dict(num_warps=4))
+                   dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one, PDL=False), dict(num_warps=4))
       for br, bj, one in ((512, 16, False), (128, 16, False), (128, 64, False), (128, 64, True), (512, 16, True))),
     # step 57's candidate: bf16 partials, ours' tile; step 59's: the same on 2 warps (no shared memory)
     KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=4)),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False, PDL=False), dict(num_warps=4)),
     KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
-                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False), dict(num_warps=2)),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False, PDL=False), dict(num_warps=2)),
+    # step 60's candidate: ours' merge as a programmatic dependent (it waits for the sparse grid); the Triton sparse
+    # kernel's form that lets it start (below 8 query rows)
+    KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
+                 dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False, PDL=True), dict(num_warps=4)),
+    KernelRecord("mla", "mla_sparse_absorbed_fwd_kernel",
+                 dict(q=BF, c=BF, indices="*i64", lengths="*i64", out=F32, lse=F32),
+                 dict(S="i32", T="i32", W="i32", W_SPLIT="i32", M="i32", scale="fp32",
+                      stride_q_bs="i32", stride_q_h="i32"),
+                 dict(H=64, R=512, BH=16, BW=64, BR=512, PRECISION="tf32", SPLIT=True, block_table=None,
+                      PAGED=False, PAGE=1, PREFETCH=True, DEPENDENTS=True), dict(num_warps=8, num_stages=2)),
     # with W_UV applied (step 43's refuted candidate)
     KernelRecord("mla", "mla_merge_uv_kernel", dict(part=F32, lse=F32, w_uv=BF, out=BF),
                  dict(NS="i32", stride_h="i32", stride_v="i32"),
@@ -484,6 +497,10 @@ def main(argv=None) -> int:
             label += " (entries ahead)"
         if rec.module == "mla_gluon" and rec.constexprs.get("STAGE_O"):
             label += " (staged epilogue)"
+        if rec.constexprs.get("DEPENDENTS"):
+            label += " (dependents)"
+        if rec.constexprs.get("PDL"):
+            label += " (pdl)"
         if rec.module == "mla_gluon" and rec.constexprs.get("TIMELINE"):
             label += " (timeline stamps)"
         if rec.module == "mla_gluon" and rec.constexprs.get("SPLIT") and rec.pointers.get("out") == BF:

@@ -333,6 +333,19 @@ def _q_operand(q_abs):
 EPILOGUE_STAGED = False
 
 
+# issue 14 step 60's candidate (impl.candidates.mla_merge_pdl): the split merge launched as a programmatic dependent
+# of the sparse kernel (PDL, sm_90): the kernel's programs let the merge's grid launch as they start and the merge's
+# programs wait (griddepcontrol.wait) for the kernel's completion, so the merge's launch no longer follows the
+# kernel's last program; the same loads and arithmetic. GPU only (inline PTX); False: launched after it
+MERGE_PDL = False
+
+
+def _pdl(q_abs) -> bool:
+    """Step 60 (MERGE_PDL) applies: a CUDA device of compute capability 9 or more, not the interpreter."""
+    return (MERGE_PDL and q_abs.is_cuda and not interpreted()
+            and torch.cuda.get_device_capability(q_abs.device)[0] >= 9)
+
+
 # diagnostics (scripts/mla_timeline_probe.py, issue 14 step 56): a [programs, 8] int64 buffer the producer kernel's
 # entries-ahead form fills with %globaltimer stamps per program (impl/kernels/mla_gluon.py `_stamp`); None: off
 _TIMELINE = None
@@ -369,10 +382,10 @@ def _copy_tile(R: int) -> dict:
 
 
 def _gather_attend(ws: bool, grid, q_abs, q_strides, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
-                   split: bool, meta: dict):
+                   split: bool, meta: dict, dependents: bool = False):
     """One launch of the sparse kernel over `grid` (query rows, head blocks, splits): the producer kernel when `ws`,
     else the Triton kernel with `meta`; the same arguments and outputs (out, and lse when `split`); q_strides: q_abs's
-    (row, head) strides (`_q_operand`)."""
+    (row, head) strides (`_q_operand`); dependents (step 60): its programs let the next launch's start."""
     if ws:
         blk = _producer_block(grid[0])
         mla_sparse_absorbed_ws_kernel[(grid[0], 1, grid[2])](
@@ -381,10 +394,11 @@ def _gather_attend(ws: bool, grid, q_abs, q_strides, latent, idx, lengths, out, 
             PRODUCER_REGS=blk["REGS"], **_copy_tile(meta["R"]), PAGED=meta["PAGED"], PAGE=meta["PAGE"],
             num_warps=8, OVERLAP=PRODUCER_OVERLAP, BWP=32, AHEAD=PRODUCER_AHEAD, timeline=_TIMELINE,
             TIMELINE=_TIMELINE is not None and PRODUCER_AHEAD and not PRODUCER_OVERLAP,
-            STAGE_O=EPILOGUE_STAGED and PRODUCER_AHEAD and not PRODUCER_OVERLAP and out.dtype == q_abs.dtype)
+            STAGE_O=EPILOGUE_STAGED and PRODUCER_AHEAD and not PRODUCER_OVERLAP and out.dtype == q_abs.dtype,
+            DEPENDENTS=dependents)
     else:
         mla_sparse_absorbed_fwd_kernel[grid](q_abs, latent, idx, lengths, out, lse, bt, S, T, W, W_SPLIT, M, scale,
-                                             *q_strides, SPLIT=split, **meta)
+                                             *q_strides, SPLIT=split, DEPENDENTS=dependents, **meta)
 
 
 def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optional[int] = None,
@@ -438,10 +452,12 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
     else:
         part = torch.empty(B * S, NS, H, R, device=q_abs.device, dtype=_part_dtype(q_abs))
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
+        use_uv = w_uv is not None and B * S <= ROWS_UV
+        pdl = _pdl(q_abs) and not use_uv
         _gather_attend(ws, (B * S, n_hb, NS), q_abs, q_strides, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT,
-                       M, scale, True, meta)
+                       M, scale, True, meta, dependents=pdl)
         BJ, BRM = _merge_plan(NS, BR)
-        if w_uv is not None and B * S <= ROWS_UV:
+        if use_uv:
             V, cfg = w_uv.shape[1], dict(MERGE_UV_CONFIG)
             o = torch.empty(B, S, H, V, device=q_abs.device, dtype=w_uv.dtype)
             BK, BV = min(cfg.pop("BK"), BR), min(cfg.pop("BV"), triton.next_power_of_2(V))
@@ -453,7 +469,8 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
         mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ,
                                                           ONE_ROUND=MERGE_ONE_ROUND and NS <= BJ,
-                                                          num_warps=_merge_warps(part, BRM))
+                                                          num_warps=_merge_warps(part, BRM), PDL=pdl,
+                                                          **({"launch_pdl": True} if pdl else {}))
     return out if w_uv is None else _fold_uv(out, w_uv)
 
 

@@ -5,7 +5,8 @@ round of loads, step 46's switch: a timing only, to see whether the merge's two 
 B = 16-64), step 57's (`partbf16`: the split partials in bf16, impl.candidates.mla_part_bf16) and step 58's
 (`stageo`: the bf16 output staged through shared memory, impl.candidates.mla_stage_o; the decode only, as
 sparse_absorbed alone writes float32) and step 59's (`partstaged`: bf16 partials, the staged epilogue and a 2-warp
-merge, impl.candidates.mla_part_bf16_staged) on a 32K cache (and B = 1 at 128K), one query a row. `ours2`: a second copy of ours (the same code,
+merge, impl.candidates.mla_part_bf16_staged) and step 60's (`pdl`: the split merge launched as a programmatic
+dependent of the sparse kernel, impl.candidates.mla_merge_pdl) on a 32K cache (and B = 1 at 128K), one query a row. `ours2`: a second copy of ours (the same code,
 its own compile and graph): the control, ours' ratio to it is the probe's noise between identical launches.
 
 Per shape: sparse_absorbed (the bench's "kernel": the sparse kernel and the split merge) and the whole decode
@@ -31,7 +32,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--forms", default="ours,qstrides,outuv,merge1",
                    help="comma-separated forms (ours always): ours2, qstrides, outuv, merge1, partbf16, stageo, "
-                        "partstaged")
+                        "partstaged, pdl")
     p.add_argument("--shapes", default=None, help="comma-separated BxT (default: B = 1 at 128K and 32K, 4-256 at 32K)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
@@ -42,12 +43,13 @@ def main(argv=None) -> int:
     from gate.bench_mla import DN, decode_inputs, time_decode_forms
     from gate.benchlib import alternating, graph, kernel_times, write_json
     from impl import mla as im
-    from impl.candidates import mla_out_uv, mla_part_bf16, mla_part_bf16_staged, mla_q_strides, mla_stage_o
+    from impl.candidates import (mla_merge_pdl, mla_out_uv, mla_part_bf16, mla_part_bf16_staged, mla_q_strides,
+                                 mla_stage_o)
     from impl.candidates.mla_heads64 import module_copy
     merge1 = module_copy("scripts.mla_q_probe.merge1", Q_STRIDES=True, MERGE_ONE_ROUND=True)
     forms = {"ours": im, "ours2": module_copy("scripts.mla_q_probe.ours2"), "qstrides": mla_q_strides.mla,
              "outuv": mla_out_uv.mla, "merge1": merge1, "partbf16": mla_part_bf16.mla, "stageo": mla_stage_o.mla,
-             "partstaged": mla_part_bf16_staged.mla}
+             "partstaged": mla_part_bf16_staged.mla, "pdl": mla_merge_pdl.mla}
     keep = {"ours", *args.forms.split(",")}
     if keep - set(forms):
         p.error(f"--forms: unknown {sorted(keep - set(forms))} (known: {', '.join(forms)})")

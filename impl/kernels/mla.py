@@ -8,6 +8,7 @@ one program takes a block of heads and gathers each selected row once for all of
 """
 import triton
 import triton.language as tl
+from triton.language.extra import cuda
 
 
 @triton.jit
@@ -38,7 +39,7 @@ def mla_sparse_absorbed_fwd_kernel(
     S, T, W, W_SPLIT, M, scale, stride_q_bs, stride_q_h,
     H: tl.constexpr, R: tl.constexpr,
     BH: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
-    PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = False,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, PREFETCH: tl.constexpr = False, DEPENDENTS: tl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s].
 
@@ -60,6 +61,9 @@ def mla_sparse_absorbed_fwd_kernel(
     The same loads and the same arithmetic: the same bits. (Its rows a block ahead too, a second [BW, BR] tile
     held across the iteration, measured 5-9 % slower on an H100: not kept.)
     """
+    if DEPENDENTS:
+        # issue 14 step 60: the merge launched after this grid may start its programs (they wait for this grid)
+        cuda.gdc_launch_dependents()
     i_bs, i_hb, i_sp = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     n_sp = tl.num_programs(2).to(tl.int64)
     i_b = i_bs // S
@@ -163,6 +167,7 @@ def _merged_one_round(part, lse, i_bs, i_h, NS, o_r, mask_r, H: tl.constexpr, R:
 def mla_merge_kernel(
     part, lse, out,
     NS, H: tl.constexpr, R: tl.constexpr, BR: tl.constexpr, BJ: tl.constexpr, ONE_ROUND: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):
     """The split merge in one pass (issue 14 step 42): out[b, s, h] = Σ_j e^(lse_j - L) part_j / Σ_j e^(lse_j - L),
     L = max_j lse_j first (0 where every split is empty). With L known every split's weight is, so BJ splits'
@@ -174,10 +179,15 @@ def mla_merge_kernel(
     part: [B·S, NS, H, R] f32, lse: [B·S, NS, H], out: [B·S, H, R].
     ONE_ROUND (issue 14 step 46; the host sets it only when NS <= BJ): the splits' log-sum-exps and partials in one
     round of loads instead of two (L first, then the partials), the same arithmetic.
+    PDL (issue 14 step 60; GPU only: inline PTX): launched as a programmatic dependent of the sparse kernel, whose
+    programs let this grid's start before they finish; every program waits here until that grid has completed and
+    its partials are visible.
     """
     i_bs, i_h, i_c = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64), tl.program_id(2)
     o_r = i_c * BR + tl.arange(0, BR)
     mask_r = o_r < R
+    if PDL:
+        cuda.gdc_wait()
     if ONE_ROUND:
         b_acc, b_l = _merged_one_round(part, lse, i_bs, i_h, NS, o_r, mask_r, H, R, BJ)
     else:

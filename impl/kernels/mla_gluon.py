@@ -311,6 +311,14 @@ def _consume_overlap(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_sm
 
 
 @gluon.jit
+def _launch_dependents():
+    """Let the next launch's programs start (issue 14 step 60, programmatic dependent launch): they wait in
+    griddepcontrol.wait until this grid has finished and its writes are visible, so the hint is safe anywhere."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
 def mla_sparse_absorbed_ws_kernel(
     q, c, indices, lengths, out, lse, block_table,
     S, T, W, W_SPLIT, M, scale, stride_q_bs, stride_q_h,
@@ -318,7 +326,7 @@ def mla_sparse_absorbed_ws_kernel(
     SPLIT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr,
     TR: gl.constexpr, PAGED: gl.constexpr, PAGE: gl.constexpr,
     num_warps: gl.constexpr, OVERLAP: gl.constexpr = False, BWP: gl.constexpr = 32, AHEAD: gl.constexpr = False,
-    timeline=None, TIMELINE: gl.constexpr = False, STAGE_O: gl.constexpr = False,
+    timeline=None, TIMELINE: gl.constexpr = False, STAGE_O: gl.constexpr = False, DEPENDENTS: gl.constexpr = False,
 ):
     """out[b, s, h] = Σ_t softmax_t(scale · q[b, s, h] · c[b, t]) c[b, t] over t in indices[b, s]: ours'
     mla_sparse_absorbed_fwd_kernel (BH = H = 64 heads a program, bf16 operands, R = BR) with the gather in its
@@ -326,6 +334,8 @@ def mla_sparse_absorbed_ws_kernel(
     q: [B, S, H, R] bf16 (row b·S + s, head h at q + (b·S + s)·stride_q_bs + h·stride_q_h), c: [B, T, R] bf16
     (PAGED: the page pool [N, PAGE, R], block_table [B, M] int; else block_table None and M unused),
     indices: [B, S, W] int, lengths: [B] int."""
+    if DEPENDENTS:
+        _launch_dependents()
     i_bs, i_sp = gl.program_id(0).to(gl.int64), gl.program_id(2).to(gl.int64)
     n_sp = gl.num_programs(2).to(gl.int64)
     i_b = i_bs // S

@@ -394,6 +394,26 @@ class MlaCombineBf16DropsLastSplit(TritonMLA):
             return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
+def _pdl_ns():
+    """The namespace issue 14 step 60's programmatic dependent merge runs in for its mutant:
+    impl.candidates.mla_merge_pdl until it lands, ours after."""
+    from impl.candidates import mla_merge_pdl
+    return mla_merge_pdl.mla
+
+
+# GPU only: the interpreter never launches a dependent grid early (the candidate is ours there). A race, not a
+# planted arithmetic error: the merge's programs start while the sparse kernel's still write, so what they read is
+# whatever the partials' buffer held (an earlier example's partials, or never-written memory)
+@mutant("mla.absorbed", "output", base="triton", device="cuda")
+class MlaMergePdlNoWait(TritonMLA):
+    """The split merge launched as a programmatic dependent of the sparse kernel (issue 14 step 60) without its griddepcontrol.wait: it reads the split partials while the sparse kernel's programs are still writing them."""
+
+    def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
+        ns = _pdl_ns()
+        with kernel_edited(ns, "mla_merge_kernel", "        cuda.gdc_wait()\n", "        pass\n"):
+            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+
+
 # the split store's cast (issue 14 step 57, whose bf16 partials were refuted; ours stores float32 through it)
 @mutant("mla.absorbed", "output", base="triton")
 class MlaSplitPartialsUnnormalized(TritonMLA):
