@@ -155,6 +155,9 @@ GPU_PTX = ("inline PTX (impl.moe.pairs_possible: bf16 dots compiled for a CUDA G
 MLA_MERGE_UV_CANDIDATE = ("only issue 14 step 43's refuted candidate launches it (impl.candidates.mla_merge_uv: ours' "
                           "ROWS_UV is 0); tests/test_mla_merge.py holds it on the CPU against the float64 truth over "
                           "1-20 splits (two tiles), empty splits and rows, 1-2 query rows, and on a GPU in bf16")
+MLA_PDL = ("GPU only (inline PTX, compute capability >= 9; the interpreter never sets it), and only through issue 14 step "
+           "60's candidate (impl.candidates.mla_merge_pdl: ours' MERGE_PDL is False); tests/test_mla_merge_pdl.py "
+           "holds it bit for bit against ours on a GPU, eager, paged and replayed from a CUDA graph")
 MLA_MERGE_CHUNKS = ("only issue 14 step 44's refuted candidate launches it (impl.candidates.mla_merge_chunks: ours' "
                     "MERGE_BR is 0, the whole rank a program); tests/test_mla_merge.py holds it on the CPU against "
                     "the float64 truth and the whole-rank merge's bits, and on a GPU in bf16")
@@ -470,6 +473,10 @@ PATHS: tuple[Path, ...] = (
          why="only issue 14 step 46's candidate launches it (impl.candidates.mla_merge_one_round: ours' "
              "MERGE_ONE_ROUND is False); tests/test_mla_merge.py holds it bit for bit against ours' two-round merge "
              "on the CPU (1-16 splits, empty splits, a row with no valid entry) and on a GPU in bf16"),
+    Path("mla_merge_kernel", "launched as a programmatic dependent of the sparse kernel, waiting for it (step 60)",
+         lambda a: a.get("PDL", False), why=MLA_PDL),
+    Path("mla_sparse_absorbed_fwd_kernel", "its programs let the merge's grid start early (step 60)",
+         lambda a: a.get("DEPENDENTS", False), why=MLA_PDL),
     Path("mla_merge_uv_kernel", "a second block of the rank", lambda a: a["R"] > a["BK"], why=MLA_MERGE_UV_CANDIDATE),
     Path("mla_merge_uv_kernel", "two or more tiles of splits", lambda a: a["NS"] > a["BJ"],
          why=MLA_MERGE_UV_CANDIDATE),
