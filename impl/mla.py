@@ -329,8 +329,9 @@ def _q_operand(q_abs):
 # issue 14 step 58's candidate (impl.candidates.mla_stage_o): where the producer kernel's output is in q's dtype
 # (bf16: the unsplit launch before W_UV's fold, step 55), its epilogue goes through q's shared-memory tile and stores
 # whole rows 16 bytes a thread (impl/kernels/mla_gluon.py `_store_o_staged`); False: stored from the MMA layout,
-# half-sector writes in bf16 (stop 58: ~2.5 us of device time at B = 128 against the float32 output)
-EPILOGUE_STAGED = False
+# half-sector writes in bf16 (stop 58: ~2.5 us of device time at B = 128 against the float32 output). True since it
+# landed
+EPILOGUE_STAGED = True
 
 
 # issue 14 step 60's candidate (impl.candidates.mla_merge_pdl): the split merge launched as a programmatic dependent

@@ -11,9 +11,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATCHES = os.path.join(ROOT, "scripts", "patches")
-# (what the device applies first, then what it applies on top). Since stop 52 (step 47 landed, step 46 refuted by
-# its rule): b1's patch alone, and step 49's (scripts/gpu_stop53.sh), alone or after b1's
-ORDERS = [("step45b",), ("step58",), ("step58", "step59"), ("step45b", "step58", "step59")]
+# (what the device applies first, then what it applies on top). Since stop 62 (step 58 landed): b1's patch alone,
+# step 59's alone or after b1's
+ORDERS = [("step45b",), ("step59",), ("step45b", "step59")]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")),

@@ -334,8 +334,10 @@ class MlaProducerQHeadsStepR(TritonMLA):
 
 
 def _out_uv_ns():
-    """The namespace issue 14 step 55's output in W_UV's dtype runs in for its mutant: ours since it landed."""
-    return im
+    """The namespace issue 14 step 55's output in W_UV's dtype runs in for its mutant, stored from the MMA layout:
+    impl.candidates.mla_out_uv (step 58's staged epilogue pinned off; ours stages that output since step 58)."""
+    from impl.candidates import mla_out_uv
+    return mla_out_uv.mla
 
 
 # step 55's cast in the producer kernel's epilogue: the attend of mla.absorbed's drawn cases (tiny selections, one
@@ -351,10 +353,8 @@ class MlaProducerOutUvUnnormalized(TritonMLA):
 
 
 def _stage_ns():
-    """The namespace issue 14 step 58's staged epilogue runs in for its mutant: impl.candidates.mla_stage_o until it
-    lands, ours after."""
-    from impl.candidates import mla_stage_o
-    return mla_stage_o.mla
+    """The namespace issue 14 step 58's staged epilogue runs in for its mutant: ours since it landed."""
+    return im
 
 
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
