@@ -10,6 +10,10 @@ and the merge's grid is launched while they run; each merge program waits (gridd
 grid has completed and its partials are visible, then does ours' loads and arithmetic: ours' bits.
 
 GPU only (sm_90 and later; inline PTX the interpreter cannot run): on the CPU the candidate is ours.
+
+Refuted (stop 62, H100, not gated): ours' bits (its GPU tests, CUDA-graph replays among them), but sparse_absorbed
+only 1.002-1.007x ours at B = 16-64 (0.4 us at B = 32; predicted 1-2.5 us), the decode 1.009-1.020x: the merge's
+launch is not where the graph replay's extra time goes. Kept to replay the run.
 """
 from __future__ import annotations
 
