@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 14 step 58 gated and its landed tree checked side by side in one short call (~350 s; failed machine starts
-# left the session less device time than scripts/gpu_stop62c.sh's two phases): on this tree its gate (seeds 112, 113,
+# left the session less device time than a gate and a landing one after the other): on this tree its gate (seeds 112, 113,
 # mla.causal at 112; 20 examples a check), the MLA GPU tests and its mutant; at once, on a copy with step58.patch
 # applied (/tmp/landed), ours' matrix at seed 114 (12 examples a check), the four producer mutants of its landing list
 # and the GPU tests; then the probe (ours2 / stageo, and step 59's partstaged timed, not gated), the verdict
