@@ -25,9 +25,9 @@ def gates_passed(d: str, prefix: str) -> bool:
     return len(logs) == 3 and all(PASS in read(f) for f in logs)
 
 
-def tests_passed(d: str, log: str = "tests.log") -> bool:
-    """Whether the log's last line is pytest's summary with passes and no failure or error."""
-    lines = read(os.path.join(d, log)).strip().splitlines()
+def tests_passed(d: str) -> bool:
+    """Whether tests.log's last line is pytest's summary with passes and no failure or error."""
+    lines = read(os.path.join(d, "tests.log")).strip().splitlines()
     return bool(lines) and re.search(r"\d+ passed", lines[-1]) is not None and not re.search(r"failed|error",
                                                                                             lines[-1])
 
@@ -38,10 +38,10 @@ def caught(d: str, log: str, names) -> int:
     return sum(1 for n in names if re.search(rf"^│ {n} +│ caught", text, re.M))
 
 
-def load_probe(d: str, name: str = "probe.json") -> dict:
-    """The probe's json ({"B<b>_T<t>": {"kernel": {form: stats}, "attend": {...}}}), or {} when it is missing."""
+def load_probe(d: str) -> dict:
+    """probe.json ({"B<b>_T<t>": {"kernel": {form: stats}, "attend": {...}}}), or {} when it is missing."""
     try:
-        return json.load(open(os.path.join(d, name)))
+        return json.load(open(os.path.join(d, "probe.json")))
     except (OSError, ValueError):
         return {}
 
@@ -68,14 +68,13 @@ def no_slower(ratio, shapes) -> bool:
             and all(at_least(ratio(s, p), 0.99) for s in shapes if s not in b1 for p in ("kernel", "attend")))
 
 
-def one_candidate(d: str, step: int, form: str, mutants, speed, error, only=None, probe_file: str = "probe.json",
-                  tests_log: str = "tests.log") -> int:
+def one_candidate(d: str, step: int, form: str, mutants, speed, error, only=None) -> int:
     """A one-candidate landing rule over the call's logs in `d`: its gates (gate<step>_*.log), the GPU tests
-    (`tests_log`), its mutants (zoo<step>.log), `speed(ratio, shapes)` over the probe (ratio(shape, part): ours' median
+    (tests.log), its mutants (zoo<step>.log), `speed(ratio, shapes)` over the probe (ratio(shape, part): ours' median
     over the form's) and `error(form's oracle rel-L2, ours')` at every shape. Prints the table, the verdict and
     `lands: step<step>` or `lands: none`. only: the shapes the rule was written for ("B32_T32768", ...), where one
     probe timed several candidates over the union of their rules' shapes; every one of them must have been timed."""
-    probe = load_probe(d, probe_file)
+    probe = load_probe(d)
     if only is not None:
         missing = [s for s in only if s not in probe]
         probe = {s: v for s, v in probe.items() if s in only}
@@ -92,7 +91,7 @@ def one_candidate(d: str, step: int, form: str, mutants, speed, error, only=None
         print(f"{s:16s} {ratio(s, 'kernel'):20.3f}  {ratio(s, 'attend'):20.3f}  "
               f"{get(probe, s, 'attend', 'ours', 'oracle_rel_l2'):18.2e}  "
               f"{get(probe, s, 'attend', form, 'oracle_rel_l2'):.2e}")
-    g, t = gates_passed(d, f"gate{step}"), tests_passed(d, tests_log)
+    g, t = gates_passed(d, f"gate{step}"), tests_passed(d)
     z = caught(d, f"zoo{step}.log", mutants)
     p = bool(shapes) and speed(ratio, shapes)
     e = bool(shapes) and all(error(get(probe, s, "attend", form, "oracle_rel_l2"),
