@@ -285,12 +285,7 @@ class MlaProducerAheadSecondHalfOverTheFirst(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_ahead_bw64_ns())
 
 
-def _q_ns():
-    """The namespace issue 14 step 54's strided q runs in for its mutants: ours since it landed."""
-    return im
-
-
-# Step 54's three mutants: the W_UK fold's q_abs ([H, B·S, R] memory seen as [B, S, H, R]) read through the wrong
+# Step 54's three mutants (through ours, where it landed): the W_UK fold's q_abs ([H, B·S, R] memory seen as [B, S, H, R]) read through the wrong
 # strides. Only a strided q shows them (a contiguous one has row stride H·R and head stride R): mla.absorbed's q_abs
 # is the fold's einsum, read where it is on the GPU (bf16 and float32) and on the CPU in float32; the CPU's bf16 runs
 # the interpreter on a float32 copy (kernel_operand), contiguous, so there the first two are float32 mutants
@@ -299,17 +294,16 @@ class MlaQStridesRowsAsContiguous(TritonMLA):
     """The sparse kernels read q_abs where it is (issue 14 step 54) but are handed a contiguous tensor's strides (row H·R, head R), so each query row reads its heads from another row's and head's memory."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        ns = _q_ns()
-        real = ns._q_operand
+        real = im._q_operand
 
         def as_contiguous(q_abs):
             q_op, _, _ = real(q_abs)
             return q_op, q_abs.shape[2] * q_abs.shape[3], q_abs.shape[3]
-        ns._q_operand = as_contiguous
+        im._q_operand = as_contiguous
         try:
-            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
         finally:
-            ns._q_operand = real
+            im._q_operand = real
 
 
 @mutant("mla.absorbed", "output", base="triton", dtype="float32")
@@ -317,10 +311,9 @@ class MlaQStridesHeadsStepR(TritonMLA):
     """The Triton sparse kernel steps from head to head by R elements, not by q's head stride (issue 14 step 54): right for a contiguous q, wrong for the W_UK fold's, whose heads are B·S·R apart."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        ns = _q_ns()
-        with kernel_edited(ns, "mla_sparse_absorbed_fwd_kernel", "o_h[:, None].to(tl.int64) * stride_q_h",
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "o_h[:, None].to(tl.int64) * stride_q_h",
                            "o_h[:, None].to(tl.int64) * R"):
-            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
@@ -329,8 +322,7 @@ class MlaProducerQHeadsStepR(TritonMLA):
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
         return _ws_absorbed(("_consume", "_load_q"), "o_h[:, None].to(gl.int64) * stride_q_h",
-                            "o_h[:, None].to(gl.int64) * R", w, q, latent, indices, lengths, return_scores, splits,
-                            ns=_q_ns())
+                            "o_h[:, None].to(gl.int64) * R", w, q, latent, indices, lengths, return_scores, splits)
 
 
 def _out_uv_ns():
@@ -352,19 +344,13 @@ class MlaProducerOutUvUnnormalized(TritonMLA):
                             w, q, latent, indices, lengths, return_scores, splits, ns=_out_uv_ns())
 
 
-def _stage_ns():
-    """The namespace issue 14 step 58's staged epilogue runs in for its mutant: ours since it landed."""
-    return im
-
-
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
 class MlaProducerStagedStoreDropsHeads(TritonMLA):
-    """The producer kernel's staged epilogue (issue 14 step 58) masks its row-contiguous store to the first half of the heads: the other half of the output is never written (whatever the buffer held)."""
+    """The producer kernel's staged epilogue (issue 14 step 58, ours since stop 62) masks its row-contiguous store to the first half of the heads: the other half of the output is never written (whatever the buffer held)."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
         return _ws_absorbed(("_consume", "_store_o", "_store_o_staged"), "mask=(oh < H)[:, None])",
-                            "mask=(oh < H // 2)[:, None])", w, q, latent, indices, lengths, return_scores, splits,
-                            ns=_stage_ns())
+                            "mask=(oh < H // 2)[:, None])", w, q, latent, indices, lengths, return_scores, splits)
 
 
 def _part_staged_ns():
@@ -420,10 +406,9 @@ class MlaSplitPartialsUnnormalized(TritonMLA):
     """The Triton kernel's split partials, cast to the partial buffer's dtype on their way out, are the accumulator before its division by the split's softmax sum: the merge then weighs unnormalized sums."""
 
     def absorbed(self, w, q, latent, indices, lengths=None, return_scores=False, splits=None):
-        ns = im
-        with kernel_edited(ns, "mla_sparse_absorbed_fwd_kernel", "tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse",
+        with kernel_edited(im, "mla_sparse_absorbed_fwd_kernel", "tl.store(p_o, b_o.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse",
                            "tl.store(p_o, b_acc.to(out.dtype.element_ty), mask=mask_hr)\n        b_lse"):
-            return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
+            return im.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
 @mutant("mla.paths", "latent_cache", base="triton")
