@@ -25,6 +25,7 @@ output contract (SPLIT, -1e30 floor, an empty split 0 with lse -inf) is ours'. N
 MMA tile shapes are chosen here, not by Triton's layout pass).
 """
 import triton.experimental.gluon.language as gl
+from triton.language.extra import cuda
 from triton.experimental import gluon
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
@@ -311,14 +312,6 @@ def _consume_overlap(q, stride_q_bs, stride_q_h, indices, out, lse, q_smem, c_sm
 
 
 @gluon.jit
-def _launch_dependents():
-    """Let the next launch's programs start (issue 14 step 60, programmatic dependent launch): they wait in
-    griddepcontrol.wait until this grid has finished and its writes are visible, so the hint is safe anywhere."""
-    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-                              is_pure=False, pack=1)
-
-
-@gluon.jit
 def mla_sparse_absorbed_ws_kernel(
     q, c, indices, lengths, out, lse, block_table,
     S, T, W, W_SPLIT, M, scale, stride_q_bs, stride_q_h,
@@ -335,7 +328,8 @@ def mla_sparse_absorbed_ws_kernel(
     (PAGED: the page pool [N, PAGE, R], block_table [B, M] int; else block_table None and M unused),
     indices: [B, S, W] int, lengths: [B] int."""
     if DEPENDENTS:
-        _launch_dependents()
+        # issue 14 step 60: the merge launched after this grid may start its programs (they wait for this grid)
+        cuda.gdc_launch_dependents()
     i_bs, i_sp = gl.program_id(0).to(gl.int64), gl.program_id(2).to(gl.int64)
     n_sp = gl.num_programs(2).to(gl.int64)
     i_b = i_bs // S
