@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 14 step 59 gated and its landed tree checked side by side in one short call (~250 s; failed machine starts
+# left the session too little device time for scripts/gpu_stop61.sh's gate-then-land order): on this tree its gate
+# (seeds 115, 116, mla.causal at 115; 20 examples a check), the MLA GPU tests and its two mutants; at once, on a copy
+# with step59.patch applied (/tmp/landed), ours' matrix at seed 117 (20 examples a check), the four mutants of its
+# landing list and the GPU tests; apart from step 59's verdict, step 60's GPU tests and race mutant (not run since its
+# review); then the probe (ours2 / partstaged), the verdict (scripts/stop61_verdict.py, the rule of
+# docs/optimization_log.md "Step 59") and the bench on the landed copy.
+#   LIMIT=350 OUT=/tmp/out bash scripts/gpu_stop63.sh
+set -u
+NAME=${NAME:-stop63}
+LIMIT=${LIMIT:-350}
+source "$(dirname "$0")/gpu_steps.sh"
+export OMP_NUM_THREADS=2
+echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
+ROOT=$PWD
+rm -rf /tmp/landed && cp -a "$ROOT" /tmp/landed && (cd /tmp/landed && git apply scripts/patches/step59.patch) \
+    && echo "the landed copy: step59.patch applied at /tmp/landed" | tee -a "$L/summary.txt"
+# a command run in the landed copy, its own sources on the path (a prefix `step`'s timeout can run)
+LANDED="env -C /tmp/landed PYTHONPATH=/tmp/landed"
+G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_part_bf16_staged:Candidate"
+CHECKS="--check mla.absorbed --check mla.batch --check mla.absorbed_paged --check mla.paths --check mla.graph_replay"
+P1=$((LIMIT - 100))
+for s in 115 116; do step gate59_s$s $P1 python3 -m gate.cli gate $G $CHECKS --seed $s & done
+step gate59_2_s115 $P1 python3 -m gate.cli gate $G --check mla.causal --seed 115 &
+TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
+       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
+step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step zoo59 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads \
+    --mutant mla_combine_bf16_drops_last_split &
+step tests60 $P1 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge_pdl.py &
+step zoo60 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_merge_pdl_no_wait &
+R="--device cuda --examples 20 --no-failures --seed 117"
+step matrix_s117 $P1 $LANDED python3 -m gate.cli run $R --check mla.absorbed --check mla.batch \
+    --check mla.absorbed_paged --check mla.graph_replay &
+step matrix_2_s117 $P1 $LANDED python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths &
+step zool $P1 $LANDED python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads \
+    --mutant mla_combine_bf16_drops_last_split --mutant mla_producer_empty_lse_zero --mutant mla_split_empty_lse_zero &
+step testsl $P1 $LANDED python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+wait
+step probe 75 python3 scripts/mla_q_probe.py --forms ours2,partstaged \
+    --shapes 1x131072,1x32768,4x32768,8x32768,16x32768,32x32768,64x32768,128x32768 --json "$L/probe.json"
+python3 scripts/stop61_verdict.py "$L" 2>&1 | tee -a "$L/summary.txt"
+M=$(matrix_passed); TW=$(tests_passed "$L/testsl.log"); Z=$(caught_in "$L/zool.log")
+V=$(grep -c "^lands: step59" "$L/summary.txt")
+echo "landed copy: matrix passed $M; mutants caught $Z of 4; tests $TW; commit: $([ "$V" = 1 ] && [ $M = 1 ] && [ "$Z" = 4 ] && [ $TW = 1 ] && echo 1 || echo 0)" \
+    | tee -a "$L/summary.txt"
+[ "$SECONDS" -lt $((LIMIT - 25)) ] && step bench_mla 25 $LANDED python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
+echo "=== summary"; cat "$L/summary.txt"
+for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
+for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
+for t in tests testsl tests60; do echo "$t: $(tail -1 "$L/$t.log" | cut -c1-200)"; done
+cat "$L"/zoo*.log | grep -E "^│ [a-z]" | cut -c1-90
+[ -f "$L/probe.log" ] && grep -E "us \[|device|oracle" "$L/probe.log" | cut -c1-200
+[ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -10 | cut -c1-200
+true
