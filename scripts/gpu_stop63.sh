@@ -7,6 +7,7 @@
 # review); then the probe (ours2 / partstaged), the verdict (scripts/stop61_verdict.py, the rule of
 # docs/optimization_log.md "Step 59") and the bench on the landed copy.
 #   LIMIT=350 OUT=/tmp/out bash scripts/gpu_stop63.sh
+# shorter (less device time left): EX=12 (the landed copy's matrix examples a check), EXTRAS=0 (no step 60 parts)
 set -u
 NAME=${NAME:-stop63}
 LIMIT=${LIMIT:-350}
@@ -28,9 +29,11 @@ TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_produ
 step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
 step zoo59 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads \
     --mutant mla_combine_bf16_drops_last_split &
-step tests60 $P1 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge_pdl.py &
-step zoo60 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_merge_pdl_no_wait &
-R="--device cuda --examples 20 --no-failures --seed 117"
+if [ "${EXTRAS:-1}" = 1 ]; then
+  step tests60 $P1 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge_pdl.py &
+  step zoo60 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_merge_pdl_no_wait &
+fi
+R="--device cuda --examples ${EX:-20} --no-failures --seed 117"
 step matrix_s117 $P1 $LANDED python3 -m gate.cli run $R --check mla.absorbed --check mla.batch \
     --check mla.absorbed_paged --check mla.graph_replay &
 step matrix_2_s117 $P1 $LANDED python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths &
