@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 14 step 59 gated and its landed tree checked side by side in one short call (~250 s; failed machine starts
+# Issue 14 step 59 gated and its landed tree checked side by side in one short call (~320 s; failed machine starts
 # left the session too little device time for scripts/gpu_stop61.sh's gate-then-land order): on this tree its gate
 # (seeds 115, 116, mla.causal at 115; 20 examples a check), the MLA GPU tests and its two mutants; at once, on a copy
 # with step59.patch applied (/tmp/landed), ours' matrix at seed 117 (20 examples a check), the four mutants of its
 # landing list and the GPU tests; apart from step 59's verdict, step 60's GPU tests and race mutant (not run since its
 # review); then the probe (ours2 / partstaged), the verdict (scripts/stop61_verdict.py, the rule of
 # docs/optimization_log.md "Step 59") and the bench on the landed copy.
-#   LIMIT=350 OUT=/tmp/out bash scripts/gpu_stop63.sh
-# shorter (less device time left): EX=12 (the landed copy's matrix examples a check), EXTRAS=0 (no step 60 parts)
+#   OUT=/tmp/out bash scripts/gpu_stop63.sh          (LIMIT=450: ~320 s on an H100; run it with a 500 s timeout)
+# shorter (less device time left): EX=12 (the landed copy's matrix examples a check), EXTRAS=0 (no step 60 parts).
+# Not below LIMIT=450: stop 63 ran it at LIMIT=280 (180 s for the parallel part) and the two main gates, each the
+# candidate's pass then the peer's, were cut in the peer's pass (8 processes on one H100: ~2x their time alone, where
+# a gate of the five checks takes ~130 s); the landed copy's four mutants took longer than 180 s too
 set -u
 NAME=${NAME:-stop63}
-LIMIT=${LIMIT:-350}
+LIMIT=${LIMIT:-450}
 source "$(dirname "$0")/gpu_steps.sh"
 export OMP_NUM_THREADS=2
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
