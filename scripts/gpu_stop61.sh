@@ -3,7 +3,7 @@
 # gated against ours at seeds 115 and 116 (mla checks; mla.causal at 115), the MLA GPU
 # tests, its mutant on cuda, the probe (ours / ours2 / partstaged), then scripts/stop61_verdict.py (the rule in
 # docs/optimization_log.md "Step 59", written before this call) and, where it holds and time is left, its landing:
-# (also step 60's GPU tests and race mutant, never run since its review) step59.patch on the device's tree (after step 58 landed), ours' matrix at seed 117, mutants, GPU tests, the bench
+# step59.patch on the device's tree (after step 58 landed), ours' matrix at seed 117, mutants, GPU tests, the bench
 #   OUT=/tmp/out bash scripts/gpu_stop61.sh
 # needs step 58 landed first (step59.patch is made on that tree)
 set -u
@@ -17,9 +17,8 @@ for s in 115 116; do step gate59_s$s 260 python3 -m gate.cli gate $G $CHECKS --s
 step gate59_2_s115 260 python3 -m gate.cli gate $G --check mla.causal --seed 115 &
 TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
        tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
-step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS tests/test_mla_merge_pdl.py &
-step zoo59 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads --mutant mla_combine_bf16_drops_last_split \
-    --mutant mla_merge_pdl_no_wait &
+step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step zoo59 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads --mutant mla_combine_bf16_drops_last_split &
 wait
 step probe 120 python3 scripts/mla_q_probe.py --forms ours2,partstaged \
     --shapes 1x131072,1x32768,4x32768,8x32768,16x32768,32x32768,64x32768,128x32768 --json "$L/probe.json"
