@@ -45,3 +45,34 @@ step() {
   echo "== $name: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$L/summary.txt"
   tar czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME"
 }
+# landed_copy PATCH...: a copy of this tree at /tmp/landed with scripts/patches/PATCH.patch applied, in order, for a
+# landing's checks beside the gate; run a command there as `step NAME T $LANDED cmd...` (its own sources on the path)
+LANDED="env -C /tmp/landed PYTHONPATH=/tmp/landed"
+landed_copy() {
+  local p
+  rm -rf /tmp/landed && cp -a "$PWD" /tmp/landed || return 1
+  for p in "$@"; do (cd /tmp/landed && git apply "scripts/patches/$p.patch") || return 1; done
+  echo "the landed copy: $(printf '%s.patch ' "$@")applied at /tmp/landed" | tee -a "$L/summary.txt"
+}
+# landed_verdict STEP N: the landed copy's line in summary.txt: its matrix (matrix*.log), how many of its N mutants
+# zool.log shows caught, its GPU tests (testsl.log), and commit: 1 where all hold and the verdict printed `lands: STEP`
+landed_verdict() {
+  local m tw z v
+  m=$(matrix_passed); tw=$(tests_passed "$L/testsl.log"); z=$(caught_in "$L/zool.log")
+  v=$(grep -c "^lands: $1" "$L/summary.txt")
+  echo "landed copy: matrix passed $m; mutants caught $z of $2; tests $tw; commit: $([ "$v" = 1 ] && [ $m = 1 ] && [ "$z" = "$2" ] && [ $tw = 1 ] && echo 1 || echo 0)" \
+      | tee -a "$L/summary.txt"
+}
+# report TESTLOG...: what a call prints last: summary.txt, each gate's and matrix's verdict line and first failures,
+# the last line of each named pytest log ($L/TESTLOG.log), the zoo tables' rows, the probe's times and the MLA bench
+report() {
+  local f t
+  echo "=== summary"; cat "$L/summary.txt"
+  for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
+  for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
+  for t in "$@"; do echo "$t: $(tail -1 "$L/$t.log" | cut -c1-200)"; done
+  cat "$L"/zoo*.log | grep -E "^│ [a-z]" | cut -c1-90
+  [ -f "$L/probe.log" ] && grep -E "us \[|device|oracle" "$L/probe.log" | cut -c1-200
+  [ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -10 | cut -c1-200
+  true
+}

@@ -38,11 +38,4 @@ if grep -q "^lands: step59" "$L/summary.txt" && [ "$SECONDS" -lt 360 ]; then
   echo "landed tree: matrix passed $M; mutants caught $Z of 4; tests $TW; commit: $([ $M = 1 ] && [ "$Z" = 4 ] && [ $TW = 1 ] && echo 1 || echo 0)" \
       | tee -a "$L/summary.txt"
 fi
-echo "=== summary"; cat "$L/summary.txt"
-for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
-for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
-echo "tests: $(tail -1 "$L/tests.log" | cut -c1-200)"
-cat "$L"/zoo*.log | grep -E "^│ [a-z]" | cut -c1-90
-[ -f "$L/probe.log" ] && grep -E "us \[|device|oracle" "$L/probe.log" | cut -c1-200
-[ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -10 | cut -c1-200
-true
+report tests

@@ -12,11 +12,7 @@ LIMIT=${LIMIT:-350}
 source "$(dirname "$0")/gpu_steps.sh"
 export OMP_NUM_THREADS=2
 echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$L/summary.txt"
-ROOT=$PWD
-rm -rf /tmp/landed && cp -a "$ROOT" /tmp/landed && (cd /tmp/landed && git apply scripts/patches/step58.patch) \
-    && echo "the landed copy: step58.patch applied at /tmp/landed" | tee -a "$L/summary.txt"
-# a command run in the landed copy, its own sources on the path (a prefix `step`'s timeout can run)
-LANDED="env -C /tmp/landed PYTHONPATH=/tmp/landed"
+landed_copy step58
 G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.candidates.mla_stage_o:Candidate"
 CHECKS="--check mla.absorbed --check mla.batch --check mla.absorbed_paged --check mla.paths --check mla.graph_replay"
 P1=$((LIMIT - 110))
@@ -37,17 +33,6 @@ wait
 step probe 75 python3 scripts/mla_q_probe.py --forms ours2,stageo,partstaged \
     --shapes 1x131072,1x32768,8x32768,16x32768,32x32768,64x32768,128x32768,256x32768 --json "$L/probe.json"
 python3 scripts/stop60_verdict.py "$L" 2>&1 | tee -a "$L/summary.txt"
-M=$(matrix_passed); TW=$(tests_passed "$L/testsl.log"); Z=$(caught_in "$L/zool.log")
-V=$(grep -c "^lands: step58" "$L/summary.txt")
-echo "landed copy: matrix passed $M; mutants caught $Z of 4; tests $TW; commit: $([ "$V" = 1 ] && [ $M = 1 ] && [ "$Z" = 4 ] && [ $TW = 1 ] && echo 1 || echo 0)" \
-    | tee -a "$L/summary.txt"
+landed_verdict step58 4
 [ "$SECONDS" -lt $((LIMIT - 25)) ] && step bench_mla 25 $LANDED python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
-echo "=== summary"; cat "$L/summary.txt"
-for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && echo "$(basename "$f"): $(grep -E 'checks:' "$f" | tail -1)"; done
-for f in "$L"/gate*.log "$L"/matrix*.log; do [ -f "$f" ] && grep -E "REGRESSION|FAIL" "$f" | head -3 | cut -c1-220; done
-echo "tests: $(tail -1 "$L/tests.log" | cut -c1-200)"
-echo "testsl: $(tail -1 "$L/testsl.log" | cut -c1-200)"
-cat "$L"/zoo*.log | grep -E "^│ [a-z]" | cut -c1-90
-[ -f "$L/probe.log" ] && grep -E "us \[|device|oracle" "$L/probe.log" | cut -c1-200
-[ -f "$L/bench_mla.log" ] && grep -vE "^\s*$|Warn|warn" "$L/bench_mla.log" | tail -10 | cut -c1-200
-true
+report tests testsl
