@@ -272,7 +272,7 @@ RECORDS = (
     # step 57's candidate: the split partials in bf16 (the merge below reads them)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True}),
-    # step 59's candidate: bf16 split partials staged the same way (the lse stored as before)
+    # step 59 (ours since stop 64): bf16 split partials staged the same way (the lse stored as before)
     MLA_WS._replace(pointers={**MLA_WS.pointers, "out": BF},
                     constexprs={**MLA_WS.constexprs, "BW": 64, "STAGES": 2, "PRODUCER_REGS": 72, "AHEAD": True,
                                 "STAGE_O": True}),
@@ -297,7 +297,7 @@ RECORDS = (
     *(KernelRecord("mla", "mla_merge_kernel", dict(part=F32, lse=F32, out=BF), dict(NS="i32"),
                    dict(H=64, R=512, BR=br, BJ=bj, ONE_ROUND=one, PDL=False), dict(num_warps=4))
       for br, bj, one in ((512, 16, False), (128, 16, False), (128, 64, False), (128, 64, True), (512, 16, True))),
-    # step 57's candidate: bf16 partials, ours' tile; step 59's: the same on 2 warps (no shared memory)
+    # step 57's candidate: bf16 partials, ours' tile; step 59 (ours since stop 64): the same on 2 warps (no shared memory)
     KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),
                  dict(H=64, R=512, BR=512, BJ=16, ONE_ROUND=False, PDL=False), dict(num_warps=4)),
     KernelRecord("mla", "mla_merge_kernel", dict(part=BF, lse=F32, out=BF), dict(NS="i32"),

@@ -288,16 +288,18 @@ OUT_UV = True
 # issue 14 step 57's candidate (impl.candidates.mla_part_bf16; refuted in stop 58: 0.79-0.89x at B = 8-64, the
 # bf16 merge converting layouts through shared memory and the epilogue's bf16 stores half-sector writes): where the
 # selection is split, each split's partial output stored in q's dtype when that is bf16 or fp16 (the merge sums in
-# float32). False: float32 partials. The interpreter runs float32 operands, so there they stay float32
-PART_BF16 = False
+# float32). False: float32 partials. The interpreter runs float32 operands, so there they stay float32. True since
+# step 59 landed (with the staged store of step 58 and MERGE_BF16_WARPS)
+PART_BF16 = True
 
 
 # issue 14 step 59's candidate (impl.candidates.mla_part_bf16_staged, with PART_BF16 and EPILOGUE_STAGED): the merge
 # of bf16 partials on as many warps as lay one 16-byte vector a thread along its rank tile (2 at R = 512), so every
 # warp lies along the rank and the sum over splits stays inside each thread. At 4 warps the compiled bf16 merge puts
 # two warps along the splits and reduces across them through shared memory (35 accesses and 5 barriers a program,
-# Triton 3.6: step 57's 4.5 -> 12.4 us at B = 32); float32 partials lie along the rank at 4 warps already. False: 4
-MERGE_BF16_WARPS = False
+# Triton 3.6: step 57's 4.5 -> 12.4 us at B = 32); float32 partials lie along the rank at 4 warps already. False: 4.
+# True since it landed
+MERGE_BF16_WARPS = True
 
 
 def _merge_warps(part, BRM: int) -> int:
@@ -455,6 +457,12 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
         lse = torch.empty(B * S, NS, H, device=q_abs.device, dtype=torch.float32)
         use_uv = w_uv is not None and B * S <= ROWS_UV
         pdl = _pdl(q_abs) and not use_uv
+        # the merge's output allocated before the sparse launch: under the checks' poisoned memory (torch.empty
+        # NaN-filled by a fill kernel) an allocation between the two launches puts its fill between them, and the
+        # merge, a programmatic dependent of that fill instead of the sparse kernel, can no longer start early
+        # (stop 64: step 60's no-wait race mutant escaped every check for that reason)
+        out = None if use_uv else torch.empty(B, S, H, R, device=q_abs.device,
+                                              dtype=torch.float32 if w_uv is None else w_uv.dtype)
         _gather_attend(ws, (B * S, n_hb, NS), q_abs, q_strides, latent, idx, lengths, part, lse, bt, S, T, W, W_SPLIT,
                        M, scale, True, meta, dependents=pdl)
         BJ, BRM = _merge_plan(NS, BR)
@@ -467,7 +475,6 @@ def sparse_absorbed(q_abs, latent, indices, lengths, scale: float, splits: Optio
             return o
         # the merge (issue 14 step 42): the splits' loads in tiles of up to 16 at once, written in the caller's
         # dtype (no cast launch before W_UV); the rank in chunks of MERGE_BR over programs (step 44)
-        out = torch.empty(B, S, H, R, device=q_abs.device, dtype=torch.float32 if w_uv is None else w_uv.dtype)
         mla_merge_kernel[(B * S, H, triton.cdiv(R, BRM))](part, lse, out, NS, H=H, R=R, BR=BRM, BJ=BJ,
                                                           ONE_ROUND=MERGE_ONE_ROUND and NS <= BJ,
                                                           num_warps=_merge_warps(part, BRM), PDL=pdl,

@@ -11,9 +11,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATCHES = os.path.join(ROOT, "scripts", "patches")
-# (what the device applies first, then what it applies on top). Since stop 62 (step 58 landed): b1's patch alone,
-# step 59's alone or after b1's
-ORDERS = [("step45b",), ("step59",), ("step45b", "step59")]
+# (what the device applies first, then what it applies on top). Since stop 64 (step 59 landed): b1's patch alone
+ORDERS = [("step45b",)]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")),

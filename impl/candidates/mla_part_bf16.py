@@ -13,7 +13,8 @@ the interpreter's float32 runs keep float32 partials.
 Refuted (stop 58, H100): gated at two seeds, but 0.79-0.89x ours at B = 8-64 (the producer kernel's rows) and
 1.02-1.04x at B = 1-4 (the Triton kernel's): the bf16 merge converts between its load and sum layouts through shared
 memory (4.5 -> 12.4 us at B = 32) and the epilogue's bf16 stores are half-sector writes. Kept to replay the run: with
-step 58's staged epilogue pinned off (ours since stop 62), as it ran.
+step 58's staged epilogue pinned off (ours since stop 62) and the merge on 4 warps (step 59's 2 warps: ours since
+stop 64), as it ran.
 """
 from __future__ import annotations
 
@@ -21,5 +22,5 @@ import types
 
 from impl.candidates.mla_heads64 import module_copy
 
-mla = module_copy(f"{__name__}.mla", PART_BF16=True, EPILOGUE_STAGED=False)
+mla = module_copy(f"{__name__}.mla", PART_BF16=True, EPILOGUE_STAGED=False, MERGE_BF16_WARPS=False)
 Candidate = types.SimpleNamespace(mla=mla)

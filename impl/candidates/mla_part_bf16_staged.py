@@ -8,7 +8,9 @@ timeline) and read back by the merge (4.5 us); stop 58 measured bf16 partials 0.
 reasons that steps 58 and 59 remove (the merge's PTX at 2 warps: no shared memory, no barrier).
 
 Where it applies: as step 57's (the split path with bf16 or fp16 queries); ours' bf16 bounds, not ours' bits.
-Built in stop 55 (compiled under Triton 3.6); not yet run on a GPU.
+Built in stop 55 (compiled under Triton 3.6). Landed in stop 64 (H100, its rule in the log: gated at seeds 115 and
+116 and mla.causal at 115, its mutants caught, 1.026-1.140x sparse_absorbed at B = 4-64): ours since; kept so the
+probe's `partstaged` form and stop 61-64's scripts replay as they ran.
 """
 from __future__ import annotations
 

@@ -354,10 +354,9 @@ class MlaProducerStagedStoreDropsHeads(TritonMLA):
 
 
 def _part_staged_ns():
-    """The namespace issue 14 step 59's staged bf16 partials and 2-warp merge run in for its mutants:
-    impl.candidates.mla_part_bf16_staged until it lands, ours after."""
-    from impl.candidates import mla_part_bf16_staged
-    return mla_part_bf16_staged.mla
+    """The namespace issue 14 step 59's staged bf16 partials and 2-warp merge run in for its mutants: ours since it
+    landed."""
+    return im
 
 
 @mutant("mla.absorbed", "output", base="triton", device="cuda")
@@ -400,7 +399,7 @@ class MlaMergePdlNoWait(TritonMLA):
             return ns.absorbed(w, q, latent, indices, lengths, return_scores, splits)
 
 
-# the split store's cast (issue 14 step 57, whose bf16 partials were refuted; ours stores float32 through it)
+# the split store's cast (float32 partials on the interpreter; on a GPU bf16 since issue 14 step 59 landed)
 @mutant("mla.absorbed", "output", base="triton")
 class MlaSplitPartialsUnnormalized(TritonMLA):
     """The Triton kernel's split partials, cast to the partial buffer's dtype on their way out, are the accumulator before its division by the split's softmax sum: the merge then weighs unnormalized sums."""
