@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14's targets re-measured on the issue's own device, an H200, after step 59 landed (stop 64; ~260 s); one
+# Issue 14's targets re-measured after step 59 landed (stop 64; written for an H200, the issue's device; it ran on an
+# H100, ~380 s, its bench_moe and KDA prefill steps cut at their limits); one
 # bench at a time, each against the peer it names, measured in the same run:
 #   replay     the three layer kinds' decode step (B = 1, 4096 context) from one CUDA graph, 5 runs, beside their
 #              bytes floors at this machine's copy speed (scripts/profile_replay.py)
