@@ -129,8 +129,7 @@ def ours_path(N: int) -> str:
     """The path that times ours' NVFP4 experts at N tokens: the tile form impl.moe._grouped takes by default (split
     tiles for blocks of <= 16 rows, the decode's), so the summary's ratio is ours', not a form ours does not run."""
     from impl import moe as imoe
-    P = N * K_TOP
-    BM, _, BK, *_ = imoe._tiles(D, I, False, P, P / max(1, min(E, P)))
+    BM, _, BK, *_ = imoe.default_tiles(D, I, E, N * K_TOP)
     return "nvfp4_split" if imoe.split_tiles(BM, BK, False) else "nvfp4"
 
 

@@ -273,6 +273,11 @@ def _tiles(D: int, I: int, w4a4: bool = False, pairs: int = 0, pairs_per_expert:
     return 128, 128, 64, 8
 
 
+def default_tiles(D: int, I: int, E: int, pairs: int, w4a4: bool = False):
+    """The tiles `_grouped` launches for `pairs` (token, slot) pairs over E experts without a tiles override."""
+    return _tiles(D, I, w4a4, pairs, pairs / max(1, min(E, pairs)))
+
+
 def _input_scales(t, acts, E: int) -> torch.Tensor:
     """[E] float32 ENCODE scales of one W4A4 GEMM input: the static input_global_scale, else one dynamic
     value for all experts (impl.nvfp4.dynamic_input_scale, on the device: no host sync)."""
@@ -298,7 +303,7 @@ def _grouped(x2, ids, wts, E: int, I: int, dense=None, nv: Optional[NVFP4Experts
     P = N * k
     work = _work_dtype(x2.dtype)
     xs = x2.to(work).contiguous()
-    BM, BN, BK, nw, *stages = tiles if tiles is not None else _tiles(D, I, w4a4, P, P / max(1, min(E, P)))
+    BM, BN, BK, nw, *stages = tiles if tiles is not None else default_tiles(D, I, E, P, w4a4)
     if len(stages) > 1 or (stages and stages[0] < 1):
         raise ValueError(f"tiles: {tuple(tiles)}: expected (BM, BN, BK, num_warps[, num_stages >= 1])")
     if BM < 16 or BK % 16 or BN < 16:
