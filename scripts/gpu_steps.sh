@@ -23,6 +23,9 @@ if sys.argv[1] == 'softplus':
     t['linear_lower_bound'] = None
 json.dump(c, open(p, 'w'))" "${2:-bounded}" && rm -f "/tmp/$1/model.safetensors"
 }
+# the MLA kernels' GPU tests (pytest -m gpu), as the step scripts since stop 60 run them
+MLA_GPU_TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
+       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 # passed PREFIX: 1 when every $L/PREFIX_*.log is a gate verdict with nothing failed, regressed, uncovered, errored
 # or not run (a missing log counts as not passed), else 0

@@ -14,9 +14,7 @@ G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.
 CHECKS="--check mla.absorbed --check mla.batch --check mla.absorbed_paged --check mla.paths --check mla.graph_replay"
 for s in 112 113; do step gate58_s$s 260 python3 -m gate.cli gate $G $CHECKS --seed $s & done
 step gate58_2_s112 260 python3 -m gate.cli gate $G --check mla.causal --seed 112 &
-TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
-       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
-step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
 step zoo58 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_store_drops_heads &
 wait
 step probe 120 python3 scripts/mla_q_probe.py --forms ours2,stageo \
@@ -30,7 +28,7 @@ if grep -q "^lands: step58" "$L/summary.txt" && [ "$SECONDS" -lt 360 ]; then
   step matrix_2_s114 220 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths &
   step zool 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_store_drops_heads \
       --mutant mla_producer_out_uv_unnormalized --mutant mla_producer_empty_lse_zero --mutant mla_producer_no_rescale &
-  step testsl 150 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+  step testsl 150 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
   wait
   [ "$SECONDS" -lt 560 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
   M=$(matrix_passed); TW=$(tests_passed "$L/testsl.log"); Z=$(caught_in "$L/zool.log")

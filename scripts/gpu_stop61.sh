@@ -15,9 +15,7 @@ G="--device cuda --baseline triton --examples 20 --no-failures --candidate impl.
 CHECKS="--check mla.absorbed --check mla.batch --check mla.absorbed_paged --check mla.paths --check mla.graph_replay"
 for s in 115 116; do step gate59_s$s 260 python3 -m gate.cli gate $G $CHECKS --seed $s & done
 step gate59_2_s115 260 python3 -m gate.cli gate $G --check mla.causal --seed 115 &
-TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
-       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
-step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
 step zoo59 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads --mutant mla_combine_bf16_drops_last_split &
 wait
 step probe 120 python3 scripts/mla_q_probe.py --forms ours2,partstaged \
@@ -31,7 +29,7 @@ if grep -q "^lands: step59" "$L/summary.txt" && [ "$SECONDS" -lt 360 ]; then
   step matrix_2_s117 220 python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths &
   step zool 200 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_partials_drop_heads \
       --mutant mla_combine_bf16_drops_last_split --mutant mla_producer_empty_lse_zero --mutant mla_split_empty_lse_zero &
-  step testsl 150 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+  step testsl 150 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
   wait
   [ "$SECONDS" -lt 560 ] && step bench_mla 40 python3 -m gate.cli bench --mechanism mla -- --json "$L/bench_mla.json"
   M=$(matrix_passed); TW=$(tests_passed "$L/testsl.log"); Z=$(caught_in "$L/zool.log")

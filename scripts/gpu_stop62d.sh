@@ -18,9 +18,7 @@ CHECKS="--check mla.absorbed --check mla.batch --check mla.absorbed_paged --chec
 P1=$((LIMIT - 110))
 for s in 112 113; do step gate58_s$s $P1 python3 -m gate.cli gate $G $CHECKS --seed $s & done
 step gate58_2_s112 $P1 python3 -m gate.cli gate $G --check mla.causal --seed 112 &
-TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
-       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
-step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
 step zoo58 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_store_drops_heads &
 R="--device cuda --examples 12 --no-failures --seed 114"
 step matrix_s114 $P1 $LANDED python3 -m gate.cli run $R --check mla.absorbed --check mla.batch \
@@ -28,7 +26,7 @@ step matrix_s114 $P1 $LANDED python3 -m gate.cli run $R --check mla.absorbed --c
 step matrix_2_s114 $P1 $LANDED python3 -m gate.cli run $R --check mla.paths --check mla.causal --check model.paths &
 step zool $P1 $LANDED python3 -m gate.cli zoo --device cuda --mutant mla_producer_staged_store_drops_heads \
     --mutant mla_producer_out_uv_unnormalized --mutant mla_producer_empty_lse_zero --mutant mla_producer_no_rescale &
-step testsl $P1 $LANDED python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step testsl $P1 $LANDED python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
 wait
 step probe 75 python3 scripts/mla_q_probe.py --forms ours2,stageo,partstaged \
     --shapes 1x131072,1x32768,8x32768,16x32768,32x32768,64x32768,128x32768,256x32768 --json "$L/probe.json"

@@ -14,9 +14,7 @@ echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | 
 P1=$((LIMIT - 30))
 step zoo60 $P1 python3 -m gate.cli zoo --device cuda --mutant mla_merge_pdl_no_wait &
 step tests60 $P1 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_mla_merge_pdl.py &
-TESTS="tests/test_mla_q_strides.py tests/test_mla_out_uv.py tests/test_mla_producer.py tests/test_mla_heads64.py
-       tests/test_mla_prefetch.py tests/test_mla_merge.py tests/test_mla_stage_o.py"
-step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $TESTS &
+step tests $P1 python3 -m pytest -q -p no:cacheprovider -m gpu $MLA_GPU_TESTS &
 R="--device cuda --examples ${EX:-20} --no-failures --seed 118"
 step matrix_s118 $P1 python3 -m gate.cli run $R --check mla.absorbed --check mla.batch --check mla.absorbed_paged \
     --check mla.graph_replay &
